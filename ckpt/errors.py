@@ -1,0 +1,50 @@
+"""Every error a user can cause is a CkptError subclass.
+
+The CLI renders a CkptError as one line (``error: ...``) and exits non-zero;
+anything else is a bug and keeps its traceback.  Messages say what went wrong
+and, where there is one, what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class CkptError(Exception):
+    """Base of every user-facing error.  ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class StateError(CkptError):
+    """The object-graph engine cannot save or load: bad stream, bad type, bad field."""
+
+
+class StatefileError(CkptError):
+    """An image file is malformed, truncated, or fails its integrity check."""
+
+
+class IntegrityError(StatefileError):
+    """An image fails its HMAC or checksum: wrong key, flipped bits, or truncation."""
+
+
+class ImageExistsError(StatefileError):
+    """The target image directory already holds an image (use --force to replace it)."""
+
+
+class CgroupError(CkptError):
+    """A cgroup cannot be created, configured, read or removed."""
+
+
+class KernelError(CkptError):
+    """The simulated kernel refused an operation (bad workload name, bad argument)."""
+
+
+class SandboxError(CkptError):
+    """A sandbox cannot be started, reached, checkpointed or restored."""
+
+
+class SandboxNotFound(SandboxError):
+    """No sandbox with that ID exists under the root directory."""
+
+
+class SandboxBusy(SandboxError):
+    """The sandbox is already serving a request that cannot run concurrently."""
