@@ -1,1 +1,30 @@
-"""ckpt.state"""
+"""The object-graph engine: save a graph of savable dataclasses to a stream and back.
+
+Two engines share one wire format (see ``ckpt/state/README.md``):
+
+* ``reflect`` walks each object at run time, dispatching on each value's type;
+* ``typed`` runs code generated once per type from its annotations.
+
+Public API::
+
+    @state.savable                      # registers the dataclass
+    state.dumps(root, engine="typed", stats=None) -> bytes
+    state.loads(data, engine="typed", stats=None) -> root
+    state.save(root, binary_file, engine=..., stats=None) -> SaveResult
+    state.load(binary_file, engine=..., stats=None) -> root
+    state.Stats()                       # per-type counts and times when passed in
+    state.generated_source(cls)         # the typed engine's code for a class
+    state.inspect_stream(data)          # read a stream without importing its classes
+"""
+
+from ckpt.errors import StateError
+from ckpt.state.registry import field, savable
+
+ENGINES = ("reflect", "typed")
+
+__all__ = [
+    "ENGINES",
+    "StateError",
+    "field",
+    "savable",
+]
