@@ -7,6 +7,7 @@ on stderr and a non-zero exit, with the traceback only under ``--debug``.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ from rich.console import Console
 
 from ckpt import __version__
 from ckpt.errors import CkptError
+from ckpt.sandbox import lifecycle as sandbox_lifecycle
+from ckpt.sandbox import paths as sandbox_paths
+from ckpt.sandbox import render as sandbox_render
 
 app = typer.Typer(
     name="ckpt",
@@ -109,6 +113,244 @@ def main() -> None:
 
 
 # --- sandbox lifecycle commands (ckpt/sandbox) ------------------------------------
+
+
+def _sandbox_root() -> sandbox_paths.Root:
+    return sandbox_paths.Root(Globals.root or default_root())
+
+
+def _print_json(data: object) -> None:
+    out.print_json(json.dumps(data))
+
+
+CpuOpt = Annotated[
+    str | None,
+    typer.Option("--cpu", help="CPU quota in CPUs (e.g. 0.5), or 'uncapped' (default)."),
+]
+EngineOpt = Annotated[str | None, typer.Option("--engine", help="State engine: typed or reflect.")]
+KeyOpt = Annotated[
+    Path | None, typer.Option("--key-file", help="HMAC-SHA256 key for the image (raw bytes).")
+]
+StatsOpt = Annotated[
+    bool, typer.Option("--stats", help="Per-type engine stats and CRIU-style counters.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+IgnoreCgroupsOpt = Annotated[
+    bool, typer.Option("--ignore-cgroups", help="Run without a cgroup (no quota, no freeze).")
+]
+
+
+@app.command("run")
+def run_cmd(
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID.")],
+    workload: Annotated[
+        str, typer.Option("--workload", "-w", help="empty, http, nginx, files:N or graph:N.")
+    ],
+    cpu: CpuOpt = None,
+    port: Annotated[int, typer.Option("--port", help="TCP port to serve on; 0 = free.")] = 0,
+    engine: Annotated[
+        str, typer.Option("--engine", help="Default engine for checkpoints.")
+    ] = "typed",
+    ignore_cgroups: IgnoreCgroupsOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Start a detached sandbox running WORKLOAD; returns when it is ready."""
+    res = sandbox_lifecycle.run(
+        _sandbox_root(),
+        sandbox_id,
+        workload,
+        cpus=sandbox_lifecycle.parse_cpu(cpu),
+        port=port,
+        engine=engine,
+        ignore_cgroups=ignore_cgroups,
+    )
+    for note in res.notes:
+        err.print(f"note: {note}", markup=False)
+    if json_out:
+        _print_json({**res.state.to_json(), "timings": res.timings.as_dict()})
+        return
+    where = f", serving http://{res.state.address}/" if res.state.address else ""
+    out.print(f"sandbox {res.state.id} running (pid {res.state.pid}{where})", markup=False)
+
+
+@app.command("list")
+def list_cmd(json_out: JsonOpt = False) -> None:
+    """List sandboxes under the root."""
+    states = sandbox_lifecycle.list_sandboxes(_sandbox_root())
+    if json_out:
+        _print_json([st.to_json() for st in states])
+    else:
+        out.print(sandbox_render.sandboxes_table(states))
+
+
+@app.command("state")
+def state_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address)."""
+    _print_json(sandbox_lifecycle.state(_sandbox_root(), sandbox_id).to_json())
+
+
+@app.command("pause")
+def pause_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Freeze a sandbox's kernel and cgroup; HTTP requests wait until resume."""
+    sandbox_lifecycle.pause(_sandbox_root(), sandbox_id)
+    out.print(f"sandbox {sandbox_id} paused", markup=False)
+
+
+@app.command("resume")
+def resume_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Thaw a paused sandbox."""
+    sandbox_lifecycle.resume(_sandbox_root(), sandbox_id)
+    out.print(f"sandbox {sandbox_id} running", markup=False)
+
+
+@app.command("kill")
+def kill_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """SIGKILL a sandbox and free its cgroup (its state stays, as stopped)."""
+    sandbox_lifecycle.kill(_sandbox_root(), sandbox_id)
+    out.print(f"sandbox {sandbox_id} stopped", markup=False)
+
+
+@app.command("delete")
+def delete_cmd(
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    force: Annotated[bool, typer.Option("--force", help="Kill it first if running.")] = False,
+) -> None:
+    """Remove a sandbox: its process (with --force), cgroup and files."""
+    sandbox_lifecycle.delete(_sandbox_root(), sandbox_id, force=force)
+    out.print(f"sandbox {sandbox_id} deleted", markup=False)
+
+
+@app.command("checkpoint")
+def checkpoint_cmd(
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    image_path: Annotated[Path, typer.Option("--image-path", help="Image directory to write.")],
+    leave_running: Annotated[
+        bool, typer.Option("--leave-running", help="Keep the sandbox running afterwards.")
+    ] = False,
+    compression: Annotated[str, typer.Option("--compression", help="none or zstd.")] = "zstd",
+    compression_level: Annotated[
+        int | None, typer.Option("--compression-level", help="zstd level.")
+    ] = None,
+    engine: EngineOpt = None,
+    stats: StatsOpt = False,
+    key_file: KeyOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing image.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
+) -> None:
+    """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
+    res = sandbox_lifecycle.checkpoint(
+        _sandbox_root(),
+        sandbox_id,
+        image_path,
+        leave_running=leave_running,
+        compression=compression,
+        level=compression_level,
+        engine=engine,
+        stats=stats,
+        key=sandbox_lifecycle.read_key(key_file),
+        force=force,
+    )
+    if json_out:
+        _print_json(
+            {
+                "id": sandbox_id,
+                "image": str(res.image),
+                "status": res.state.status,
+                "timings": res.timings.as_dict(),
+                "stats": res.stats,
+            }
+        )
+        return
+    out.print(
+        f"checkpoint of {sandbox_id} written to {res.image} (sandbox {res.state.status})",
+        markup=False,
+    )
+    out.print(sandbox_render.timings_table("checkpoint timings", res.timings))
+    if stats:
+        out.print(sandbox_render.stats_renderable(res.stats, res.stats_text))
+
+
+@app.command("restore")
+def restore_cmd(
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    image_path: Annotated[Path, typer.Option("--image-path", help="Image directory to load.")],
+    cpu: CpuOpt = None,
+    engine: EngineOpt = None,
+    stats: StatsOpt = False,
+    background: Annotated[
+        bool, typer.Option("--background", help="Load memory pages lazily in the background.")
+    ] = False,
+    key_file: KeyOpt = None,
+    port: Annotated[
+        int | None, typer.Option("--port", help="Listen here instead of the saved port.")
+    ] = None,
+    ignore_cgroups: IgnoreCgroupsOpt = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
+) -> None:
+    """Restore an image into a new sandbox process under an optional CPU quota."""
+    res = sandbox_lifecycle.restore(
+        _sandbox_root(),
+        sandbox_id,
+        image_path,
+        cpus=sandbox_lifecycle.parse_cpu(cpu),
+        engine=engine,
+        stats=stats,
+        background=background,
+        key=sandbox_lifecycle.read_key(key_file),
+        port=port,
+        ignore_cgroups=ignore_cgroups,
+    )
+    for note in res.notes:
+        err.print(f"note: {note}", markup=False)
+    if json_out:
+        _print_json({**res.state.to_json(), "timings": res.timings.as_dict(), "stats": res.stats})
+        return
+    where = f", serving http://{res.state.address}/" if res.state.address else ""
+    out.print(f"sandbox {sandbox_id} restored (pid {res.state.pid}{where})", markup=False)
+    out.print(sandbox_render.timings_table("restore timings", res.timings))
+    if stats:
+        out.print(sandbox_render.stats_renderable(res.stats, res.stats_text))
+
+
+@app.command("cycle")
+def cycle_cmd(
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    image_path: Annotated[
+        Path, typer.Option("--image-path", help="Directory for the cycles' images.")
+    ],
+    count: Annotated[int, typer.Option("--count", min=1, help="Cycles per engine and quota.")] = 5,
+    cpu: Annotated[
+        str, typer.Option("--cpu", help="Comma-separated quotas, e.g. uncapped,1,0.25.")
+    ] = "uncapped",
+    hold: Annotated[
+        float, typer.Option("--hold", min=0.0, help="Seconds to wait between cycles.")
+    ] = 0.0,
+    engines: Annotated[
+        str, typer.Option("--engines", help="Comma-separated engines; the first is the baseline.")
+    ] = "typed,reflect",
+    json_out: JsonOpt = False,
+) -> None:
+    """Checkpoint/restore a running sandbox repeatedly, engines interleaved ABBA."""
+    from ckpt.bench import cycle
+
+    plan = cycle.Plan.parse(
+        sandbox_id, image_path, count=count, cpu=cpu, hold=hold, engines=engines
+    )
+    report = cycle.run(_sandbox_root(), plan, console=None if json_out else err)
+    if json_out:
+        _print_json(report.to_json())
+        return
+    out.print(cycle.render(report))
+    for line in cycle.go_lines(report):
+        out.print(line, markup=False)
+
+
+@app.command("demo")
+def demo_cmd() -> None:
+    """A guided tour: run, query, checkpoint, inspect, restore under a quota, clean up."""
+    from ckpt import demo
+
+    demo.run(out)
 
 
 if __name__ == "__main__":

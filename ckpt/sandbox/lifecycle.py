@@ -1,0 +1,640 @@
+"""Sandbox lifecycle as library functions: run, list, state, pause, resume, kill, delete,
+checkpoint, restore.  They raise ``SandboxError`` (or another ``CkptError``) and never print.
+
+A sandbox is a detached process (its own session) running ``ckpt.sandbox.process``,
+placed in cgroup ``ckpt/ID`` *before it executes anything*: the parent opens each
+hierarchy's ``cgroup.procs`` and the child writes ``0`` (itself) into them in
+``preexec_fn``, between fork and exec, so even interpreter start-up is charged to the
+cgroup and runs under its CPU quota.  The child signals readiness on a pipe.
+
+The rule for failures: a failed ``run`` or ``restore`` leaves no process, cgroup or
+state directory behind; a failed ``checkpoint`` leaves the sandbox as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ckpt.errors import CgroupError, CkptError, SandboxError
+from ckpt.sandbox import rpc
+from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
+from ckpt.sandbox.timings import (
+    CHECKPOINT,
+    RESTORE,
+    RESUME_TOTAL,
+    SANDBOX_CREATE,
+    SUSPEND_TOTAL,
+    Timings,
+)
+
+READY_TIMEOUT_S = 30.0
+EXIT_TIMEOUT_S = 10.0
+ENGINES = ("typed", "reflect")
+
+_children: dict[int, subprocess.Popen] = {}  # reaped on liveness checks (long-lived callers)
+
+
+@dataclass
+class RunResult:
+    state: SandboxState
+    timings: Timings
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointResult:
+    state: SandboxState
+    image: Path
+    timings: Timings
+    stats: dict[str, Any] | None = None
+    stats_text: str | None = None
+
+
+@dataclass
+class RestoreResult:
+    state: SandboxState
+    timings: Timings
+    stats: dict[str, Any] | None = None
+    stats_text: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+def _alive(pid: int, start: float) -> bool:
+    """Is ``pid`` still our sandbox (not a zombie, not a reused pid)?"""
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        _children.pop(pid, None)
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if start and abs(proc.create_time() - start) > 0.05:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _wait_dead(pid: int, start: float, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid, start):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _kill_pid(pid: int, start: float) -> None:
+    if _alive(pid, start):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_dead(pid, start, EXIT_TIMEOUT_S)
+
+
+def _log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+def _spawn(root: Root, sandbox_id: str, mgr: Any) -> tuple[int, float, int]:
+    """Start the sandbox process inside ``mgr``'s cgroup; return (pid, start, create_ns)."""
+    sock = root.socket_path(sandbox_id)
+    log_path = root.log_path(sandbox_id)
+    procs_fds: list[int] = []
+    if mgr is not None:
+        for d in dict.fromkeys(Path(p) for p in mgr.paths.values()):
+            procs_fds.append(os.open(d / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+
+    def join_cgroup() -> None:  # runs in the child between fork and exec: writes only
+        for fd in procs_fds:
+            os.write(fd, b"0")
+
+    r, w = os.pipe()
+    t0 = time.perf_counter_ns()
+    try:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ckpt.sandbox.process",
+                    "--id",
+                    sandbox_id,
+                    "--socket",
+                    str(sock),
+                    "--ready-fd",
+                    str(w),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(w,),
+                start_new_session=True,
+                cwd="/",
+                preexec_fn=join_cgroup if procs_fds else None,
+            )
+    except (OSError, subprocess.SubprocessError) as exc:
+        os.close(r)
+        raise SandboxError(f"cannot start sandbox process for {sandbox_id}: {exc}") from exc
+    finally:
+        os.close(w)
+        for fd in procs_fds:
+            os.close(fd)
+    _children[proc.pid] = proc
+    try:
+        line = _read_ready(r, READY_TIMEOUT_S)
+    finally:
+        os.close(r)
+    create_ns = time.perf_counter_ns() - t0
+    try:
+        start = psutil.Process(proc.pid).create_time()
+    except psutil.NoSuchProcess:
+        start = 0.0
+    if not line.startswith(b"ready"):
+        _kill_pid(proc.pid, 0.0)
+        raise SandboxError(
+            f"sandbox process for {sandbox_id} exited during start-up"
+            + (f": {_log_tail(log_path)}" if _log_tail(log_path) else "")
+        )
+    if mgr is not None and proc.pid not in mgr.procs():
+        _kill_pid(proc.pid, start)
+        raise CgroupError(f"sandbox process {proc.pid} did not join cgroup {mgr.name}")
+    return proc.pid, start, create_ns
+
+
+def _read_ready(fd: int, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return b"timeout"
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+# -- cgroups ---------------------------------------------------------------------------
+
+
+def _cgroup_name(sandbox_id: str) -> str:
+    return f"ckpt/{sandbox_id}"
+
+
+def _make_cgroup(sandbox_id: str, cpus: float | None, ignore: bool, notes: list[str]) -> Any:
+    """The sandbox's cgroup with its quota applied, or None when running without one."""
+    if ignore:
+        if cpus is not None:
+            notes.append(f"--ignore-cgroups: CPU quota {cpus:g} not applied")
+        return None
+    from ckpt import cgroups
+
+    _remove_cgroup(_cgroup_name(sandbox_id))  # a stale group from a crashed run
+    if cpus is not None:
+        ok, reason = cgroups.available_for_quota()
+        if not ok:
+            raise CgroupError(
+                f"cannot apply a CPU quota: {reason}; run as root or pass --ignore-cgroups"
+            )
+        return cgroups.create(_cgroup_name(sandbox_id), cpus=cpus)
+    try:
+        return cgroups.create(_cgroup_name(sandbox_id))
+    except CgroupError as exc:
+        notes.append(f"running without a cgroup ({exc}); CPU is read from the process")
+        return None
+
+
+def _open_cgroup(name: str | None) -> Any:
+    if not name:
+        return None
+    from ckpt import cgroups
+
+    try:
+        return cgroups.open_group(name)
+    except CgroupError:
+        return None
+
+
+def _remove_cgroup(name: str | None) -> None:
+    """Kill whatever is left in the group and delete it; quiet if it is already gone."""
+    mgr = _open_cgroup(name)
+    if mgr is None:
+        return
+    try:
+        if mgr.procs():
+            with contextlib.suppress(CgroupError):
+                mgr.thaw()
+            mgr.kill()
+        mgr.delete()
+    except CgroupError as exc:
+        raise CgroupError(f"cannot remove cgroup {name}: {exc}") from exc
+
+
+def _cpu_usec(mgr: Any) -> int | None:
+    if mgr is None:
+        return None
+    try:
+        return int(mgr.cpu_usage_usec())
+    except CgroupError:
+        return None
+
+
+# -- state -----------------------------------------------------------------------------
+
+
+def refresh(root: Root, sandbox_id: str) -> SandboxState:
+    """Read a sandbox's state, marking it stopped (and freeing its cgroup) if it died."""
+    st = root.read(sandbox_id)
+    if st.status in (RUNNING, PAUSED, CREATING) and not _alive(st.pid, st.pid_start):
+        st.status = STOPPED
+        st.address = None
+        with contextlib.suppress(CgroupError):
+            _remove_cgroup(st.cgroup)
+        root.write(st)
+    return st
+
+
+def list_sandboxes(root: Root) -> list[SandboxState]:
+    out = []
+    for sandbox_id in root.ids():
+        try:
+            out.append(refresh(root, sandbox_id))
+        except SandboxError:
+            continue
+    return out
+
+
+def _running(root: Root, sandbox_id: str, verb: str) -> SandboxState:
+    st = refresh(root, sandbox_id)
+    if st.status not in (RUNNING, PAUSED):
+        raise SandboxError(f"cannot {verb} sandbox {sandbox_id}: it is {st.status}")
+    return st
+
+
+def _discard(
+    root: Root, sandbox_id: str, pid: int | None, start: float, cgroup: str | None
+) -> None:
+    """Best-effort removal of everything a failed run/restore made."""
+    if pid:
+        _kill_pid(pid, start)
+    with contextlib.suppress(CgroupError):
+        _remove_cgroup(cgroup)
+    _remove_files(root, sandbox_id)
+
+
+def _remove_files(root: Root, sandbox_id: str) -> None:
+    sock = root.socket_path(sandbox_id)
+    if sock.parent != root.dir(sandbox_id):
+        sock.unlink(missing_ok=True)
+    shutil.rmtree(root.dir(sandbox_id), ignore_errors=True)
+
+
+def _check_engine(engine: str | None) -> None:
+    if engine is not None and engine not in ENGINES:
+        raise SandboxError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+
+
+# -- commands --------------------------------------------------------------------------
+
+
+def _start(
+    root: Root,
+    sandbox_id: str,
+    cpus: float | None,
+    ignore_cgroups: bool,
+    engine: str,
+    workload: str,
+    notes: list[str],
+) -> tuple[SandboxState, Any, int]:
+    """Make the directory, cgroup and process; return (state, cgroup manager, create_ns)."""
+    root.ensure()
+    st = SandboxState(
+        id=sandbox_id,
+        pid=0,
+        status=CREATING,
+        workload=workload,
+        cgroup=None,
+        created=now_iso(),
+        engine=engine,
+        cpu=None,
+        socket=str(root.socket_path(sandbox_id)),
+    )
+    root.dir(sandbox_id).mkdir(mode=0o700, exist_ok=True)
+    root.write(st)
+    mgr = None
+    try:
+        mgr = _make_cgroup(sandbox_id, cpus, ignore_cgroups, notes)
+        st.cgroup = mgr.name if mgr is not None else None
+        st.cpu = cpus if mgr is not None else None
+        st.pid, st.pid_start, create_ns = _spawn(root, sandbox_id, mgr)
+    except BaseException:
+        _discard(root, sandbox_id, st.pid, st.pid_start, _cgroup_name(sandbox_id) if mgr else None)
+        raise
+    return st, mgr, create_ns
+
+
+def run(
+    root: Root,
+    sandbox_id: str,
+    workload: str,
+    *,
+    cpus: float | None = None,
+    port: int = 0,
+    engine: str = "typed",
+    ignore_cgroups: bool = False,
+    options: dict[str, Any] | None = None,
+) -> RunResult:
+    """Start a sandbox running ``workload``; returns once it is ready (and listening)."""
+    _check_engine(engine)
+    if root.exists(sandbox_id):
+        st = refresh(root, sandbox_id)
+        raise SandboxError(
+            f"sandbox {sandbox_id} already exists ({st.status}); `ckpt delete {sandbox_id}` first"
+        )
+    notes: list[str] = []
+    timings = Timings()
+    t0 = time.perf_counter_ns()
+    st, _mgr, create_ns = _start(root, sandbox_id, cpus, ignore_cgroups, engine, workload, notes)
+    timings.phases_ns[SANDBOX_CREATE] = create_ns
+    try:
+        reply = rpc.call(
+            Path(st.socket),
+            "boot",
+            {"workload": workload, "port": port, "options": options or {}},
+            timeout=120,
+            what=f"sandbox {sandbox_id}",
+        )
+    except BaseException:
+        _discard(root, sandbox_id, st.pid, st.pid_start, st.cgroup)
+        raise
+    timings.phases_ns["Run"] = time.perf_counter_ns() - t0
+    st.address = reply.get("address")
+    st.status = RUNNING
+    root.write(st)
+    return RunResult(st, timings, notes)
+
+
+def state(root: Root, sandbox_id: str) -> SandboxState:
+    return refresh(root, sandbox_id)
+
+
+def pause(root: Root, sandbox_id: str) -> SandboxState:
+    """Freeze the kernel (HTTP requests start waiting), then the cgroup."""
+    st = _running(root, sandbox_id, "pause")
+    if st.status == PAUSED:
+        return st
+    rpc.call(Path(st.socket), "pause", what=f"sandbox {sandbox_id}")
+    mgr = _open_cgroup(st.cgroup)
+    if mgr is not None:
+        mgr.freeze()
+    st.status = PAUSED
+    root.write(st)
+    return st
+
+
+def resume(root: Root, sandbox_id: str) -> SandboxState:
+    """Thaw the cgroup, then the kernel; waiting HTTP requests are answered."""
+    st = _running(root, sandbox_id, "resume")
+    if st.status == RUNNING:
+        return st
+    mgr = _open_cgroup(st.cgroup)
+    if mgr is not None:
+        mgr.thaw()
+    rpc.call(Path(st.socket), "resume", what=f"sandbox {sandbox_id}")
+    st.status = RUNNING
+    root.write(st)
+    return st
+
+
+def kill(root: Root, sandbox_id: str) -> SandboxState:
+    """SIGKILL the sandbox (through its cgroup when it has one) and free the cgroup."""
+    st = refresh(root, sandbox_id)
+    if st.status in (RUNNING, PAUSED, CREATING):
+        _remove_cgroup(st.cgroup)
+        _kill_pid(st.pid, st.pid_start)
+    else:
+        _remove_cgroup(st.cgroup)
+    st.status = STOPPED
+    st.address = None
+    root.write(st)
+    return st
+
+
+def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
+    """Remove a stopped sandbox's files (and, with ``force``, kill a running one first)."""
+    st = refresh(root, sandbox_id)
+    if st.status != STOPPED:
+        if not force:
+            raise SandboxError(
+                f"sandbox {sandbox_id} is {st.status}; `ckpt kill {sandbox_id}` first or pass --force"
+            )
+        kill(root, sandbox_id)
+    _remove_cgroup(st.cgroup)
+    _remove_files(root, sandbox_id)
+
+
+def checkpoint(
+    root: Root,
+    sandbox_id: str,
+    image: Path,
+    *,
+    leave_running: bool = False,
+    compression: str = "zstd",
+    level: int | None = None,
+    engine: str | None = None,
+    stats: bool = False,
+    key: bytes | None = None,
+    force: bool = False,
+) -> CheckpointResult:
+    """Have the sandbox write its image; it stops afterwards unless ``leave_running``."""
+    _check_engine(engine)
+    t0 = time.perf_counter_ns()
+    st = _running(root, sandbox_id, "checkpoint")
+    engine = engine or st.engine
+    mgr = _open_cgroup(st.cgroup)
+    was_paused = st.status == PAUSED
+    if was_paused and mgr is not None:
+        mgr.thaw()  # the kernel stays frozen; the process must run to write the image
+    cpu0 = _cpu_usec(mgr)
+    timings = Timings()
+    params = {
+        "image": str(Path(image).absolute()),
+        "leave_running": leave_running,
+        "compression": compression,
+        "level": level,
+        "engine": engine,
+        "stats": stats,
+        "key_hex": key.hex() if key else None,
+        "force": force,
+    }
+    try:
+        with timings.phase(CHECKPOINT):
+            reply = rpc.call(
+                Path(st.socket), "checkpoint", params, timeout=None, what=f"sandbox {sandbox_id}"
+            )
+    except CkptError as exc:
+        if not _alive(st.pid, st.pid_start):
+            refresh(root, sandbox_id)
+            raise SandboxError(
+                f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc}); "
+                f"no image was committed at {image}"
+            ) from exc
+        if was_paused and mgr is not None:
+            mgr.freeze()
+        raise
+    if reply.get("stopping"):
+        if not _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S):
+            _kill_pid(st.pid, st.pid_start)
+        cpu1 = _cpu_usec(mgr)
+        _remove_cgroup(st.cgroup)
+        st.status = STOPPED
+        st.address = None
+    else:
+        cpu1 = _cpu_usec(mgr)
+        if was_paused and mgr is not None:
+            mgr.freeze()
+    timings.phases_ns[SUSPEND_TOTAL] = time.perf_counter_ns() - t0
+    if cpu0 is not None and cpu1 is not None:
+        timings.cpu_usec, timings.cpu_source = cpu1 - cpu0, "cgroup"
+    else:
+        timings.cpu_usec, timings.cpu_source = int(reply.get("cpu_usec") or 0), "process"
+    timings.counters = dict(reply.get("counters") or {})
+    timings.counters["checkpoint_in_sandbox_ms"] = round(reply["checkpoint_ns"] / 1e6, 3)
+    st.extra["last_checkpoint"] = params["image"]
+    root.write(st)
+    return CheckpointResult(
+        st, Path(params["image"]), timings, reply.get("stats"), reply.get("stats_text")
+    )
+
+
+def restore(
+    root: Root,
+    sandbox_id: str,
+    image: Path,
+    *,
+    cpus: float | None = None,
+    engine: str | None = None,
+    stats: bool = False,
+    background: bool = False,
+    key: bytes | None = None,
+    port: int | None = None,
+    ignore_cgroups: bool = False,
+) -> RestoreResult:
+    """Start a new sandbox process (in its cgroup, under its quota) from an image.
+
+    Replaces a stopped sandbox of the same ID; refuses a running one.  On failure,
+    nothing of the new sandbox is left behind.
+    """
+    _check_engine(engine)
+    t0 = time.perf_counter_ns()
+    image = Path(image).absolute()
+    if not image.exists():
+        raise SandboxError(f"no image at {image}: check --image-path")
+    if root.exists(sandbox_id):
+        old = refresh(root, sandbox_id)
+        if old.status != STOPPED:
+            raise SandboxError(
+                f"sandbox {sandbox_id} is {old.status}; restore into a new ID, or kill and "
+                f"delete it first"
+            )
+        _remove_cgroup(old.cgroup)
+        _remove_files(root, sandbox_id)
+    notes: list[str] = []
+    timings = Timings()
+    st, mgr, create_ns = _start(
+        root, sandbox_id, cpus, ignore_cgroups, engine or "typed", "(restoring)", notes
+    )
+    timings.phases_ns[SANDBOX_CREATE] = create_ns
+    params = {
+        "image": str(image),
+        "engine": engine,
+        "stats": stats,
+        "background": background,
+        "key_hex": key.hex() if key else None,
+        "port": port,
+    }
+    try:
+        reply = rpc.call(
+            Path(st.socket), "restore", params, timeout=None, what=f"sandbox {sandbox_id}"
+        )
+        cpu = _cpu_usec(mgr)
+    except BaseException:
+        _discard(root, sandbox_id, st.pid, st.pid_start, st.cgroup)
+        raise
+    timings.phases_ns[RESTORE] = int(reply["restore_ns"])
+    timings.phases_ns[RESUME_TOTAL] = time.perf_counter_ns() - t0
+    if cpu is not None:
+        timings.cpu_usec, timings.cpu_source = cpu, "cgroup"
+    else:
+        timings.cpu_usec, timings.cpu_source = int(reply.get("cpu_usec") or 0), "process"
+    timings.counters = dict(reply.get("counters") or {})
+    st.workload = str(reply.get("workload") or _image_workload(image) or "unknown")
+    st.address = reply.get("address")
+    st.status = RUNNING
+    st.restored_from = str(image)
+    root.write(st)
+    return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
+
+
+def _image_workload(image: Path) -> str | None:
+    try:
+        from ckpt import statefile
+
+        return statefile.open_image(image).metadata.get("workload")
+    except CkptError:
+        return None
+
+
+def fingerprint(root: Root, sandbox_id: str) -> dict[str, str]:
+    """The kernel's fingerprint and description (for before/after comparisons)."""
+    st = _running(root, sandbox_id, "fingerprint")
+    return rpc.call(Path(st.socket), "fingerprint", what=f"sandbox {sandbox_id}")
+
+
+def read_key(path: Path | None) -> bytes | None:
+    """The HMAC key from ``--key-file`` (raw bytes; surrounding whitespace is kept)."""
+    if path is None:
+        return None
+    try:
+        key = Path(path).read_bytes()
+    except OSError as exc:
+        raise SandboxError(f"cannot read key file {path}: {exc.strerror}") from exc
+    if not key:
+        raise SandboxError(f"key file {path} is empty")
+    return key
+
+
+def parse_cpu(value: str | float | None) -> float | None:
+    """``--cpu``: a positive number of CPUs, or ``uncapped``/``max`` for no quota."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("uncapped", "max", "none", ""):
+        return None
+    try:
+        cpus = float(value)
+    except ValueError:
+        raise SandboxError(
+            f"bad CPU quota {value!r}: give a positive number such as 0.5, or 'uncapped'"
+        ) from None
+    if not cpus > 0 or cpus != cpus:
+        raise SandboxError(f"bad CPU quota {value!r}: must be a positive number of CPUs")
+    return cpus

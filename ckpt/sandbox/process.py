@@ -1,0 +1,379 @@
+"""The sandbox process: hosts one simulated kernel, serves its control socket and HTTP.
+
+Started by ``ckpt run`` / ``ckpt restore`` as ``python -m ckpt.sandbox.process --id ID
+--socket PATH --ready-fd N``, already inside cgroup ``ckpt/ID`` (the parent joins it in
+``preexec_fn`` before exec), in its own session, with stdout/stderr going to the sandbox
+log.  It starts empty: binds its control socket, writes ``ready`` to the ready pipe, then
+waits for ``boot`` (build a workload) or ``restore`` (load an image).  Keeping start-up
+to the control socket makes ``SandboxCreate`` the cost of the process alone; the kernel,
+state engine and statefile modules are imported by the request that needs them, so that
+work is charged to this process (and its cgroup's CPU quota).
+
+Threads: the RPC server (one exclusive request at a time), the HTTP server (one thread
+per connection), and a ticker that advances the kernel's clock.  All kernel access goes
+through ``Host.cond``; while the kernel is frozen, HTTP requests wait on it and are
+answered after thaw.
+
+Testing hook: ``CKPT_FAULT=checkpoint-stall:SECONDS`` sleeps after the object stream is
+written and before the image is committed, so tests can kill a sandbox mid-checkpoint.
+
+Stdlib and ``ckpt`` only; no typer or rich, so start-up stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import KernelError, SandboxError
+from ckpt.sandbox import rpc
+from ckpt.sandbox.http import HttpServer, bind
+from ckpt.sandbox.timings import self_cpu_usec
+
+TICK_S = 0.05
+HOST = "127.0.0.1"
+
+
+def log(msg: str) -> None:
+    """One timestamped line to the sandbox log (our stderr)."""
+    sys.stderr.write(f"{time.strftime('%H:%M:%S')} [{os.getpid()}] {msg}\n")
+    sys.stderr.flush()
+
+
+def _fault_stall() -> float:
+    spec = os.environ.get("CKPT_FAULT", "")
+    name, _, value = spec.partition(":")
+    if name == "checkpoint-stall":
+        try:
+            return float(value or "5")
+        except ValueError:
+            return 5.0
+    return 0.0
+
+
+def _key(params: dict[str, Any]) -> bytes | None:
+    key_hex = params.get("key_hex")
+    return bytes.fromhex(key_hex) if key_hex else None
+
+
+def _summary_dict(summary: Any) -> dict[str, Any]:
+    """A page summary from statefile as a plain dict, whatever its exact type."""
+    if summary is None:
+        return {}
+    if isinstance(summary, dict):
+        return dict(summary)
+    for attr in ("as_dict", "_asdict", "to_dict"):
+        fn = getattr(summary, attr, None)
+        if callable(fn):
+            return dict(fn())
+    fields = getattr(summary, "__dataclass_fields__", None) or getattr(summary, "__slots__", ())
+    return {name: getattr(summary, name) for name in fields if hasattr(summary, name)}
+
+
+class Host:
+    """The kernel and everything serving it inside this process."""
+
+    def __init__(self, sandbox_id: str, socket_path: Path) -> None:
+        self.id = sandbox_id
+        self.cond = threading.Condition()
+        self.kernel: Any = None
+        self.frozen = False
+        self.http: HttpServer | None = None
+        self.exiting = threading.Event()
+        self.stall = _fault_stall()
+        self.server = rpc.Server(
+            socket_path,
+            {
+                "ping": self.ping,
+                "boot": self.boot,
+                "restore": self.restore,
+                "checkpoint": self.checkpoint,
+                "pause": self.pause,
+                "resume": self.resume,
+                "fingerprint": self.fingerprint,
+                "stop": self.stop,
+            },
+            concurrent=frozenset({"ping", "fingerprint"}),
+            on_error=lambda method, exc: log(f"internal error in {method}: {exc!r}"),
+        )
+
+    # -- serving -----------------------------------------------------------------------
+
+    def respond(self, method: str, path: str) -> tuple[int, dict]:
+        """Answer one HTTP request from kernel state; waits while the kernel is frozen."""
+        with self.cond:
+            while self.frozen:
+                self.cond.wait()
+            return self.kernel.http_request(method, path)
+
+    def tick(self) -> None:
+        """Advance the kernel's clock in real time while it runs."""
+        step_ns = int(TICK_S * 1e9)
+        while not self.exiting.wait(TICK_S):
+            with self.cond:
+                if self.kernel is not None and not self.frozen:
+                    self.kernel.run_for(step_ns)
+
+    def _listen(self, port: int) -> str | None:
+        """Bind the workload's listening socket for real; returns ``host:port``."""
+        if self.kernel.http_listen_address() is None:
+            return None
+        try:
+            sock = bind(HOST, port)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot listen on {HOST}:{port}: {exc.strerror}; pass --port 0 for a free port"
+            ) from exc
+        host, real_port = sock.getsockname()[:2]
+        self.kernel.set_http_listen_address(host, real_port)
+        self.http = HttpServer(sock, self.respond)
+        self.http.start()
+        return f"{host}:{real_port}"
+
+    def _address(self) -> str | None:
+        if self.http is None:
+            return None
+        host, port = self.http.address
+        return f"{host}:{port}"
+
+    # -- RPC handlers ------------------------------------------------------------------
+
+    def ping(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "booted": self.kernel is not None,
+            "frozen": self.frozen,
+            "address": self._address(),
+            "cpu_usec": self_cpu_usec(),
+            "busy_with": self.server.busy_with,
+        }
+
+    def fingerprint(self, params: dict[str, Any]) -> dict[str, Any]:
+        with self.cond:
+            if self.kernel is None:
+                raise SandboxError("sandbox has no kernel yet")
+            return {"fingerprint": self.kernel.fingerprint(), "describe": self.kernel.describe()}
+
+    def boot(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.kernel is not None:
+            raise SandboxError("sandbox already has a kernel")
+        from ckpt import kernel as kernel_mod
+
+        workload = params["workload"]
+        try:
+            k = kernel_mod.build_workload(workload, **(params.get("options") or {}))
+        except TypeError as exc:
+            raise KernelError(f"workload {workload!r}: {exc}") from exc
+        with self.cond:
+            self.kernel = k
+            address = self._listen(int(params.get("port") or 0))
+        log(f"booted workload {workload} address={address}")
+        return {"address": address, "cpu_usec": self_cpu_usec()}
+
+    def restore(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Load an image into this (empty) process and resume it."""
+        if self.kernel is not None:
+            raise SandboxError("sandbox already has a kernel")
+        t0 = time.perf_counter_ns()
+        from ckpt import state, statefile
+
+        t_import = time.perf_counter_ns()
+        stats = state.Stats() if params.get("stats") else None
+        image = statefile.open_image(Path(params["image"]), key=_key(params))
+        reader = image.state_reader()
+        try:
+            k = state.load(reader, engine=params.get("engine") or "typed", stats=stats)
+        finally:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+        t_state = time.perf_counter_ns()
+        pages = image.open_pages(lazy=bool(params.get("background")))
+        k.memory_file.restore_pages(pages)
+        t_pages = time.perf_counter_ns()
+        k.note_restored()
+        port = params.get("port")
+        if port is None:
+            saved = k.http_listen_address()
+            port = saved[1] if saved else 0
+        with self.cond:
+            self.kernel = k
+            self.frozen = True
+            try:
+                address = self._listen(int(port))
+            except BaseException:
+                self.kernel = None
+                raise
+            k.resume()
+            self.frozen = False
+            self.cond.notify_all()
+        t_end = time.perf_counter_ns()
+        log(f"restored from {params['image']} address={address}")
+        counters: dict[str, Any] = {
+            "import_ms": round((t_import - t0) / 1e6, 3),
+            "restore_state_ms": round((t_state - t_import) / 1e6, 3),
+            "restore_pages_ms": round((t_pages - t_state) / 1e6, 3),
+            "restore_time_ms": round((t_end - t0) / 1e6, 3),
+            "pages_restored": len(getattr(pages, "indices", ()) or ()),
+            "lazy_pages": bool(params.get("background")),
+        }
+        return {
+            "address": address,
+            "workload": k.workload,
+            "restore_ns": t_end - t0,
+            "counters": counters,
+            "stats": stats.as_dict() if stats is not None else None,
+            "stats_text": str(stats) if stats is not None else None,
+            "cpu_usec": self_cpu_usec(),
+        }
+
+    def _freeze(self) -> None:
+        with self.cond:
+            self.frozen = True
+            self.kernel.pause()
+
+    def _thaw(self) -> None:
+        with self.cond:
+            self.kernel.resume()
+            self.frozen = False
+            self.cond.notify_all()
+
+    def pause(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.kernel is None:
+            raise SandboxError("sandbox has no kernel to pause")
+        if not self.frozen:
+            self._freeze()
+        return {"frozen": True}
+
+    def resume(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.kernel is None:
+            raise SandboxError("sandbox has no kernel to resume")
+        if self.frozen:
+            self._thaw()
+        return {"frozen": False}
+
+    def checkpoint(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Freeze, write the image, then exit (or thaw with ``leave_running``).
+
+        Any failure thaws the kernel again if it was running: a failed checkpoint leaves
+        the sandbox as it was.
+        """
+        if self.kernel is None:
+            raise SandboxError("sandbox has no kernel to checkpoint")
+        from ckpt import state, statefile
+
+        k = self.kernel
+        engine = params.get("engine") or "typed"
+        was_running = not self.frozen
+        cpu0 = self_cpu_usec()
+        t0 = time.perf_counter_ns()
+        if was_running:
+            self._freeze()
+        t_frozen = time.perf_counter_ns()
+        stats = state.Stats() if params.get("stats") else None
+        metadata = {
+            "sandbox_id": self.id,
+            "workload": k.workload,
+            "engine": engine,
+            "address": self._address(),
+            "fingerprint": k.fingerprint(),
+        }
+        try:
+            with statefile.ImageWriter(
+                Path(params["image"]),
+                force=bool(params.get("force")),
+                compression=params.get("compression") or "zstd",
+                level=params.get("level"),
+                key=_key(params),
+                metadata=metadata,
+            ) as img:
+                t_state0 = time.perf_counter_ns()
+                result = state.save(k, img.state_file, engine=engine, stats=stats)
+                t_state = time.perf_counter_ns()
+                summary = _summary_dict(img.write_pages(k.memory_file.pages()))
+                t_pages = time.perf_counter_ns()
+                if self.stall:
+                    log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
+                    time.sleep(self.stall)
+                counters: dict[str, Any] = {
+                    "objects": getattr(result, "objects", None),
+                    "types": getattr(result, "types", None),
+                    "state_bytes": getattr(result, "bytes", None),
+                    "freezing_time_ms": round((t_frozen - t0) / 1e6, 3),
+                    "state_dump_time_ms": round((t_state - t_state0) / 1e6, 3),
+                    "memdump_memwrite_time_ms": round((t_pages - t_state) / 1e6, 3),
+                    **{
+                        f"pages_{k_}" if not k_.startswith("pages") else k_: v
+                        for k_, v in summary.items()
+                        if isinstance(v, int | float)
+                    },
+                }
+                if stats is not None:
+                    img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
+                t_commit = time.perf_counter_ns()
+            t_end = time.perf_counter_ns()
+            counters["commit_time_ms"] = round((t_end - t_commit) / 1e6, 3)
+            counters["frozen_time_ms"] = round((t_end - t_frozen) / 1e6, 3)
+        except BaseException as exc:
+            if was_running:
+                self._thaw()
+            log(f"checkpoint to {params['image']} failed: {exc!r}; sandbox left as it was")
+            raise
+        leave_running = bool(params.get("leave_running"))
+        if leave_running:
+            if was_running:
+                self._thaw()
+        else:
+            self.server.after_reply(self._exit)
+        log(f"checkpoint written to {params['image']} (leave_running={leave_running})")
+        return {
+            "checkpoint_ns": t_end - t0,
+            "counters": counters,
+            "stats": stats.as_dict() if stats is not None else None,
+            "stats_text": str(stats) if stats is not None else None,
+            "cpu_usec": self_cpu_usec() - cpu0,
+            "stopping": not leave_running,
+        }
+
+    def stop(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.server.after_reply(self._exit)
+        return {"stopping": True}
+
+    def _exit(self) -> None:
+        log("exiting")
+        self.exiting.set()
+        if self.http is not None:
+            self.http.close()
+        self.server.close()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def serve_forever(self, ready_fd: int | None) -> None:
+        self.server.start()
+        threading.Thread(target=self.tick, name="ticker", daemon=True).start()
+        if ready_fd is not None:
+            os.write(ready_fd, f"ready {os.getpid()}\n".encode())
+            os.close(ready_fd)
+        log(f"sandbox {self.id} ready on {self.server.path}")
+        self.exiting.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ckpt.sandbox.process")
+    parser.add_argument("--id", required=True)
+    parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--ready-fd", type=int, default=None)
+    args = parser.parse_args(argv)
+    host = Host(args.id, args.socket)
+    signal.signal(signal.SIGTERM, lambda *_: host._exit())
+    host.serve_forever(args.ready_fd)
+
+
+if __name__ == "__main__":
+    main()

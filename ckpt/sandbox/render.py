@@ -1,0 +1,59 @@
+"""Rich renderables for sandbox results, shared by the CLI and the demo.
+
+Kept apart from the rest of the package so the sandbox process never imports rich.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ckpt.sandbox.paths import SandboxState
+from ckpt.sandbox.timings import Timings
+
+
+def sandboxes_table(states: list[SandboxState]) -> Table:
+    table = Table(title="sandboxes", title_justify="left")
+    for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CGROUP", "CREATED"):
+        table.add_column(col)
+    for st in states:
+        table.add_row(
+            Text(st.id),
+            str(st.pid),
+            st.status,
+            Text(st.workload),
+            st.address or "-",
+            "uncapped" if st.cpu is None else f"{st.cpu:g}",
+            Text(st.cgroup or "-"),
+            st.created,
+        )
+    return table
+
+
+def timings_table(title: str, timings: Timings) -> Table:
+    """Phases in milliseconds, then CPU and the CRIU-style counters."""
+    table = Table(title=title, title_justify="left", show_header=True)
+    table.add_column("phase / counter")
+    table.add_column("value", justify="right")
+    for name, ns in timings.phases_ns.items():
+        table.add_row(name, f"{ns / 1e6:.2f} ms")
+    if timings.cpu_usec is not None:
+        table.add_row(f"CPU ({timings.cpu_source})", f"{timings.cpu_usec / 1e3:.2f} ms")
+    for name, value in timings.counters.items():
+        if value is None:
+            continue
+        shown = f"{value:.2f}" if isinstance(value, float) else str(value)
+        table.add_row(Text(name, style="dim"), shown)
+    return table
+
+
+def stats_renderable(stats: dict[str, Any] | None, text: str | None) -> Group | Text:
+    """The state engine's per-type table, as the engine formats it."""
+    if text:
+        return Group(Text("state engine per-type stats", style="bold"), Text(text))
+    if stats:
+        return Text(repr(stats))
+    return Text("")

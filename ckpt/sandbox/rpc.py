@@ -1,0 +1,216 @@
+"""Sandbox control: JSON lines over a Unix stream socket, one request per connection.
+
+Request ``{"method": "checkpoint", "params": {...}}`` and reply ``{"ok": true, "result":
+...}`` or ``{"ok": false, "kind": "SandboxBusy", "error": "..."}``.  The server runs one
+*exclusive* request at a time; a second one arriving meanwhile is answered at once with
+``SandboxBusy`` rather than queued, so two concurrent checkpoints can never interleave.
+Cheap read-only methods (``ping``) bypass the lock.  ``kind`` names a ``CkptError``
+subclass, which the client re-raises, so an ``IntegrityError`` inside the sandbox reaches
+the CLI as an ``IntegrityError``.
+
+This module is imported by the sandbox process: stdlib only, no typer or rich.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ckpt import errors
+from ckpt.errors import CkptError, SandboxBusy, SandboxError
+
+MAX_MESSAGE = 1 << 20
+Handler = Callable[[dict[str, Any]], Any]
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > MAX_MESSAGE:
+            raise ValueError("message larger than 1 MiB")
+    return bytes(buf)
+
+
+def _error_kind(exc: BaseException) -> str:
+    for cls in type(exc).__mro__:
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, CkptError)
+            and getattr(errors, cls.__name__, None) is cls
+        ):
+            return cls.__name__
+    return "SandboxError"
+
+
+class Server:
+    """Serves ``handlers`` on a Unix socket from a background thread."""
+
+    def __init__(
+        self,
+        path: Path,
+        handlers: dict[str, Handler],
+        *,
+        concurrent: frozenset[str] = frozenset({"ping"}),
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.handlers = handlers
+        self.concurrent = concurrent
+        self.on_error = on_error
+        self.lock = threading.Lock()
+        self.busy_with: str | None = None
+        self._sock: socket.socket | None = None
+        self._after_reply: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        """Bind (replacing a stale socket file), listen, and accept in a daemon thread."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        sock.listen(16)
+        self._sock = sock
+        threading.Thread(target=self._accept_loop, name="rpc-accept", daemon=True).start()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def after_reply(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the current reply has been sent (e.g. exit after checkpoint)."""
+        self._after_reply.append(fn)
+
+    def _accept_loop(self) -> None:
+        while self._sock is not None:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                line = _read_line(conn)
+                request = json.loads(line)
+                method = request["method"]
+                params = request.get("params") or {}
+            except (ValueError, KeyError, TypeError, OSError) as exc:
+                self._send(
+                    conn, {"ok": False, "kind": "SandboxError", "error": f"bad request: {exc}"}
+                )
+                return
+            handler = self.handlers.get(method)
+            if handler is None:
+                self._send(
+                    conn,
+                    {"ok": False, "kind": "SandboxError", "error": f"unknown method {method!r}"},
+                )
+                return
+            if method in self.concurrent:
+                self._send(conn, self._call(method, handler, params))
+                return
+            if not self.lock.acquire(blocking=False):
+                self._send(
+                    conn,
+                    {
+                        "ok": False,
+                        "kind": "SandboxBusy",
+                        "error": f"sandbox is busy with {self.busy_with or 'another request'}; "
+                        "retry when it finishes",
+                    },
+                )
+                return
+            try:
+                self.busy_with = method
+                reply = self._call(method, handler, params)
+                self._send(conn, reply)
+                callbacks, self._after_reply = self._after_reply, []
+            finally:
+                self.busy_with = None
+                self.lock.release()
+            for fn in callbacks:
+                fn()
+
+    def _call(self, method: str, handler: Handler, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"ok": True, "result": handler(params)}
+        except CkptError as exc:
+            return {"ok": False, "kind": _error_kind(exc), "error": str(exc)}
+        except Exception as exc:  # a bug inside the sandbox: report it, keep serving
+            if self.on_error is not None:
+                self.on_error(method, exc)
+            return {
+                "ok": False,
+                "kind": "SandboxError",
+                "error": f"internal error in sandbox during {method}: {type(exc).__name__}: {exc}",
+            }
+
+    @staticmethod
+    def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):  # the client went away; nothing to tell it
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def call(
+    path: Path,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float | None = 30.0,
+    what: str = "sandbox",
+) -> Any:
+    """Send one request and return its result, re-raising the sandbox's error class."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise SandboxError(
+                f"{what} is not answering on {path} ({exc.strerror}); "
+                "it may have exited: see `ckpt state`"
+            ) from exc
+        try:
+            sock.sendall(json.dumps({"method": method, "params": params or {}}).encode() + b"\n")
+            line = _read_line(sock)
+        except TimeoutError as exc:
+            raise SandboxError(f"{what} did not answer {method} within {timeout:g} s") from exc
+        except OSError as exc:
+            line = b""
+            if not isinstance(exc, ConnectionResetError):
+                raise SandboxError(f"{what}: control socket error during {method}: {exc}") from exc
+    finally:
+        sock.close()
+    if not line:
+        raise SandboxError(f"{what} exited during {method} without answering")
+    try:
+        reply = json.loads(line)
+    except ValueError as exc:
+        raise SandboxError(f"{what} sent a malformed reply to {method}") from exc
+    if reply.get("ok"):
+        return reply.get("result")
+    kind = getattr(errors, str(reply.get("kind")), None)
+    if not (isinstance(kind, type) and issubclass(kind, CkptError)):
+        kind = SandboxError
+    raise kind(str(reply.get("error")))
+
+
+__all__ = ["SandboxBusy", "Server", "call"]
