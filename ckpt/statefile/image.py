@@ -1,0 +1,435 @@
+"""The image directory: written atomically by ``ImageWriter``, read by ``open_image``.
+
+An image is written into a temporary directory beside the target (same filesystem),
+every file is fsynced, then the directory itself, and only then is it renamed into
+place.  A replaced image (``force=True``) is swapped in one ``renameat2(RENAME_EXCHANGE)``
+where the kernel offers it, else renamed aside first; the old one is removed only after
+the new one is in place.  A crash therefore leaves either the old image or the new one
+under the target name, plus at most a dot-named leftover that the next writer for the
+same target sweeps away (or restores, if the crash hit between the two renames).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import platform
+import re
+import shutil
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ckpt import __version__
+from ckpt.errors import ImageExistsError, StatefileError
+from ckpt.statefile.format import (
+    CHECKPOINT_IMG,
+    CHUNK_SIZE,
+    CODECS,
+    DEFAULT_COMPRESSION,
+    DEFAULT_LEVEL,
+    IMAGE_ID_SIZE,
+    MAX_CHUNK_SIZE,
+    PAGES_IMG,
+    PAGES_META_IMG,
+    STATS_JSON,
+    ZSTD_LEVELS,
+)
+from ckpt.statefile.integrity import Sealer
+from ckpt.statefile.pages import LoadedPages, PagesMeta, PageSummary, PageWriter, read_pages_meta
+from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
+from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
+
+WRITE_BUFFER = 1 << 20  # small frame headers and tags coalesce; big chunks go straight out
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths with renameat2(RENAME_EXCHANGE); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove leftovers of writers to ``image_dir`` that died; return what was removed.
+
+    A dead writer's temporary directory is deleted.  If the target is missing and a
+    dead writer had renamed the previous image aside, that image is renamed back.
+    """
+    target = Path(image_dir)
+    parent = target.parent
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for entry in sorted(parent.iterdir()):
+        m = _LEFTOVER.match(entry.name)
+        if not m or m["name"] != target.name or _pid_alive(int(m["pid"])):
+            continue
+        if m["kind"] == "old" and not target.exists():
+            os.rename(entry, target)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return not any(path.iterdir())
+
+
+class ImageWriter:
+    """Write an image directory atomically; use as a context manager (see contracts)."""
+
+    def __init__(
+        self,
+        image_dir: str | os.PathLike[str],
+        *,
+        force: bool = False,
+        compression: str = DEFAULT_COMPRESSION,
+        level: int | None = None,
+        key: bytes | None = None,
+        metadata: dict[str, Any] | None = None,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        if compression not in CODECS:
+            raise StatefileError(
+                f"unknown compression {compression!r}; choose one of {', '.join(CODECS)}"
+            )
+        if level is None:
+            level = DEFAULT_LEVEL
+        if compression == "zstd" and level not in ZSTD_LEVELS:
+            raise StatefileError(
+                f"zstd compression level {level} is out of range "
+                f"({ZSTD_LEVELS.start}..{ZSTD_LEVELS.stop - 1})"
+            )
+        if not 0 < chunk_size <= MAX_CHUNK_SIZE:
+            raise StatefileError(f"chunk size {chunk_size} is out of range")
+        self.path = Path(image_dir)
+        self.force = force
+        self.compression = compression
+        self.level = level if compression == "zstd" else None
+        self._codec = CODECS[compression]
+        self._level = level
+        self._chunk_size = chunk_size
+        self._sealer = Sealer(key)
+        self.image_id = os.urandom(IMAGE_ID_SIZE)
+        self.metadata: dict[str, Any] = {
+            "engine": None,
+            "workload": None,
+            "objects": None,
+            "types": None,
+            "compression": compression,
+            "level": self.level,
+            "created": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "ckpt_version": __version__,
+            "python_version": platform.python_version(),
+        }
+        self.metadata.update(metadata or {})
+        self._tmp: Path | None = None
+        self._state_f: BinaryIO | None = None
+        self._pages_f: BinaryIO | None = None
+        self._stream: StateStreamWriter | None = None
+        self._pages: PageWriter | None = None
+        self._header_tag = b""
+        self.page_summary: PageSummary | None = None
+        self.committed = False
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def _check_target(self) -> None:
+        t = self.path
+        if t.exists() or t.is_symlink():
+            if not t.is_dir() or t.is_symlink():
+                raise StatefileError(f"{t}: exists and is not a directory; choose another path")
+            if not self.force and not _is_empty_dir(t):
+                raise ImageExistsError(f"{t}: already holds an image; use --force to replace it")
+
+    def __enter__(self) -> ImageWriter:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def open(self) -> None:
+        """Create the temporary directory and start checkpoint.img and pages.img."""
+        self._check_target()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StatefileError(f"{self.path.parent}: cannot create: {exc.strerror}") from exc
+        clean_stale(self.path)
+        self._tmp = Path(
+            tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-", dir=self.path.parent)
+        )
+        try:
+            self._state_f = open(self._tmp / CHECKPOINT_IMG, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115
+            self._header_tag = write_header(
+                self._state_f, self._sealer, self._codec, self._chunk_size, self.image_id
+            )
+            self._stream = StateStreamWriter(
+                self._state_f,
+                self._sealer,
+                self._header_tag,
+                self._codec,
+                self._level,
+                self._chunk_size,
+            )
+            self._pages_f = open(self._tmp / PAGES_IMG, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115
+            self._pages = PageWriter(
+                self._pages_f, self._sealer, self.image_id, self._codec, self._level
+            )
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def state_file(self) -> StateStreamWriter:
+        """The writable binary file for ``state.save``: chunked, compressed, sealed."""
+        if self._stream is None:
+            raise StatefileError("the image is not open: use `with ImageWriter(...) as img`")
+        return self._stream
+
+    @property
+    def temp_dir(self) -> Path | None:
+        """Where the image is being written (beside the target) until it is committed."""
+        return self._tmp
+
+    def write_pages(self, pages: Any) -> PageSummary:
+        """Store ``(index, page)`` pairs, ascending; zero pages are only recorded."""
+        if self._pages is None:
+            raise StatefileError("the image is not open: use `with ImageWriter(...) as img`")
+        self.page_summary = self._pages.write_pages(pages)
+        return self.page_summary
+
+    def write_stats(self, stats: dict[str, Any]) -> None:
+        """Write stats.json beside the statefile (committed with the image)."""
+        if self._tmp is None:
+            raise StatefileError("the image is not open: use `with ImageWriter(...) as img`")
+        try:
+            data = json.dumps(stats, indent=2, sort_keys=True, default=str)
+        except (TypeError, ValueError) as exc:
+            raise StatefileError(f"stats are not JSON-able: {exc}") from exc
+        with open(self._tmp / STATS_JSON, "w") as f:
+            f.write(data + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def note_save(self, result: Any, engine: str) -> None:
+        """Record a ``state.save`` result (objects, types) and the engine in the metadata."""
+        self.metadata.update(
+            engine=engine,
+            objects=getattr(result, "objects", None),
+            types=getattr(result, "types", None),
+        )
+
+    def commit(self) -> Path:
+        """Finish every file, fsync, and rename the image into place."""
+        assert self._tmp is not None and self._stream is not None and self._pages is not None
+        assert self._state_f is not None and self._pages_f is not None
+        try:
+            bad = sorted(k for k in self.metadata if not isinstance(k, str) or k.startswith("_"))
+            if bad:
+                raise StatefileError(
+                    f"image metadata keys starting with '_' are reserved: {', '.join(map(str, bad))}"
+                )
+            if not self._pages.written:
+                self.page_summary = self._pages.write_pages(())
+            last_tag = self._stream.finish()
+            f = self._state_f
+            meta = dict(self.metadata)
+            meta["pages"] = self.page_summary.as_dict() if self.page_summary else None
+            meta["state_bytes"] = self._stream.stream_len
+            meta["_format"] = {
+                "chunk_size": self._chunk_size,
+                "chunks": self._stream.chunk_count,
+                "image_id": self.image_id.hex(),
+                "integrity": self._sealer.algorithm,
+            }
+            metadata_offset = f.tell()
+            write_trailer(
+                f,
+                self._sealer,
+                self._header_tag,
+                last_tag,
+                metadata_offset,
+                self._stream.chunk_count,
+                self._stream.stream_len,
+                encode_metadata(meta),
+            )
+            with open(self._tmp / PAGES_META_IMG, "wb") as mf:
+                mf.write(self._pages.meta_bytes())
+                mf.flush()
+                os.fsync(mf.fileno())
+            for fh in (self._state_f, self._pages_f):
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+            _fsync_dir(self._tmp)
+            self._install()
+        except BaseException:
+            self.abort()
+            raise
+        self.committed = True
+        return self.path
+
+    def _install(self) -> None:
+        """Rename the finished temporary directory to the target, atomically."""
+        assert self._tmp is not None
+        t, parent = self.path, self.path.parent
+        self._check_target()
+        if not t.exists():
+            os.rename(self._tmp, t)
+            self._tmp = None
+        elif _is_empty_dir(t):
+            os.rename(self._tmp, t)  # rename(2) replaces an empty directory
+            self._tmp = None
+        elif _exchange(self._tmp, t):
+            old, self._tmp = self._tmp, None  # the temp name now holds the old image
+            _fsync_dir(parent)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{t.name}.old-{os.getpid()}-", dir=parent))
+            os.rename(t, old)  # replaces the empty placeholder directory
+            os.rename(self._tmp, t)
+            self._tmp = None
+            _fsync_dir(parent)
+            shutil.rmtree(old, ignore_errors=True)
+        _fsync_dir(parent)
+
+    def abort(self) -> None:
+        """Throw the unfinished image away; the target is untouched."""
+        if self._stream is not None:
+            self._stream.abort()
+        if self._pages is not None:
+            self._pages.abort()
+        for fh in (self._state_f, self._pages_f):
+            if fh is not None:
+                with contextlib.suppress(OSError):
+                    fh.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+# -- reading -----------------------------------------------------------------------
+
+
+class Image:
+    """An opened image: metadata checked on open, stream and pages checked as read."""
+
+    def __init__(self, path: str | os.PathLike[str], key: bytes | None, *, verify: bool) -> None:
+        p = Path(path)
+        if p.is_dir():
+            self.dir = p
+            self.statefile = p / CHECKPOINT_IMG
+            if not self.statefile.exists():
+                raise StatefileError(f"{p}: no {CHECKPOINT_IMG} here; not an image directory")
+        elif p.exists():
+            self.dir = p.parent
+            self.statefile = p
+        else:
+            raise StatefileError(f"{p}: no such image directory or file")
+        self.verified = verify
+        self._reader = StatefileReader(self.statefile, key, verify=verify)
+        self._sealer = self._reader.sealer
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._reader.metadata
+
+    @property
+    def header(self) -> Header:
+        return self._reader.header
+
+    @property
+    def integrity(self) -> str:
+        """``hmac-sha256`` or ``crc32``: what protects this image."""
+        return "hmac-sha256" if self.header.keyed else "crc32"
+
+    def read_state(self) -> bytes:
+        """The whole object stream, every chunk verified and decompressed."""
+        return self._reader.read_all()
+
+    def state_reader(self) -> ChunkStream:
+        """The object stream as a readable binary file (verified chunk by chunk)."""
+        return ChunkStream(self._reader.chunks())
+
+    def pages_meta(self) -> PagesMeta:
+        """pages_meta.img, checked, without loading any page."""
+        return read_pages_meta(
+            self.dir / PAGES_META_IMG,
+            self.dir / PAGES_IMG,
+            self._sealer,
+            self.header.image_id,
+            verify=self.verified,
+        )
+
+    def open_pages(self, lazy: bool = False) -> LoadedPages:
+        """Load the pages (eager), or return at once and fill them in the background."""
+        return LoadedPages(
+            self.pages_meta(),
+            self.dir / PAGES_IMG,
+            self._sealer,
+            self.header.image_id,
+            lazy=lazy,
+            verify=self.verified,
+        )
+
+    def stats(self) -> dict[str, Any] | None:
+        """stats.json, if the image has one."""
+        p = self.dir / STATS_JSON
+        if not p.exists():
+            return None
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise StatefileError(f"{p}: unreadable stats: {exc}") from exc
+        return data if isinstance(data, dict) else None
+
+
+def open_image(path: str | os.PathLike[str], key: bytes | None = None) -> Image:
+    """Open an image directory (or its checkpoint.img), checking header and metadata."""
+    return Image(path, key, verify=True)
+
+
+def open_image_unverified(path: str | os.PathLike[str]) -> Image:
+    """Open an image without checking integrity tags (for inspecting a signed image
+    without its key).  Structure and lengths are still checked; nothing is trusted."""
+    return Image(path, None, verify=False)

@@ -1,0 +1,488 @@
+"""The page file: pages.img holds non-zero pages in runs, pages_meta.img says where.
+
+Pages arrive in ascending order.  Contiguous non-zero pages are gathered into runs of at
+most ``PAGES_PER_CHUNK`` pages, each compressed on its own on the pool and written to
+pages.img in order (few, large writes).  All-zero pages are only counted and listed as
+zero runs: they cost nothing in pages.img.  Loading is eager (all runs on the pool) or
+lazy: ``open`` returns after the metadata is read and a background thread fills runs in
+order, while a page asked for earlier fetches its own run at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ckpt.errors import IntegrityError, StatefileError
+from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
+from ckpt.statefile.format import (
+    CODEC_NAMES,
+    FLAG_KEYED,
+    FORMAT_VERSION,
+    PAGE_SIZE,
+    PAGES_HEADER,
+    PAGES_MAGIC,
+    PAGES_META_HEADER,
+    PAGES_META_MAGIC,
+    PAGES_PER_CHUNK,
+    STORED_RUN,
+    ZERO_RUN,
+    tag_size,
+)
+from ckpt.statefile.integrity import Sealer
+
+ZERO_PAGE = bytes(PAGE_SIZE)
+
+
+@dataclass(frozen=True)
+class PageSummary:
+    """Totals of a page file: what was scanned, skipped as zero, and stored."""
+
+    scanned: int = 0
+    zero: int = 0
+    stored: int = 0
+    stored_runs: int = 0
+    zero_runs: int = 0
+    stored_bytes: int = 0  # bytes of run data in pages.img (after compression)
+    pages_img_bytes: int = 0  # size of pages.img, header included
+
+    @property
+    def compression_ratio(self) -> float:
+        """Raw bytes of stored pages per byte in pages.img (1.0 when nothing is stored)."""
+        return (self.stored * PAGE_SIZE / self.stored_bytes) if self.stored_bytes else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["compression_ratio"] = round(self.compression_ratio, 3)
+        return d
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    first_page: int
+    npages: int
+    codec: int
+    offset: int
+    stored_len: int
+    tag: bytes
+
+
+def _run_tag(
+    sealer: Sealer, image_id: bytes, first: int, npages: int, codec: int, data: Any
+) -> bytes:
+    fields = STORED_RUN.pack(first, npages, codec, 0, len(data))
+    return sealer.mac((image_id, fields, data))
+
+
+def _seal_run(
+    sealer: Sealer, image_id: bytes, first: int, npages: int, raw: bytes, codec: int, level: int
+) -> tuple[int, int, int, Any, bytes]:
+    """Pool job: compress one run and tag it."""
+    used, stored = compress_chunk(raw, codec, level)
+    return first, npages, used, stored, _run_tag(sealer, image_id, first, npages, used, stored)
+
+
+class PageWriter:
+    """Writes pages.img as pages arrive and pages_meta.img when finished."""
+
+    def __init__(
+        self, pages_f: BinaryIO, sealer: Sealer, image_id: bytes, codec: int, level: int
+    ) -> None:
+        self._f = pages_f
+        self._sealer = sealer
+        self._image_id = image_id
+        self._codec = codec
+        self._level = level
+        self._ordered = Ordered()
+        self._runs: list[StoredRun] = []
+        self._zero_runs: list[tuple[int, int]] = []
+        self._offset = PAGES_HEADER.size
+        self._scanned = self._zero = self._stored = 0
+        self._stored_bytes = 0
+        self.written = False
+        pages_f.write(PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id))
+
+    def write_pages(self, pages: Iterable[tuple[int, Any]]) -> PageSummary:
+        """Consume ``(index, 4096-byte page)`` pairs in ascending order; return totals."""
+        if self.written:
+            raise StatefileError("write_pages was already called for this image")
+        self.written = True
+        run = bytearray()
+        run_first = -1
+        zero_first = zero_n = 0
+        last = -1
+        for index, data in pages:
+            if index <= last:
+                raise StatefileError(
+                    f"pages must come in ascending order: page {index} after page {last}"
+                )
+            if len(data) != PAGE_SIZE:
+                raise StatefileError(f"page {index} is {len(data)} bytes, not {PAGE_SIZE}")
+            self._scanned += 1
+            page = data if isinstance(data, bytes | bytearray) else bytes(data)
+            if page == ZERO_PAGE:
+                if zero_n and zero_first + zero_n == index:
+                    zero_n += 1
+                else:
+                    if zero_n:
+                        self._zero_runs.append((zero_first, zero_n))
+                    zero_first, zero_n = index, 1
+                self._zero += 1
+            else:
+                npages = len(run) // PAGE_SIZE
+                if run and (run_first + npages != index or npages == PAGES_PER_CHUNK):
+                    self._submit(run_first, bytes(run))
+                    run.clear()
+                if not run:
+                    run_first = index
+                run += page
+                self._stored += 1
+            last = index
+        if run:
+            self._submit(run_first, bytes(run))
+        if zero_n:
+            self._zero_runs.append((zero_first, zero_n))
+        for done in self._ordered.drain():
+            self._emit(done)
+        return self.summary()
+
+    def _submit(self, first: int, raw: bytes) -> None:
+        npages = len(raw) // PAGE_SIZE
+        for done in self._ordered.submit(
+            _seal_run, self._sealer, self._image_id, first, npages, raw, self._codec, self._level
+        ):
+            self._emit(done)
+
+    def _emit(self, done: tuple[int, int, int, Any, bytes]) -> None:
+        first, npages, codec, stored, tag = done
+        self._f.write(stored)
+        self._runs.append(StoredRun(first, npages, codec, self._offset, len(stored), tag))
+        self._offset += len(stored)
+        self._stored_bytes += len(stored)
+
+    def summary(self) -> PageSummary:
+        return PageSummary(
+            scanned=self._scanned,
+            zero=self._zero,
+            stored=self._stored,
+            stored_runs=len(self._runs),
+            zero_runs=len(self._zero_runs),
+            stored_bytes=self._stored_bytes,
+            pages_img_bytes=self._offset,
+        )
+
+    def abort(self) -> None:
+        self._ordered.cancel()
+
+    def meta_bytes(self) -> bytes:
+        """The whole pages_meta.img content (written by the image on commit)."""
+        s = self._sealer
+        flags = FLAG_KEYED if s.keyed else 0
+        parts = [
+            PAGES_META_HEADER.pack(
+                PAGES_META_MAGIC,
+                FORMAT_VERSION,
+                flags,
+                self._codec,
+                len(self._runs),
+                self._image_id,
+                self._scanned,
+                self._zero,
+                self._stored,
+                self._offset,
+                len(self._zero_runs),
+                0,
+            )
+        ]
+        for r in self._runs:
+            parts.append(STORED_RUN.pack(r.first_page, r.npages, r.codec, r.offset, r.stored_len))
+            parts.append(r.tag)
+        for first, n in self._zero_runs:
+            parts.append(ZERO_RUN.pack(first, n))
+        body = b"".join(parts)
+        return body + s.mac((body,))
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PagesMeta:
+    """pages_meta.img, checked against its tag, pages.img's size and the image id."""
+
+    summary: PageSummary
+    runs: tuple[StoredRun, ...]
+    zero_runs: tuple[tuple[int, int], ...]
+    compression: str
+
+
+def _read_file(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise StatefileError(f"{path}: {what} is missing from the image") from exc
+    except OSError as exc:
+        raise StatefileError(f"{path}: cannot read {what}: {exc.strerror}") from exc
+
+
+def read_pages_meta(
+    meta_path: Path, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+) -> PagesMeta:
+    """Parse and check pages_meta.img (and pages.img's header) before trusting any of it."""
+    raw = _read_file(meta_path, "the page metadata")
+    if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
+        raise StatefileError(f"{meta_path}: not a ckpt page metadata file (bad magic at offset 0)")
+    (_, version, flags, codec, nstored, meta_id, scanned, zero, stored, pages_size, nzero, _r) = (
+        PAGES_META_HEADER.unpack_from(raw)
+    )
+    if version != FORMAT_VERSION:
+        raise StatefileError(f"{meta_path}: page metadata version {version} is not supported")
+    if codec not in CODEC_NAMES:
+        raise StatefileError(f"{meta_path}: unknown compression id {codec} at offset 11")
+    tsize = tag_size(flags)
+    if verify and bool(flags & FLAG_KEYED) != sealer.keyed:
+        raise IntegrityError(
+            f"{meta_path}: page metadata is {'' if flags & FLAG_KEYED else 'not '}signed, "
+            "unlike checkpoint.img: the files do not belong together"
+        )
+    run_size = STORED_RUN.size + tsize
+    expect = PAGES_META_HEADER.size + nstored * run_size + nzero * ZERO_RUN.size + tsize
+    if len(raw) != expect:
+        raise IntegrityError(
+            f"{meta_path}: {len(raw)} bytes, but its header (offset 0) describes {expect} "
+            "(truncated or corrupt)"
+        )
+    if verify:
+        sealer.check(
+            sealer.mac((raw[:-tsize],)), raw[-tsize:], f"{meta_path}: page metadata (offset 0)"
+        )
+    if meta_id != image_id:
+        raise IntegrityError(
+            f"{meta_path}: belongs to another image (image id {meta_id.hex()} at offset 16, "
+            f"checkpoint.img has {image_id.hex()})"
+        )
+    try:
+        pages_actual = os.stat(pages_path).st_size
+    except FileNotFoundError as exc:
+        raise StatefileError(f"{pages_path}: the page file is missing from the image") from exc
+    if pages_actual != pages_size:
+        raise IntegrityError(
+            f"{pages_path}: {pages_actual} bytes, page metadata says {pages_size} "
+            "(truncated, or from another image)"
+        )
+    with open(pages_path, "rb") as f:
+        head = f.read(PAGES_HEADER.size)
+    if len(head) != PAGES_HEADER.size or head[:8] != PAGES_MAGIC:
+        raise StatefileError(f"{pages_path}: not a ckpt page file (bad magic at offset 0)")
+    _, _version, pid = PAGES_HEADER.unpack(head)
+    if pid != image_id:
+        raise IntegrityError(
+            f"{pages_path}: belongs to another image (image id {pid.hex()} at offset 16)"
+        )
+
+    runs: list[StoredRun] = []
+    pos = PAGES_META_HEADER.size
+    data_pos = PAGES_HEADER.size
+    n_stored_pages = 0
+    for i in range(nstored):
+        first, npages, rcodec, offset, slen = STORED_RUN.unpack_from(raw, pos)
+        tag = raw[pos + STORED_RUN.size : pos + run_size]
+        if (
+            not 0 < npages <= PAGES_PER_CHUNK
+            or offset != data_pos
+            or not 0 < slen <= pages_size - offset
+            or (runs and first < runs[-1].first_page + runs[-1].npages)
+        ):
+            raise IntegrityError(f"{meta_path}: stored run {i} at offset {pos} is inconsistent")
+        runs.append(StoredRun(first, npages, rcodec, offset, slen, tag))
+        data_pos += slen
+        n_stored_pages += npages
+        pos += run_size
+    zero_runs: list[tuple[int, int]] = []
+    n_zero_pages = 0
+    for i in range(nzero):
+        first, npages = ZERO_RUN.unpack_from(raw, pos)
+        if npages == 0 or npages > zero or (zero_runs and first < sum(zero_runs[-1])):
+            raise IntegrityError(f"{meta_path}: zero run {i} at offset {pos} is inconsistent")
+        zero_runs.append((first, npages))
+        n_zero_pages += npages
+        pos += ZERO_RUN.size
+    if data_pos != pages_size or n_stored_pages != stored or n_zero_pages != zero:
+        raise IntegrityError(f"{meta_path}: run totals do not match the header totals")
+    if scanned != stored + zero:
+        raise IntegrityError(f"{meta_path}: scanned {scanned} != stored {stored} + zero {zero}")
+    summary = PageSummary(
+        scanned=scanned,
+        zero=zero,
+        stored=stored,
+        stored_runs=nstored,
+        zero_runs=nzero,
+        stored_bytes=pages_size - PAGES_HEADER.size,
+        pages_img_bytes=pages_size,
+    )
+    return PagesMeta(summary, tuple(runs), tuple(zero_runs), CODEC_NAMES[codec])
+
+
+class _Indices(Sequence[int]):
+    """Every recorded page index (stored and zero), ascending, without a list per page."""
+
+    def __init__(self, ranges: list[tuple[int, int]]) -> None:
+        self._starts = [s for s, _ in ranges]
+        self._cum = [0]
+        for _, n in ranges:
+            self._cum.append(self._cum[-1] + n)
+
+    def __len__(self) -> int:
+        return self._cum[-1]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        r = bisect.bisect_right(self._cum, i) - 1
+        return self._starts[r] + (i - self._cum[r])
+
+    def __iter__(self) -> Any:
+        for s, a, b in zip(self._starts, self._cum, self._cum[1:], strict=False):
+            yield from range(s, s + (b - a))
+
+    def __contains__(self, page: object) -> bool:
+        if not isinstance(page, int):
+            return False
+        r = bisect.bisect_right(self._starts, page) - 1
+        return r >= 0 and page < self._starts[r] + (self._cum[r + 1] - self._cum[r])
+
+
+class LoadedPages:
+    """The pages of an image, loaded eagerly or filled lazily in the background."""
+
+    def __init__(
+        self,
+        meta: PagesMeta,
+        pages_path: Path,
+        sealer: Sealer,
+        image_id: bytes,
+        *,
+        lazy: bool,
+        verify: bool = True,
+    ) -> None:
+        self.summary = meta.summary
+        self.lazy = lazy
+        self._meta = meta
+        self._path = pages_path
+        self._sealer = sealer
+        self._image_id = image_id
+        self._verify = verify
+        runs = meta.runs
+        self._starts = [r.first_page for r in runs]
+        self._zero_starts = [z[0] for z in meta.zero_runs]
+        self._data: list[bytes | None] = [None] * len(runs)
+        self._locks = [threading.Lock() for _ in runs]
+        self._error: BaseException | None = None
+        self._closed = False
+        ranges = sorted([(r.first_page, r.npages) for r in runs] + list(meta.zero_runs))
+        self.indices: Sequence[int] = _Indices(ranges)
+        self._fd = os.open(pages_path, os.O_RDONLY)
+        self._thread: threading.Thread | None = None
+        if not runs:
+            self._close_fd()
+        elif lazy:
+            self._thread = threading.Thread(target=self._fill, name="ckpt-pages", daemon=True)
+            self._thread.start()
+        else:
+            try:
+                for i, data in enumerate(map_ordered(self._fetch, range(len(runs)))):
+                    self._data[i] = data
+            finally:
+                self._close_fd()
+
+    def _fetch(self, i: int) -> bytes:
+        """Read, check and decompress stored run ``i`` (any thread)."""
+        r = self._meta.runs[i]
+        if self._fd < 0:
+            raise StatefileError(f"{self._path}: pages were closed before run {i} was loaded")
+        raw = os.pread(self._fd, r.stored_len, r.offset)
+        where = f"{self._path}: run {i} (pages {r.first_page}..) at offset {r.offset}"
+        if len(raw) != r.stored_len:
+            raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
+        if self._verify:
+            s = self._sealer
+            expected = _run_tag(s, self._image_id, r.first_page, r.npages, r.codec, raw)
+            s.check(expected, r.tag, where)
+        data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
+        return bytes(data)
+
+    def _load(self, i: int) -> bytes:
+        data = self._data[i]
+        if data is not None:
+            return data
+        with self._locks[i]:
+            data = self._data[i]
+            if data is None:
+                data = self._data[i] = self._fetch(i)
+            return data
+
+    def _fill(self) -> None:
+        try:
+            for i in range(len(self._data)):
+                if self._closed:
+                    return
+                self._load(i)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def read_page(self, index: int) -> bytes:
+        """The 4096 bytes of page ``index``; zeros for a zero page.  Fetched now if lazy."""
+        r = bisect.bisect_right(self._starts, index) - 1
+        if r >= 0:
+            run = self._meta.runs[r]
+            if index < run.first_page + run.npages:
+                if self._data[r] is None and self._error is not None:
+                    raise self._error
+                off = (index - run.first_page) * PAGE_SIZE
+                return self._load(r)[off : off + PAGE_SIZE]
+        z = bisect.bisect_right(self._zero_starts, index) - 1
+        if z >= 0:
+            first, n = self._meta.zero_runs[z]
+            if index < first + n:
+                return ZERO_PAGE
+        raise StatefileError(f"page {index} is not in the image")
+
+    def wait(self) -> None:
+        """Block until every page is loaded; raise the background fill's error, if any."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def done(self) -> bool:
+        """Whether every stored run is in memory."""
+        return all(d is not None for d in self._data)
+
+    def close(self) -> None:
+        """Stop a lazy fill early (pages not yet loaded become unreadable)."""
+        self._closed = True
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> LoadedPages:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,332 @@
+"""Read checkpoint.img: check the header, metadata and footer, then stream verified chunks.
+
+Every length read from the file is checked against the file's size before anything is
+allocated, and every error names the file and the offset.  Tags are checked before the
+bytes they cover are parsed or handed out: the header and metadata on open, each chunk
+on a pool thread before it is decompressed, and the footer (which closes the chain)
+before the last chunk is handed out.  ``StatefileReader(..., verify=False)`` skips the
+tag checks (structure is still checked); only ``open_image_unverified`` uses it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import IntegrityError, StatefileError
+from ckpt.statefile.chunks import decompress_chunk, map_ordered
+from ckpt.statefile.format import (
+    CHUNK_FRAME,
+    CODEC_NAMES,
+    END_MAGIC,
+    FLAG_KEYED,
+    FOOTER,
+    FORMAT_VERSION,
+    HEADER,
+    KNOWN_FLAGS,
+    MAGIC,
+    MAX_CHUNK_SIZE,
+    MAX_METADATA_LEN,
+    META_LEN,
+    footer_size,
+    tag_size,
+)
+from ckpt.statefile.integrity import Sealer
+
+
+@dataclass(frozen=True)
+class Header:
+    """What the fixed header and footer of a statefile say."""
+
+    version: int
+    keyed: bool
+    compression: str
+    chunk_size: int
+    image_id: bytes
+    chunk_count: int
+    stream_len: int
+    metadata_offset: int
+    file_size: int
+
+
+def read_exact(f: Any, n: int, path: Path, offset: int, what: str) -> bytes:
+    """Read exactly ``n`` bytes at the current position or raise a truncation error."""
+    data = f.read(n)
+    if len(data) != n:
+        raise IntegrityError(
+            f"{path}: truncated at offset {offset + len(data)}: {what} needs {n} bytes, "
+            f"{len(data)} left"
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class _Frame:
+    index: int
+    offset: int
+    frame: bytes
+    raw_len: int
+    codec: int
+    stored: bytes
+    prev_tag: bytes
+    tag: bytes
+
+
+class StatefileReader:
+    """An opened checkpoint.img whose header, metadata and footer have been checked."""
+
+    def __init__(self, path: Path, key: bytes | None, *, verify: bool = True) -> None:
+        self.path = Path(path)
+        self.verify = verify
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError as exc:
+            raise StatefileError(f"{self.path}: no such file") from exc
+        except IsADirectoryError as exc:
+            raise StatefileError(f"{self.path}: is a directory, not a statefile") from exc
+        except OSError as exc:
+            raise StatefileError(f"{self.path}: cannot open: {exc.strerror}") from exc
+        with f:
+            self._open(f, key)
+
+    def _open(self, f: Any, key: bytes | None) -> None:
+        p = self.path
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(HEADER.size)
+        if len(raw) < len(MAGIC) or raw[: len(MAGIC)] != MAGIC:
+            raise StatefileError(f"{p}: not a ckpt statefile (bad magic at offset 0)")
+        if len(raw) < HEADER.size:
+            raise IntegrityError(f"{p}: truncated at offset {len(raw)}: header is incomplete")
+        _, version, flags, codec, chunk_size, _r1, _r2, image_id = HEADER.unpack(raw)
+        if version != FORMAT_VERSION:
+            raise StatefileError(
+                f"{p}: statefile format version {version}; this ckpt reads version {FORMAT_VERSION}"
+            )
+        if flags & ~KNOWN_FLAGS:
+            raise StatefileError(f"{p}: unknown header flags {flags:#x} at offset 10")
+        if codec not in CODEC_NAMES:
+            raise StatefileError(f"{p}: unknown compression id {codec} at offset 11")
+        if not 0 < chunk_size <= MAX_CHUNK_SIZE:
+            raise StatefileError(f"{p}: chunk size {chunk_size} at offset 12 is out of range")
+        keyed = bool(flags & FLAG_KEYED)
+        if self.verify:
+            if keyed and key is None:
+                raise IntegrityError(
+                    f"{p}: the image is signed (HMAC-SHA256); pass the key (--key-file)"
+                )
+            if not keyed and key is not None:
+                raise IntegrityError(
+                    f"{p}: a key was given but the image is not signed; refusing it "
+                    "(its signature may have been stripped)"
+                )
+        self.sealer = Sealer(key if keyed and self.verify else None)
+        tsize = tag_size(flags)
+        hdr_tag = read_exact(f, tsize, p, HEADER.size, "header tag")
+        self._check(self.sealer.mac((raw,)), hdr_tag, f"{p}: header (offset 0)")
+        self.header_tag = hdr_tag
+        self.data_offset = HEADER.size + tsize
+        fsize = footer_size(flags)
+        min_size = self.data_offset + META_LEN.size + tsize + fsize
+        if size < min_size:
+            raise IntegrityError(
+                f"{p}: truncated: {size} bytes, a statefile needs at least {min_size}"
+            )
+
+        # Footer: fixed size at the very end.
+        foot_at = size - fsize
+        f.seek(foot_at)
+        foot = read_exact(f, fsize, p, foot_at, "footer")
+        if foot[-len(END_MAGIC) :] != END_MAGIC:
+            raise IntegrityError(
+                f"{p}: no end marker at offset {size - len(END_MAGIC)} (truncated or corrupt)"
+            )
+        metadata_offset, chunk_count, stream_len = FOOTER.unpack_from(foot)
+        self.footer_fields = foot[: FOOTER.size]
+        self.footer_tag = foot[FOOTER.size : FOOTER.size + tsize]
+        max_meta_at = foot_at - META_LEN.size - tsize
+        if not self.data_offset <= metadata_offset <= max_meta_at:
+            raise IntegrityError(
+                f"{p}: footer at offset {foot_at} puts the metadata at {metadata_offset}, "
+                f"outside {self.data_offset}..{max_meta_at}"
+            )
+        per_chunk_min = CHUNK_FRAME.size + 1 + tsize
+        if chunk_count > (metadata_offset - self.data_offset) // per_chunk_min:
+            raise IntegrityError(
+                f"{p}: footer at offset {foot_at} claims {chunk_count} chunks, more than fit"
+            )
+        if stream_len > chunk_count * chunk_size:
+            raise IntegrityError(
+                f"{p}: footer at offset {foot_at} claims {stream_len} stream bytes, more "
+                f"than {chunk_count} chunks hold"
+            )
+
+        # Metadata: exactly fills the space between metadata_offset and the footer.
+        f.seek(metadata_offset)
+        mlen_raw = read_exact(f, META_LEN.size, p, metadata_offset, "metadata length")
+        (meta_len,) = META_LEN.unpack(mlen_raw)
+        expect = foot_at - metadata_offset - META_LEN.size - tsize
+        if meta_len != expect or meta_len > MAX_METADATA_LEN:
+            raise IntegrityError(
+                f"{p}: metadata length {meta_len} at offset {metadata_offset} does not fit "
+                f"the file (expected {expect})"
+            )
+        meta_json = read_exact(f, meta_len, p, metadata_offset + 4, "metadata")
+        meta_tag = read_exact(f, tsize, p, metadata_offset + 4 + meta_len, "metadata tag")
+        self._check(
+            self.sealer.mac((hdr_tag, b"meta", mlen_raw, meta_json)),
+            meta_tag,
+            f"{p}: metadata (offset {metadata_offset})",
+        )
+        self.meta_tag = meta_tag
+        try:
+            metadata = json.loads(meta_json)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise StatefileError(
+                f"{p}: metadata at offset {metadata_offset} is not valid JSON: {exc}"
+            ) from exc
+        if not isinstance(metadata, dict):
+            raise StatefileError(f"{p}: metadata at offset {metadata_offset} is not an object")
+        self.metadata: dict[str, Any] = metadata
+        self.metadata_json = meta_json
+        self.header = Header(
+            version=version,
+            keyed=keyed,
+            compression=CODEC_NAMES[codec],
+            chunk_size=chunk_size,
+            image_id=image_id,
+            chunk_count=chunk_count,
+            stream_len=stream_len,
+            metadata_offset=metadata_offset,
+            file_size=size,
+        )
+
+    def _check(self, expected: bytes, got: bytes, what: str) -> None:
+        if self.verify:
+            self.sealer.check(expected, got, what)
+
+    # -- the stream --------------------------------------------------------------
+
+    def _frames(self, f: Any, last: list[bytes]) -> Iterator[_Frame]:
+        """Read chunk frames in order on the calling thread (lengths checked first).
+
+        When every frame has been read, the last chunk's tag is appended to ``last``.
+        """
+        p, h = self.path, self.header
+        tsize = self.sealer.size if self.verify else tag_size(FLAG_KEYED if h.keyed else 0)
+        end = h.metadata_offset
+        pos = self.data_offset
+        prev = self.header_tag
+        f.seek(pos)
+        for i in range(h.chunk_count):
+            frame = read_exact(f, CHUNK_FRAME.size, p, pos, f"chunk {i} frame")
+            raw_len, stored_len, codec = CHUNK_FRAME.unpack(frame)
+            room = end - pos - CHUNK_FRAME.size - tsize
+            if not 0 < raw_len <= h.chunk_size or not 0 < stored_len <= room:
+                raise IntegrityError(
+                    f"{p}: chunk {i} at offset {pos} has bad lengths (raw {raw_len}, stored "
+                    f"{stored_len}; chunk size {h.chunk_size}, {max(room, 0)} bytes left)"
+                )
+            stored = read_exact(f, stored_len, p, pos + CHUNK_FRAME.size, f"chunk {i}")
+            tag = read_exact(f, tsize, p, pos + CHUNK_FRAME.size + stored_len, f"chunk {i} tag")
+            yield _Frame(i, pos, frame, raw_len, codec, stored, prev, tag)
+            prev = tag
+            pos += CHUNK_FRAME.size + stored_len + tsize
+        if pos != end:
+            raise IntegrityError(
+                f"{p}: {end - pos} unexpected bytes at offset {pos} before the metadata"
+            )
+        last.append(prev)
+
+    def _open_chunk(self, fr: _Frame) -> bytes:
+        """Pool job: check the chunk's tag against the chain, then decompress it."""
+        where = f"{self.path}: chunk {fr.index} at offset {fr.offset}"
+        if self.verify:
+            s = self.sealer
+            expected = s.chain(fr.prev_tag, s.digest(fr.index, fr.frame, fr.stored))
+            s.check(expected, fr.tag, where)
+        return decompress_chunk(fr.stored, fr.codec, fr.raw_len, where)
+
+    def _check_footer(self, last_tag: bytes) -> None:
+        p = self.path
+        expected = self.sealer.mac((last_tag, self.meta_tag, self.footer_fields))
+        self._check(expected, self.footer_tag, f"{p}: footer (offset {self.header.file_size})")
+
+    def chunks(self) -> Iterator[bytes]:
+        """The stream's chunks in order, each verified before it is yielded."""
+        h = self.header
+        with open(self.path, "rb", buffering=0) as f:
+            last: list[bytes] = []
+            if h.chunk_count == 0:
+                # Drain the (empty) frame reader for its end-of-chunks check.
+                for _ in self._frames(f, last):
+                    pass
+                if h.stream_len:
+                    raise IntegrityError(f"{self.path}: footer claims stream bytes but no chunks")
+                self._check_footer(last[0])
+                return
+            total = 0
+            frames = self._frames(f, last)
+            pending: bytes | None = None
+            for data in map_ordered(self._open_chunk, frames):
+                if pending is not None:
+                    yield pending
+                total += len(data)
+                pending = data
+            if total != h.stream_len:
+                raise IntegrityError(
+                    f"{self.path}: chunks hold {total} bytes, the footer says {h.stream_len}"
+                )
+            self._check_footer(last[0])
+            assert pending is not None
+            yield pending
+
+    def read_all(self) -> bytes:
+        """The whole verified stream as one bytes object."""
+        return b"".join(self.chunks())
+
+
+class ChunkStream(io.RawIOBase):
+    """A readable binary file over verified chunks, for ``state.load``."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self._cur = memoryview(b"")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:  # type: ignore[override]
+        out = memoryview(b).cast("B")
+        n = 0
+        while n < len(out):
+            if self._pos >= len(self._cur):
+                nxt = next(self._chunks, None)
+                if nxt is None:
+                    break
+                self._cur = memoryview(nxt)
+                self._pos = 0
+                continue
+            take = min(len(out) - n, len(self._cur) - self._pos)
+            out[n : n + take] = self._cur[self._pos : self._pos + take]
+            n += take
+            self._pos += take
+        return n
+
+    def readall(self) -> bytes:
+        rest = [bytes(self._cur[self._pos :])]
+        rest.extend(self._chunks)
+        self._cur, self._pos = memoryview(b""), 0
+        return b"".join(rest)
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        super().close()

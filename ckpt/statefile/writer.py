@@ -1,0 +1,173 @@
+"""Write checkpoint.img: header, the object stream in sealed chunks, metadata, footer.
+
+``StateStreamWriter`` is the binary file object handed to ``state.save``: it gathers
+writes into ~1 MiB chunks, compresses and tags them on the pool, and writes each chunk
+as one frame, in order.  Nothing is held beyond the chunks in flight, so the stream
+is never in memory twice.  See ``format.py`` for the layout.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any, BinaryIO
+
+from ckpt.errors import StatefileError
+from ckpt.statefile.chunks import Ordered, compress_chunk
+from ckpt.statefile.format import (
+    CHUNK_FRAME,
+    END_MAGIC,
+    FLAG_KEYED,
+    FOOTER,
+    FORMAT_VERSION,
+    HEADER,
+    MAGIC,
+    MAX_METADATA_LEN,
+    META_LEN,
+)
+from ckpt.statefile.integrity import Sealer
+
+
+def write_header(
+    f: BinaryIO, sealer: Sealer, codec: int, chunk_size: int, image_id: bytes
+) -> bytes:
+    """Write the fixed header and its tag; return the tag (the start of the chain)."""
+    flags = FLAG_KEYED if sealer.keyed else 0
+    header = HEADER.pack(MAGIC, FORMAT_VERSION, flags, codec, chunk_size, 0, 0, image_id)
+    tag = sealer.mac((header,))
+    f.write(header + tag)
+    return tag
+
+
+def _seal_chunk(
+    sealer: Sealer, index: int, raw: bytes, codec: int, level: int
+) -> tuple[bytes, Any, bytes, int]:
+    """Pool job: compress one chunk and compute its digest."""
+    used, stored = compress_chunk(raw, codec, level)
+    frame = CHUNK_FRAME.pack(len(raw), len(stored), used)
+    return frame, stored, sealer.digest(index, frame, stored), len(raw)
+
+
+class StateStreamWriter(io.BufferedIOBase):
+    """The writable binary file ``state.save`` streams into (``img.state_file``)."""
+
+    def __init__(
+        self,
+        f: BinaryIO,
+        sealer: Sealer,
+        header_tag: bytes,
+        codec: int,
+        level: int,
+        chunk_size: int,
+    ) -> None:
+        super().__init__()
+        self._f = f
+        self._sealer = sealer
+        self._tag = header_tag
+        self._codec = codec
+        self._level = level
+        self._chunk_size = chunk_size
+        self._buf = bytearray()
+        self._ordered = Ordered()
+        self._finished = False
+        self.chunk_count = 0  # chunks submitted
+        self.stream_len = 0  # raw bytes accepted
+        self.stored_len = 0  # bytes written to the file for chunk frames
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.stream_len
+
+    def write(self, b: Any) -> int:  # type: ignore[override]
+        if self._finished:
+            raise StatefileError("the image's state stream is already finished")
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        pos = 0
+        cs = self._chunk_size
+        if self._buf:
+            take = min(cs - len(self._buf), n)
+            self._buf += mv[:take]
+            pos = take
+            if len(self._buf) == cs:
+                self._submit(bytes(self._buf))
+                self._buf.clear()
+        while n - pos >= cs:
+            self._submit(bytes(mv[pos : pos + cs]))
+            pos += cs
+        if pos < n:
+            self._buf += mv[pos:]
+        self.stream_len += n
+        return n
+
+    def flush(self) -> None:
+        """Chunks are cut by size, not by flushes: a flush writes nothing early."""
+
+    def _submit(self, raw: bytes) -> None:
+        index = self.chunk_count
+        self.chunk_count += 1
+        for done in self._ordered.submit(
+            _seal_chunk, self._sealer, index, raw, self._codec, self._level
+        ):
+            self._emit(done)
+
+    def _emit(self, done: tuple[bytes, Any, bytes, int]) -> None:
+        frame, stored, digest, _ = done
+        self._tag = self._sealer.chain(self._tag, digest)
+        f = self._f
+        f.write(frame)
+        f.write(stored)
+        f.write(self._tag)
+        self.stored_len += len(frame) + len(stored) + len(self._tag)
+
+    def finish(self) -> bytes:
+        """Write the last partial chunk and every queued one; return the last tag."""
+        if not self._finished:
+            self._finished = True
+            if self._buf:
+                self._submit(bytes(self._buf))
+                self._buf.clear()
+            for done in self._ordered.drain():
+                self._emit(done)
+        return self._tag
+
+    def abort(self) -> None:
+        """Drop queued chunks (the image is being thrown away)."""
+        self._finished = True
+        self._ordered.cancel()
+
+    def close(self) -> None:
+        # state.save may close its file; the image is finished by ImageWriter, not here.
+        super().close()
+
+
+def encode_metadata(metadata: dict[str, Any]) -> bytes:
+    """Metadata as compact, sorted JSON; a non-JSON value is a clear error."""
+    try:
+        data = json.dumps(metadata, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StatefileError(f"image metadata is not JSON-able: {exc}") from exc
+    out = data.encode()
+    if len(out) > MAX_METADATA_LEN:
+        raise StatefileError(f"image metadata is {len(out)} bytes; the limit is {MAX_METADATA_LEN}")
+    return out
+
+
+def write_trailer(
+    f: BinaryIO,
+    sealer: Sealer,
+    header_tag: bytes,
+    last_tag: bytes,
+    metadata_offset: int,
+    chunk_count: int,
+    stream_len: int,
+    metadata_json: bytes,
+) -> None:
+    """Write the metadata block and the footer that closes the chain."""
+    mlen = META_LEN.pack(len(metadata_json))
+    meta_tag = sealer.mac((header_tag, b"meta", mlen, metadata_json))
+    footer = FOOTER.pack(metadata_offset, chunk_count, stream_len)
+    footer_tag = sealer.mac((last_tag, meta_tag, footer))
+    f.write(b"".join((mlen, metadata_json, meta_tag, footer, footer_tag, END_MAGIC)))
