@@ -18,13 +18,27 @@ Public API::
 """
 
 from ckpt.errors import StateError
+from ckpt.state.api import ENGINES, SaveResult, dumps, load, loads, save
+from ckpt.state.inspect import ObjectView, Ref, StreamView, TypeView, inspect_stream
 from ckpt.state.registry import field, savable
-
-ENGINES = ("reflect", "typed")
+from ckpt.state.stats import Stats
+from ckpt.state.typed import generated_source
 
 __all__ = [
     "ENGINES",
+    "ObjectView",
+    "Ref",
+    "SaveResult",
     "StateError",
+    "Stats",
+    "StreamView",
+    "TypeView",
+    "dumps",
     "field",
+    "generated_source",
+    "inspect_stream",
+    "load",
+    "loads",
     "savable",
+    "save",
 ]

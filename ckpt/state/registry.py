@@ -103,7 +103,10 @@ def savable(cls: T | None = None, *, name: str | None = None) -> Any:
             type_name = type_name.replace("<locals>.", "")
         existing = _by_name.get(type_name)
         if existing is not None and existing is not klass:
-            if (existing.__module__, existing.__qualname__) != (klass.__module__, klass.__qualname__):
+            if (existing.__module__, existing.__qualname__) != (
+                klass.__module__,
+                klass.__qualname__,
+            ):
                 raise StateError(
                     f"savable type name {type_name!r} is already registered by "
                     f"{existing.__module__}.{existing.__qualname__}; pass name= to tell them apart"

@@ -1,0 +1,119 @@
+"""The public entry points and the one error boundary.
+
+Deep code raises ``StateError`` (or trips over malformed input with a built-in
+exception); here every failure becomes a ``StateError`` that says which engine and
+what went wrong, chained to the cause.  Cyclic GC is paused during a typed save or
+load: the walk allocates many objects and no garbage, so collections would only
+traverse the growing graph again and again.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from ckpt.errors import StateError
+from ckpt.state import graph, reflect, typed
+from ckpt.state import wire as w
+from ckpt.state.stats import Stats
+
+ENGINES = ("reflect", "typed")
+_MODULES = {"reflect": reflect, "typed": typed}
+_INPUT_ERRORS = (
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+    UnicodeError,
+    LookupError,
+)
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """What ``save`` wrote: object and type counts and the stream's size in bytes."""
+
+    objects: int
+    types: int
+    bytes: int
+
+
+def _engine(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise StateError(f"unknown state engine {name!r}; choose one of {', '.join(ENGINES)}")
+    return module
+
+
+class _GcPaused:
+    """Pause cyclic GC for the typed engine (restored even when the walk fails)."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active and gc.isenabled()
+
+    def __enter__(self) -> None:
+        if self.active:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            gc.enable()
+
+
+def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, graph.SaveWalk]:
+    module = _engine(engine)
+    try:
+        with _GcPaused(module is typed):
+            payload, walk = module.save(root, stats)
+            try:
+                data = w.frame(payload)
+            except OverflowError:
+                if module is not typed:
+                    raise
+                # A compact int field holds an int beyond 64 bits: redo with checks.
+                payload, walk = typed.save(root, stats, bigint=True)
+                data = w.frame(payload)
+    except StateError as exc:
+        raise StateError(f"{engine} save failed: {exc}") from exc
+    except _INPUT_ERRORS as exc:
+        raise StateError(f"{engine} save failed: {type(exc).__name__}: {exc}") from exc
+    return data, walk
+
+
+def dumps(root: Any, engine: str = "typed", stats: Stats | None = None) -> bytes:
+    """Serialize the graph reachable from ``root`` into a self-contained stream."""
+    return _encode(root, engine, stats)[0]
+
+
+def save(
+    root: Any, binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None
+) -> SaveResult:
+    """Serialize into a writable binary file; one large write."""
+    data, walk = _encode(root, engine, stats)
+    binary_file.write(data)
+    return SaveResult(objects=len(walk.objects) - 1, types=len(walk.types), bytes=len(data))
+
+
+def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
+    """Rebuild the graph from a stream written by either engine."""
+    module = _engine(engine)
+    payload = w.unframe(data)
+    try:
+        with _GcPaused(module is typed):
+            loaded = graph.validate(payload)
+            return module.load(loaded, stats)
+    except StateError as exc:
+        raise StateError(f"{engine} load failed: {exc}") from exc
+    except _INPUT_ERRORS as exc:
+        raise StateError(
+            f"{engine} load failed: the stream is malformed ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def load(binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None) -> Any:
+    """Rebuild the graph from a readable binary file holding one stream."""
+    return loads(binary_file.read(), engine, stats)

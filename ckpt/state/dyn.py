@@ -1,0 +1,141 @@
+"""Self-describing ("dyn") values: the reflective encoder and decoder.
+
+This is the reflect engine's whole value codec: it dispatches on each value's run-time
+type, as pickle's ``dispatch`` table does.  The typed engine uses it only where an
+annotation says nothing useful (``Any``, unions of plain types, ``save=`` results) and
+for the root value.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from ckpt.errors import StateError
+from ckpt.state.wire import (
+    INT_LIMIT,
+    INT_MIN,
+    T_BIGINT,
+    T_BYTEARRAY,
+    T_DICT,
+    T_ENUM,
+    T_FROZENSET,
+    T_REF,
+    T_SET,
+    T_TUPLE,
+)
+
+_PASS = (type(None), bool, float, str, bytes)
+
+
+class _Forgetful(dict):
+    """A container memo that remembers nothing (untracked encoding)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
+    """An encoder bound to one save walk: ``encode(value, owner)``.
+
+    ``owner`` is the object whose row is being built (or the walk's root marker): the
+    first object to hold a mutable container owns its content, which is what lets a
+    container shared by several fields be restored as one object.  With
+    ``track=False`` containers are plain values (for what ``save=`` functions return:
+    those are fresh values whose identity means nothing).
+    """
+    ids_get = walk.ids.get
+    discover = walk.discover
+    cmemo = walk.cmemo if track else _Forgetful()
+    seen_again = walk.seen_again
+    enum_index = walk.enum_index
+
+    def encode(v: Any, owner: Any) -> Any:
+        t = type(v)
+        if t in _PASS:
+            return v
+        if t is int:
+            if INT_MIN <= v < INT_LIMIT:
+                return v
+            return {T_BIGINT: str(v)}
+        if t is list:
+            k = id(v)
+            if k in cmemo:
+                return seen_again(v)
+            cmemo[k] = owner
+            return [encode(x, owner) for x in v]
+        if t is dict:
+            k = id(v)
+            if k in cmemo:
+                return seen_again(v)
+            cmemo[k] = owner
+            return {T_DICT: [[encode(x, owner) for x in v], [encode(x, owner) for x in v.values()]]}
+        if t is tuple:
+            return {T_TUPLE: [encode(x, owner) for x in v]}
+        r = ids_get(id(v))
+        if r is not None:
+            return {T_REF: r}
+        if t is set or t is frozenset:
+            if t is set:
+                k = id(v)
+                if k in cmemo:
+                    return seen_again(v)
+                cmemo[k] = owner
+            return {T_SET if t is set else T_FROZENSET: [encode(x, owner) for x in v]}
+        if t is bytearray:
+            k = id(v)
+            if k in cmemo:
+                return seen_again(v)
+            cmemo[k] = owner
+            return {T_BYTEARRAY: bytes(v)}
+        if isinstance(v, enum.Enum):
+            return {T_ENUM: [enum_index(t), encode(v.value, owner)]}
+        return {T_REF: discover(v)}  # raises StateError for a non-savable type
+
+    return encode
+
+
+def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Callable[[Any], Any]:
+    """A decoder bound to one load: references resolve into ``objs`` (index = object id)."""
+    nobjs = len(objs)
+
+    def decode(raw: Any) -> Any:
+        t = type(raw)
+        if t is list:
+            return [decode(x) for x in raw]
+        if t is not dict:
+            return raw
+        if len(raw) != 1:
+            raise StateError(f"malformed tagged value with {len(raw)} keys")
+        ((tag, payload),) = raw.items()
+        if tag == T_REF:
+            if type(payload) is not int or not 0 <= payload < nobjs:
+                raise StateError(
+                    f"reference to object #{payload!r}, which the stream does not hold"
+                )
+            return objs[payload]
+        if tag == T_DICT:
+            keys, values = payload
+            if len(keys) != len(values):
+                raise StateError("malformed dict: key and value counts differ")
+            return dict(zip(map(decode, keys), map(decode, values), strict=True))
+        if tag == T_TUPLE:
+            return tuple(map(decode, payload))
+        if tag == T_SET:
+            return set(map(decode, payload))
+        if tag == T_FROZENSET:
+            return frozenset(map(decode, payload))
+        if tag == T_BYTEARRAY:
+            return bytearray(payload)
+        if tag == T_ENUM:
+            index, value = payload
+            cls = enums[index] if 0 <= index < len(enums) else None
+            if cls is None:
+                raise StateError(f"enum value refers to type #{index}, which is not an enum type")
+            return cls(decode(value))
+        if tag == T_BIGINT:
+            return int(payload)
+        raise StateError(f"unknown value tag {tag!r}")
+
+    return decode

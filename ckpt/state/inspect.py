@@ -1,0 +1,228 @@
+"""Reading a stream without its classes: the type table, per-type sizes, the objects.
+
+This is what ``ckpt inspect`` and ``runsc statefile``-style tools need: it uses only
+the stream's own type table and field kind descriptors, never imports or instantiates
+anything, so it works on an image written by another version of ckpt.  References
+show as ``Ref(id)`` (printed ``→#id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ckpt.errors import StateError
+from ckpt.state import wire as w
+from ckpt.state.schema import SCALARS, K, Kind, parse_descriptor
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A reference to object ``id`` in the stream."""
+
+    id: int
+
+    def __repr__(self) -> str:
+        return f"→#{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnumValue:
+    type: str
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"{self.type.rsplit('.', 1)[-1]}({self.value!r})"
+
+
+@dataclass(frozen=True)
+class TypeView:
+    name: str
+    fields: tuple[str, ...]
+    count: int
+    nbytes: int
+    kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ObjectView:
+    id: int
+    type: str
+    fields: dict[str, Any]
+
+
+class StreamView:
+    """A decoded but not instantiated stream."""
+
+    def __init__(self, data: Any) -> None:
+        payload = w.unframe(data)
+        version, engine, encoding, types, type_seq, rows, root, shared, flags = payload
+        if encoding not in (w.COMPACT, w.DYN) or not isinstance(types, list):
+            raise StateError("state stream payload has the wrong shape")
+        if not isinstance(rows, list) or len(rows) != len(types) or not isinstance(type_seq, list):
+            raise StateError("state stream type table and rows do not match")
+        self.version: int = version
+        self.engine: str = engine
+        self.encoding: str = encoding
+        self.flags: dict = flags if isinstance(flags, dict) else {}
+        self.shared: list = shared if isinstance(shared, list) else []
+        self._type_seq = type_seq
+        self._rows = rows
+        self._raw_root = root
+        self._entries: list[tuple[str, tuple[str, ...], tuple[Kind, ...], tuple[str, ...]]] = []
+        encoder = msgspec.msgpack.Encoder()
+        views = []
+        for t, entry in enumerate(types):
+            if not (isinstance(entry, list) and len(entry) == 3):
+                raise StateError(f"type table entry #{t} is malformed")
+            name, names, descriptors = entry
+            if not (
+                isinstance(name, str) and isinstance(names, list) and isinstance(descriptors, list)
+            ):
+                raise StateError(f"type table entry #{t} is malformed")
+            if descriptors == ["enum"] and not names:
+                kinds: tuple[Kind, ...] = ()
+            else:
+                if len(names) != len(descriptors):
+                    raise StateError(f"type table entry for {name!r} is malformed")
+                kinds = tuple(parse_descriptor(d) for d in descriptors)
+            self._entries.append((name, tuple(names), kinds, tuple(descriptors)))
+            if not isinstance(rows[t], list):
+                raise StateError(f"rows of type {name!r} are malformed")
+            views.append(
+                TypeView(
+                    name,
+                    tuple(names),
+                    len(rows[t]),
+                    len(encoder.encode(rows[t])),
+                    tuple(descriptors),
+                )
+            )
+        self.types: list[TypeView] = views
+        self.root: int = root.get(w.T_REF, 0) if isinstance(root, dict) and len(root) == 1 else 0
+
+    @property
+    def object_count(self) -> int:
+        return len(self._type_seq)
+
+    @property
+    def root_value(self) -> Any:
+        return self._dyn(self._raw_root)
+
+    def objects(self) -> Iterator[ObjectView]:
+        """Every object in id order, its fields decoded to plain values and ``Ref``s."""
+        cursor = [0] * len(self._rows)
+        for index, t in enumerate(self._type_seq):
+            if not isinstance(t, int) or not 0 <= t < len(self._entries):
+                raise StateError(f"object #{index + 1} has an unknown type index {t!r}")
+            name, names, kinds, _ = self._entries[t]
+            rows = self._rows[t]
+            if cursor[t] >= len(rows):
+                raise StateError(f"type {name!r} has fewer rows than objects")
+            row = rows[cursor[t]]
+            cursor[t] += 1
+            if not isinstance(row, list) or len(row) != len(names):
+                raise StateError(f"object #{index + 1} ({name}) has a malformed row")
+            if self.encoding == w.DYN:
+                fields = {n: self._dyn(v) for n, v in zip(names, row, strict=True)}
+            else:
+                fields = {n: self._compact(k, v) for n, k, v in zip(names, kinds, row, strict=True)}
+            yield ObjectView(index + 1, name, fields)
+
+    def verify(self) -> None:
+        """Decode everything; raise StateError if any part is malformed."""
+        for _ in self.objects():
+            pass
+        self.root_value  # noqa: B018 - decoding is the check
+        for t, entry in enumerate(self._entries):
+            if sum(1 for x in self._type_seq if x == t) != len(self._rows[t]):
+                raise StateError(f"type {entry[0]!r}: object count and row count disagree")
+
+    # --- decoding without classes ---------------------------------------------------
+
+    def _ref(self, raw: Any) -> Any:
+        if raw == 0 or raw is None:
+            return None
+        if not isinstance(raw, int) or not 0 < raw <= len(self._type_seq):
+            raise StateError(f"reference to object #{raw!r}, which the stream does not hold")
+        return Ref(raw)
+
+    def _dyn(self, raw: Any) -> Any:
+        t = type(raw)
+        if t is list:
+            return [self._dyn(x) for x in raw]
+        if t is not dict:
+            return raw
+        if len(raw) != 1:
+            raise StateError("malformed tagged value")
+        ((tag, payload),) = raw.items()
+        if tag == w.T_REF:
+            return self._ref(payload)
+        if tag == w.T_DICT:
+            keys, values = payload
+            return {
+                _hashable(self._dyn(k)): self._dyn(v) for k, v in zip(keys, values, strict=True)
+            }
+        if tag == w.T_TUPLE:
+            return tuple(self._dyn(x) for x in payload)
+        if tag in (w.T_SET, w.T_FROZENSET):
+            return {_hashable(self._dyn(x)) for x in payload}
+        if tag == w.T_BYTEARRAY:
+            return bytearray(payload)
+        if tag == w.T_ENUM:
+            index, value = payload
+            if not isinstance(index, int) or not 0 <= index < len(self._entries):
+                raise StateError("enum value refers to an unknown type")
+            return EnumValue(self._entries[index][0], self._dyn(value))
+        if tag == w.T_BIGINT:
+            return int(payload)
+        raise StateError(f"unknown value tag {tag!r}")
+
+    def _compact(self, kind: Kind, raw: Any) -> Any:
+        tag = kind.tag
+        if tag is K.REF:
+            return self._ref(raw)
+        if tag in (K.ANY, K.SAVE) or (tag is K.INT and isinstance(raw, dict)):
+            return self._dyn(raw)
+        if raw is None:
+            return None
+        if tag in SCALARS or tag is K.ENUM:
+            return raw
+        if tag is K.OPT:
+            return self._compact(kind.args[0], raw)
+        if tag is K.BYTEARRAY:
+            return bytearray(raw)
+        if tag is K.DICT:
+            keys, values = raw
+            kk, vk = kind.args
+            return {
+                _hashable(self._compact(kk, k)): self._compact(vk, v)
+                for k, v in zip(keys, values, strict=True)
+            }
+        if tag is K.TUPLE:
+            return tuple(self._compact(k, x) for k, x in zip(kind.args, raw, strict=True))
+        items = [self._compact(kind.args[0], x) for x in raw]
+        if tag in (K.SET, K.FROZENSET):
+            return {_hashable(x) for x in items}
+        return tuple(items) if tag is K.VARTUPLE else items
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(x) for x in value)
+    if isinstance(value, dict | set):
+        return repr(value)
+    return value
+
+
+def inspect_stream(data: Any) -> StreamView:
+    """Open a stream for inspection (checks the frame; decodes lazily)."""
+    try:
+        return StreamView(data)
+    except StateError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError, RecursionError) as exc:
+        raise StateError(f"state stream is malformed: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,293 @@
+"""Field kinds, derived once per class from its annotations.
+
+A ``Kind`` is a small tree (``list[ref]`` is LIST with one REF argument).  Its
+``descriptor`` string is written into every stream's type table, so a reader can
+decode a compact stream without the writer's classes and can tell when a field's kind
+changed between versions (schema evolution).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+import types
+import typing
+from dataclasses import MISSING
+from typing import Any
+
+from ckpt.errors import StateError
+from ckpt.state import registry
+from ckpt.state.registry import FieldOptions, TypeInfo, field_options
+
+
+class K(enum.Enum):
+    """What a field holds, as far as its annotation says."""
+
+    BOOL = "bool"
+    INT = "int"
+    FLOAT = "float"
+    STR = "str"
+    BYTES = "bytes"
+    BYTEARRAY = "bytearray"
+    OPT = "opt"
+    LIST = "list"
+    TUPLE = "tuple"  # fixed length: tuple[int, str]
+    VARTUPLE = "tuple..."  # tuple[int, ...]
+    DICT = "dict"
+    SET = "set"
+    FROZENSET = "frozenset"
+    ENUM = "enum"
+    REF = "ref"  # a savable object (or None): identity kept
+    ANY = "any"  # polymorphic: self-describing values
+    SAVE = "save"  # saved through save=/load= functions, as a self-describing value
+
+
+SCALARS = frozenset({K.BOOL, K.INT, K.FLOAT, K.STR, K.BYTES})
+CONTAINERS = frozenset({K.LIST, K.DICT, K.SET, K.BYTEARRAY})  # mutable: identity tracked
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Kind:
+    tag: K
+    args: tuple[Kind, ...] = ()
+    enum_cls: type | None = None
+
+    @property
+    def descriptor(self) -> str:
+        tag = self.tag
+        if tag is K.ENUM:
+            return f"enum:{enum_name(self.enum_cls)}"
+        if tag is K.VARTUPLE:
+            return f"tuple[{self.args[0].descriptor},...]"
+        if self.args:
+            return f"{tag.value}[{','.join(a.descriptor for a in self.args)}]"
+        return tag.value
+
+
+ANY_KIND = Kind(K.ANY)
+SAVE_KIND = Kind(K.SAVE)
+_SIMPLE = {
+    bool: Kind(K.BOOL),
+    int: Kind(K.INT),
+    float: Kind(K.FLOAT),
+    str: Kind(K.STR),
+    bytes: Kind(K.BYTES),
+    bytearray: Kind(K.BYTEARRAY),
+}
+_enums: dict[str, type] = {}
+
+
+def enum_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register_enum(cls: type) -> str:
+    """Enums met in annotations become loadable by name (and only those)."""
+    name = enum_name(cls)
+    _enums[name] = cls
+    return name
+
+
+def enum_named(name: str) -> type | None:
+    return _enums.get(name)
+
+
+def kind_of(annotation: Any, where: str) -> Kind:
+    """The Kind of an annotation (already resolved from strings)."""
+    if annotation in _SIMPLE:
+        return _SIMPLE[annotation]
+    if annotation is Any or annotation is object:
+        return ANY_KIND
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        members = [a for a in args if a is not type(None)]
+        if len(members) < len(args):  # Optional
+            inner = kind_of(members[0], where) if len(members) == 1 else _union_kind(members, where)
+            if inner.tag in (K.REF, K.ANY):
+                return Kind(K.OPT, (inner,)) if inner.tag is K.REF else ANY_KIND
+            return Kind(K.OPT, (inner,))
+        return _union_kind(members, where)
+    if origin is typing.Annotated:
+        return kind_of(args[0], where)
+    if origin is list or annotation is list:
+        return Kind(K.LIST, (kind_of(args[0], where) if args else ANY_KIND,))
+    if origin is set or annotation is set:
+        return Kind(K.SET, (kind_of(args[0], where) if args else ANY_KIND,))
+    if origin is frozenset or annotation is frozenset:
+        return Kind(K.FROZENSET, (kind_of(args[0], where) if args else ANY_KIND,))
+    if origin is dict or annotation is dict:
+        if args:
+            return Kind(K.DICT, (kind_of(args[0], where), kind_of(args[1], where)))
+        return Kind(K.DICT, (ANY_KIND, ANY_KIND))
+    if origin is tuple or annotation is tuple:
+        if not args or args == ((),):
+            return Kind(K.VARTUPLE, (ANY_KIND,))
+        if len(args) == 2 and args[1] is Ellipsis:
+            return Kind(K.VARTUPLE, (kind_of(args[0], where),))
+        return Kind(K.TUPLE, tuple(kind_of(a, where) for a in args))
+    if isinstance(annotation, type):
+        if issubclass(annotation, enum.Enum):
+            register_enum(annotation)
+            return Kind(K.ENUM, enum_cls=annotation)
+        if registry.is_savable(annotation):
+            return Kind(K.REF)
+    # A non-savable base class, a protocol, a type variable...: polymorphic.
+    return ANY_KIND
+
+
+def _union_kind(members: list, where: str) -> Kind:
+    if all(isinstance(m, type) and registry.is_savable(m) for m in members):
+        return Kind(K.REF)
+    return ANY_KIND
+
+
+@dataclasses.dataclass(eq=False)
+class FieldSpec:
+    """One dataclass field as the engines see it."""
+
+    name: str
+    index: int  # position among the saved fields
+    kind: Kind
+    opts: FieldOptions
+    default: Any = MISSING  # immutable default value, or MISSING
+    factory: Any = MISSING  # default_factory, or MISSING
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not MISSING or self.factory is not MISSING
+
+    def make_default(self) -> Any:
+        if self.factory is not MISSING:
+            return self.factory()
+        if self.default is not MISSING:
+            return self.default
+        raise LookupError(self.name)
+
+    @property
+    def elidable(self) -> bool:
+        """Whether None on the wire can stand for 'the declared default' for this field.
+
+        None is unambiguous only where None is not a legal value of the kind, and only
+        the typed writer elides; readers of both engines honour it.
+        """
+        return self.kind.tag not in (K.OPT, K.REF, K.ANY, K.SAVE) and self.has_default
+
+
+@dataclasses.dataclass(eq=False)
+class Schema:
+    """Everything an engine needs to know about one savable class, computed once."""
+
+    info: TypeInfo
+    cls: type
+    name: str
+    fields: tuple[FieldSpec, ...]  # saved fields, in declaration order
+    unsaved: tuple[FieldSpec, ...]  # nosave fields (take their default on load)
+    names: tuple[str, ...]
+    descriptors: tuple[str, ...]
+    has_dict: bool
+    frozen: bool
+    before_save: bool
+    after_load: bool
+    wait_fields: tuple[str, ...]
+    by_name: dict[str, FieldSpec]
+
+
+def build_schema(info: TypeInfo) -> Schema:
+    cls = info.cls
+    try:
+        hints = typing.get_type_hints(cls, globalns=vars(sys.modules.get(cls.__module__, object())))
+    except Exception as exc:
+        raise StateError(
+            f"cannot resolve the annotations of savable type {info.name}: {exc} "
+            "(declare referenced classes at module level)"
+        ) from exc
+    saved: list[FieldSpec] = []
+    unsaved: list[FieldSpec] = []
+    for f in dataclasses.fields(cls):
+        opts = field_options(f)
+        where = f"{info.name}.{f.name}"
+        if opts.nosave:
+            kind = ANY_KIND
+        elif opts.save is not None:
+            kind = SAVE_KIND
+        else:
+            kind = kind_of(hints.get(f.name, Any), where)
+        spec = FieldSpec(
+            name=f.name,
+            index=len(saved),
+            kind=kind,
+            opts=opts,
+            default=f.default,
+            factory=f.default_factory,
+        )
+        (unsaved if opts.nosave else saved).append(spec)
+    params = getattr(cls, "__dataclass_params__", None)
+    return Schema(
+        info=info,
+        cls=cls,
+        name=info.name,
+        fields=tuple(saved),
+        unsaved=tuple(unsaved),
+        names=tuple(s.name for s in saved),
+        descriptors=tuple(s.kind.descriptor for s in saved),
+        has_dict=hasattr(object.__new__(cls), "__dict__"),
+        frozen=bool(params and params.frozen),
+        before_save=callable(getattr(cls, "__before_save__", None)),
+        after_load=callable(getattr(cls, "__after_load__", None)),
+        wait_fields=tuple(s.name for s in saved if s.opts.wait),
+        by_name={s.name: s for s in (*saved, *unsaved)},
+    )
+
+
+def schema_of(cls: type) -> Schema:
+    info = registry.type_info(cls)
+    if info is None:
+        raise StateError(
+            f"cannot save an object of type {cls.__module__}.{cls.__qualname__}: "
+            "it is not a registered savable type (decorate it with @state.savable)"
+        )
+    return info.schema
+
+
+def parse_descriptor(text: str) -> Kind:
+    """Rebuild a Kind from a stream's descriptor (for readers without the classes)."""
+    kind, rest = _parse(text, 0)
+    if rest != len(text):
+        raise StateError(f"malformed field kind {text!r} in the stream's type table")
+    return kind
+
+
+_BY_VALUE = {k.value: k for k in K}
+
+
+def _parse(text: str, pos: int) -> tuple[Kind, int]:
+    end = pos
+    while end < len(text) and text[end] not in "[],":
+        end += 1
+    word = text[pos:end]
+    if word.startswith("enum:"):
+        return Kind(K.ENUM, enum_cls=None), end
+    tag = _BY_VALUE.get(word)
+    if tag is None:
+        raise StateError(f"unknown field kind {word!r} in the stream's type table")
+    if end < len(text) and text[end] == "[":
+        args = []
+        pos = end + 1
+        while True:
+            if text.startswith("...", pos):
+                pos += 3
+                tag = K.VARTUPLE
+            else:
+                arg, pos = _parse(text, pos)
+                args.append(arg)
+            if pos >= len(text):
+                raise StateError(f"malformed field kind {text!r} in the stream's type table")
+            if text[pos] == ",":
+                pos += 1
+                continue
+            if text[pos] == "]":
+                return Kind(tag, tuple(args)), pos + 1
+            raise StateError(f"malformed field kind {text!r} in the stream's type table")
+    return Kind(tag), end

@@ -1,0 +1,135 @@
+"""The wire format shared by both engines: framing, top-level layout, value tags.
+
+A stream is one frame::
+
+    +--------+---------+-----------+--------------+----------------------------+
+    | "CKST" | version | crc32(LE) | length (LE)  | payload: one MessagePack   |
+    | 4 B    | 1 B     | 4 B       | 8 B          | array (see LAYOUT below)   |
+    +--------+---------+-----------+--------------+----------------------------+
+
+The payload array, by index::
+
+    0 VERSION   format version (int)
+    1 ENGINE    "typed" or "reflect": who wrote it (informational)
+    2 ENCODING  "compact" (values encoded per the field's declared kind) or
+                "dyn" (every value self-describing); readers handle both
+    3 TYPES     [[type name, [field names], [field kind descriptors]], ...]
+                in order of first discovery; enum types appear with no fields
+    4 TYPE_SEQ  [type index of object 1, of object 2, ...]; object ids start at 1
+                (0 stands for None wherever a reference is expected)
+    5 ROWS      per type index, its objects' rows in id order; a row is the list
+                of field values in the order of the type's field names
+    6 ROOT      the root value, self-describing
+    7 SHARED    mutable containers reachable from more than one place:
+                [[content location, other location, ...], ...]
+    8 FLAGS     {"bigint": true} when compact int fields may hold tagged big ints
+
+Self-describing ("dyn") values: None, bool, int (64-bit), float, str and bytes are
+MessagePack scalars; a list is an array; every other value is a map with exactly one
+integer key, the tag below, whose value is the payload.  So a map always means a tag,
+and a reader never has to guess.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+import msgspec
+
+from ckpt.errors import StateError
+
+MAGIC = b"CKST"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<4sBIQ")
+HEADER_SIZE = _HEADER.size
+
+# Top-level layout indices.
+VERSION, ENGINE, ENCODING, TYPES, TYPE_SEQ, ROWS, ROOT, SHARED, FLAGS = range(9)
+LAYOUT_LEN = 9
+
+COMPACT = "compact"
+DYN = "dyn"
+
+# Tags of self-describing values ({tag: payload}).
+T_REF = 0  # payload: object id
+T_TUPLE = 1  # payload: [items]
+T_SET = 2  # payload: [items]
+T_FROZENSET = 3  # payload: [items]
+T_DICT = 4  # payload: [[keys], [values]]
+T_BYTEARRAY = 5  # payload: bytes
+T_ENUM = 6  # payload: [type index, value]
+T_BIGINT = 7  # payload: decimal string
+TAG_NAMES = {
+    T_REF: "ref",
+    T_TUPLE: "tuple",
+    T_SET: "set",
+    T_FROZENSET: "frozenset",
+    T_DICT: "dict",
+    T_BYTEARRAY: "bytearray",
+    T_ENUM: "enum",
+    T_BIGINT: "bigint",
+}
+
+INT_MIN = -(1 << 63)
+INT_LIMIT = 1 << 64  # MessagePack holds ints in [INT_MIN, INT_LIMIT)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+def frame(payload: Any) -> bytes:
+    """Encode the top-level array and wrap it in the checked frame."""
+    body = _encoder.encode(payload)
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(body), len(body)) + body
+
+
+def encode_body(payload: Any) -> bytes:
+    """The MessagePack payload alone (raises OverflowError on ints out of range)."""
+    return _encoder.encode(payload)
+
+
+def frame_body(body: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(body), len(body)) + body
+
+
+def check_frame(data: Any) -> memoryview:
+    """Check magic, version, length and checksum; return the payload bytes."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise StateError(f"a state stream must be bytes, not {type(data).__name__}")
+    view = memoryview(data)
+    if len(view) < HEADER_SIZE:
+        raise StateError(
+            f"not a ckpt state stream: {len(view)} bytes is shorter than the "
+            f"{HEADER_SIZE}-byte header (truncated?)"
+        )
+    magic, version, crc, length = _HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise StateError(f"not a ckpt state stream: bad magic {bytes(magic)!r} at offset 0")
+    if version != FORMAT_VERSION:
+        raise StateError(
+            f"state stream format version {version} is not supported "
+            f"(this ckpt reads version {FORMAT_VERSION})"
+        )
+    body = view[HEADER_SIZE:]
+    if len(body) != length:
+        raise StateError(
+            f"state stream truncated or padded: header says {length} payload bytes, "
+            f"found {len(body)} at offset {HEADER_SIZE}"
+        )
+    if zlib.crc32(body) != crc:
+        raise StateError("state stream is corrupted: payload checksum mismatch")
+    return body
+
+
+def unframe(data: Any) -> list:
+    """Check the frame and decode the top-level array (shape not yet validated)."""
+    body = check_frame(data)
+    try:
+        payload = _decoder.decode(body)
+    except (msgspec.DecodeError, ValueError, OverflowError, RecursionError) as exc:
+        raise StateError(f"state stream payload is malformed: {exc}") from exc
+    if not isinstance(payload, list) or len(payload) != LAYOUT_LEN:
+        raise StateError("state stream payload has the wrong shape (not a ckpt object stream)")
+    return payload
