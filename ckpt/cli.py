@@ -105,6 +105,79 @@ def main() -> None:
 
 # --- statefile commands (ckpt/statefile) ------------------------------------------
 
+SfJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+@inspect_app.command("statefile")
+def inspect_statefile_cmd(
+    path: Annotated[Path, typer.Argument(help="An image directory or its checkpoint.img.")],
+    key_file: Annotated[
+        Path | None,
+        typer.Option("--key-file", help="File holding the HMAC key, to verify a signed image."),
+    ] = None,
+    objects: Annotated[
+        int, typer.Option("--objects", min=0, help="Pretty-print the first N objects.")
+    ] = 0,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Decode every record and check every page.")
+    ] = False,
+    json_out: SfJson = False,
+) -> None:
+    """Show an image: header, metadata, integrity, type table, pages, objects."""
+    import json as _json
+
+    from ckpt import statefile
+    from ckpt.statefile.inspect import report_failed
+    from ckpt.statefile.render import render_report
+
+    key = statefile.read_key_file(str(key_file)) if key_file is not None else None
+    report = statefile.inspect_image(path, key, objects=objects, verify=verify)
+    if json_out:
+        typer.echo(_json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    else:
+        out.print(render_report(report))
+    if report_failed(report):
+        raise typer.Exit(1)
+
+
+@bench_app.command("statefile")
+def bench_statefile_cmd(
+    count: Annotated[int, typer.Option("--count", min=1, help="Repetitions per case.")] = 3,
+    size_mib: Annotated[
+        int, typer.Option("--size-mib", min=1, help="MiB of stream data per shape.")
+    ] = 100,
+    pages_mib: Annotated[
+        int | None, typer.Option("--pages-mib", min=1, help="MiB of pages (default 64).")
+    ] = None,
+    memory: Annotated[
+        bool, typer.Option("--memory/--no-memory", help="Measure peak traced memory.")
+    ] = True,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where to write files (default: temp dir).")
+    ] = None,
+    json_out: SfJson = False,
+) -> None:
+    """Image write/read MB/s and CPU vs a plain file copy; zero-page cost."""
+    import json as _json
+
+    from ckpt.bench import harness
+    from ckpt.bench import statefile as bench_sf
+
+    pages = pages_mib if pages_mib is not None else min(64, size_mib * 64 // 100 or 1)
+    res = bench_sf.run(
+        size_mib, pages, count, memory=memory, progress=not json_out, workdir=workdir
+    )
+    if json_out:
+        doc = harness.to_json(res["results"], baseline="copy")
+        doc["throughput"] = res["summary"]
+        doc["pages"] = res["pages"]
+        typer.echo(_json.dumps(doc, indent=2))
+        return
+    out.print(harness.render(res["results"], baseline="copy", title="bench statefile"))
+    out.print(bench_sf.render_summary(res["summary"], res["pages"]))
+    for line in harness.go_lines(res["results"], prefix="Statefile"):
+        out.print(line, markup=False)
+
 
 # --- cgroup commands (ckpt/cgroups) -----------------------------------------------
 
