@@ -400,7 +400,7 @@ def cycle_cmd(
     ] = 0.0,
     engines: Annotated[
         str, typer.Option("--engines", help="Comma-separated engines; the first is the baseline.")
-    ] = "typed,reflect",
+    ] = "reflect,typed",
     json_out: JsonOpt = False,
 ) -> None:
     """Checkpoint/restore a running sandbox repeatedly, engines interleaved ABBA."""

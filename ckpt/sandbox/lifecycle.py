@@ -217,10 +217,15 @@ def _make_cgroup(sandbox_id: str, cpus: float | None, ignore: bool, notes: list[
             )
         return cgroups.create(_cgroup_name(sandbox_id), cpus=cpus)
     try:
-        return cgroups.create(_cgroup_name(sandbox_id))
+        mgr = cgroups.create(_cgroup_name(sandbox_id))
     except CgroupError as exc:
-        notes.append(f"running without a cgroup ({exc}); CPU is read from the process")
+        mgr, reason = None, str(exc)
+    else:
+        reason = getattr(mgr, "reason", "")
+    if mgr is None or getattr(mgr, "inert", False):
+        notes.append(f"running without a cgroup ({reason}); CPU is read from the process")
         return None
+    return mgr
 
 
 def _open_cgroup(name: str | None) -> Any:
@@ -494,6 +499,9 @@ def checkpoint(
     except CkptError as exc:
         if not _alive(st.pid, st.pid_start):
             refresh(root, sandbox_id)
+            from ckpt import statefile
+
+            statefile.clean_stale(Path(params["image"]))
             raise SandboxError(
                 f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc}); "
                 f"no image was committed at {image}"
@@ -599,7 +607,7 @@ def _image_workload(image: Path) -> str | None:
     try:
         from ckpt import statefile
 
-        return statefile.open_image(image).metadata.get("workload")
+        return statefile.open_image_unverified(image).metadata.get("workload")
     except CkptError:
         return None
 
@@ -611,16 +619,12 @@ def fingerprint(root: Root, sandbox_id: str) -> dict[str, str]:
 
 
 def read_key(path: Path | None) -> bytes | None:
-    """The HMAC key from ``--key-file`` (raw bytes; surrounding whitespace is kept)."""
+    """The HMAC key from ``--key-file``, read as ``ckpt inspect statefile`` reads it."""
     if path is None:
         return None
-    try:
-        key = Path(path).read_bytes()
-    except OSError as exc:
-        raise SandboxError(f"cannot read key file {path}: {exc.strerror}") from exc
-    if not key:
-        raise SandboxError(f"key file {path} is empty")
-    return key
+    from ckpt import statefile
+
+    return statefile.read_key_file(str(path))
 
 
 def parse_cpu(value: str | float | None) -> float | None:

@@ -295,6 +295,7 @@ class Host:
             ) as img:
                 t_state0 = time.perf_counter_ns()
                 result = state.save(k, img.state_file, engine=engine, stats=stats)
+                img.note_save(result, engine)
                 t_state = time.perf_counter_ns()
                 summary = _summary_dict(img.write_pages(k.memory_file.pages()))
                 t_pages = time.perf_counter_ns()

@@ -1,0 +1,113 @@
+"""``ckpt demo``: the tour a new user takes, end to end, with nothing to set up.
+
+In a temporary root it runs an ``http`` sandbox, sends it requests, checkpoints it,
+inspects the image, restores it under a CPU quota when the host allows one (uncapped
+otherwise, saying so), sends more requests to show the count continuing, prints the
+phase timings and the engine's per-type stats, and removes everything it made.
+Presentation code, like the CLI: it prints, and library calls raise ``CkptError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ckpt.sandbox import lifecycle
+from ckpt.sandbox.http import get_json
+from ckpt.sandbox.paths import Root
+from ckpt.sandbox.render import stats_renderable, timings_table
+
+SANDBOX_ID = "demo"
+DEMO_CPU = 0.5
+
+
+def _requests(console: Console, address: str, n: int) -> dict:
+    host, _, port = address.rpartition(":")
+    body: dict = {}
+    for _ in range(n):
+        _, body = get_json(host, int(port), "/")
+        console.print(f"  GET http://{address}/ -> {body}", markup=False)
+    return body
+
+
+def _image_table(image: Path) -> Table:
+    """Header metadata and the stream's type table, read without the kernel's classes."""
+    from ckpt import state, statefile
+
+    img = statefile.open_image(image)
+    meta = img.metadata
+    table = Table(title=f"image {image.name}: types in the object stream", title_justify="left")
+    for col in ("type", "objects", "bytes"):
+        table.add_column(col, justify="left" if col == "type" else "right")
+    view = state.inspect_stream(img.read_state())
+    for t in sorted(view.types, key=lambda t: -t.nbytes)[:12]:
+        table.add_row(Text(t.name), str(t.count), f"{t.nbytes:,}")
+    table.caption = (
+        f"engine {meta.get('engine')}, workload {meta.get('workload')}, "
+        f"{sum(t.count for t in view.types):,} objects in {len(view.types)} types; "
+        f"files: {', '.join(sorted(p.name for p in image.iterdir()))}"
+    )
+    return table
+
+
+def run(console: Console) -> None:
+    """Run the tour; always cleans up the sandbox, its cgroup and the temp root."""
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-demo-"))
+    root = Root(tmp / "root")
+    image = tmp / "image"
+    try:
+        console.rule("1. run an http sandbox")
+        res = lifecycle.run(root, SANDBOX_ID, "http", port=0)
+        st = res.state
+        console.print(
+            f"sandbox {st.id}: pid {st.pid}, cgroup {st.cgroup or '(none)'}, "
+            f"serving http://{st.address}/",
+            markup=False,
+        )
+
+        console.rule("2. send it requests")
+        before = _requests(console, st.address or "", 3)
+
+        console.rule("3. checkpoint it (the sandbox writes its own image, then stops)")
+        ck = lifecycle.checkpoint(root, SANDBOX_ID, image, stats=True)
+        console.print(timings_table("checkpoint timings", ck.timings))
+
+        console.rule("4. inspect the image (no kernel classes needed)")
+        console.print(_image_table(image))
+
+        console.rule("5. restore it")
+        from ckpt import cgroups
+
+        ok, reason = cgroups.available_for_quota()
+        cpus = DEMO_CPU if ok else None
+        if ok:
+            console.print(f"restoring under a CPU quota of {DEMO_CPU} CPU (cgroup ckpt/demo)")
+        else:
+            console.print(
+                f"restoring uncapped: this host cannot apply a CPU quota ({reason})", markup=False
+            )
+        rs = lifecycle.restore(root, SANDBOX_ID, image, cpus=cpus, stats=True)
+        console.print(timings_table("restore timings", rs.timings))
+        console.print(stats_renderable(rs.stats, rs.stats_text))
+
+        console.rule("6. the request count continues")
+        after = _requests(console, rs.state.address or "", 3)
+        console.print(
+            f"requests before checkpoint: {before.get('requests')}, after restore: "
+            f"{after.get('requests')}; restores: {after.get('restores')}; same address: "
+            f"{rs.state.address == st.address}",
+            markup=False,
+        )
+    finally:
+        console.rule("7. clean up")
+        with contextlib.suppress(Exception):
+            if root.exists(SANDBOX_ID):
+                lifecycle.delete(root, SANDBOX_ID, force=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        console.print(f"removed the sandbox, its cgroup and {tmp}", markup=False)

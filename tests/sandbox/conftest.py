@@ -1,0 +1,115 @@
+"""Fixtures for sandbox tests: a temp root, a CLI runner in real subprocesses, and a
+teardown that kills and deletes every sandbox, then asserts no process or cgroup remains."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ckpt.sandbox import lifecycle
+from ckpt.sandbox.http import get_json
+from ckpt.sandbox.paths import Root
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_dirs(sandbox_id: str) -> list[Path]:
+    """Every hierarchy's directory for cgroup ckpt/ID that exists."""
+    if not CGROUP_ROOT.is_dir():
+        return []
+    found = [p for p in CGROUP_ROOT.glob(f"*/ckpt/{sandbox_id}") if p.is_dir()]
+    if (CGROUP_ROOT / "ckpt" / sandbox_id).is_dir():
+        found.append(CGROUP_ROOT / "ckpt" / sandbox_id)
+    return found
+
+
+def sandbox_processes(root: Path) -> list[psutil.Process]:
+    """Live sandbox processes started under ``root`` (found by their command line)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmd = proc.info["cmdline"] or []
+        if "ckpt.sandbox.process" in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            sock = cmd[cmd.index("--socket") + 1] if "--socket" in cmd else ""
+            sid = cmd[cmd.index("--id") + 1] if "--id" in cmd else ""
+            if sock.startswith(str(root)) or (root / sid).exists():
+                found.append(proc)
+    return found
+
+
+@dataclass
+class Cli:
+    """Runs ``python -m ckpt --root ROOT ...`` in a subprocess."""
+
+    root: Path
+    env: dict[str, str]
+    ids: set[str]
+
+    def __call__(
+        self, *args: str, check: bool = True, env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        if len(args) > 1 and args[0] in ("run", "restore"):
+            self.ids.add(args[1])
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckpt", "--root", str(self.root), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env, **(env or {})},
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"ckpt {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ckpt", "--root", str(self.root), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**self.env, **(env or {})},
+        )
+
+    def state(self, sandbox_id: str) -> dict:
+        return json.loads(self("state", sandbox_id).stdout)
+
+    def get(self, sandbox_id: str) -> dict:
+        host, _, port = self.state(sandbox_id)["address"].rpartition(":")
+        status, body = get_json(host, int(port))
+        assert status == 200
+        return body
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    root = tmp_path / "root"
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("CKPT_FAULT", None)
+    runner = Cli(root, env, set())
+    yield runner
+    r = Root(root)
+    for sandbox_id in set(r.ids()) | runner.ids:
+        if r.exists(sandbox_id):
+            lifecycle.delete(r, sandbox_id, force=True)
+    assert sandbox_processes(root) == []
+    for sandbox_id in runner.ids:
+        assert cgroup_dirs(sandbox_id) == [], f"cgroup left behind for {sandbox_id}"
+        assert not (root / sandbox_id).exists()
+
+
+def quota_allowed() -> tuple[bool, str]:
+    try:
+        from ckpt import cgroups
+
+        return cgroups.available_for_quota()
+    except (ImportError, AttributeError) as exc:
+        return False, f"ckpt.cgroups not available: {exc}"

@@ -1,0 +1,247 @@
+"""End to end through the real CLI in subprocesses: run, serve, checkpoint, restore,
+cycles, inspect, failures.  The ``cli`` fixture asserts nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ckpt.sandbox.http import get_json
+
+from .conftest import Cli, cgroup_dirs, quota_allowed
+
+pytestmark = pytest.mark.slow
+
+
+def _run_http(cli: Cli, sandbox_id: str = "web", *extra: str) -> dict:
+    cli("run", sandbox_id, "--workload", "http", "--port", "0", *extra)
+    return cli.state(sandbox_id)
+
+
+def _error_line(proc) -> str:
+    """The CLI's error output: one ``error: ...`` line, no traceback."""
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ")
+    return " ".join(proc.stderr.split())
+
+
+def _assert_gone(cli: Cli, sandbox_id: str) -> None:
+    assert not (cli.root / sandbox_id).exists()
+    assert cgroup_dirs(sandbox_id) == []
+    assert "ckpt.sandbox.process" not in " ".join(
+        " ".join(p.info["cmdline"] or [])
+        for p in psutil.process_iter(["cmdline"])
+        if "--id" in (p.info["cmdline"] or []) and sandbox_id in (p.info["cmdline"] or [])
+    )
+
+
+def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: Path) -> None:
+    st = _run_http(cli)
+    assert st["status"] == "running" and st["workload"] == "http"
+    assert {"id", "pid", "cgroup", "created", "address"} <= st.keys()
+    assert st["address"].startswith("127.0.0.1:")
+    first = [cli.get("web")["requests"] for _ in range(3)]
+    assert first == [first[0], first[0] + 1, first[0] + 2]
+
+    image = tmp_path / "img"
+    out = cli("checkpoint", "web", "--image-path", str(image), "--json")
+    timings = json.loads(out.stdout)["timings"]
+    assert timings["Checkpoint_ms"] > 0 and timings["SuspendTotal_ms"] >= timings["Checkpoint_ms"]
+    assert cli.state("web")["status"] == "stopped"
+    assert (image / "checkpoint.img").is_file()
+    assert not psutil.pid_exists(st["pid"]) or psutil.Process(st["pid"]).status() == "zombie"
+
+    ok, _reason = quota_allowed()
+    cpu_args = ["--cpu", "0.5"] if ok else []
+    out = cli("restore", "web", "--image-path", str(image), "--json", *cpu_args)
+    restored = json.loads(out.stdout)
+    assert restored["status"] == "running"
+    assert restored["address"] == st["address"]  # same port unless told otherwise
+    assert restored["pid"] != st["pid"]
+    for phase in ("SandboxCreate_ms", "Restore_ms", "ResumeTotal_ms", "CPU_ms"):
+        assert restored["timings"][phase] > 0
+    body = cli.get("web")
+    assert body["requests"] == first[-1] + 1
+    assert body["restores"] == 1
+    if ok:
+        assert restored["cpu"] == 0.5
+        cpu_dir = [d for d in cgroup_dirs("web") if d.parts[-3] in ("cpu", "cpu,cpuacct")]
+        if cpu_dir:
+            assert (cpu_dir[0] / "cpu.cfs_quota_us").read_text().strip() == "50000"
+            procs = (cpu_dir[0] / "cgroup.procs").read_text().split()
+            assert str(restored["pid"]) in procs
+
+
+def test_three_cycles_in_a_row(cli: Cli, tmp_path: Path) -> None:
+    _run_http(cli)
+    count = cli.get("web")["requests"]
+    for i in range(3):
+        image = tmp_path / f"img{i}"
+        cli("checkpoint", "web", "--image-path", str(image))
+        cli("restore", "web", "--image-path", str(image))
+        body = cli.get("web")
+        assert body["requests"] == count + 1
+        assert body["restores"] == i + 1
+        count = body["requests"]
+
+
+def test_checkpoint_with_stats_writes_stats_json_and_image_inspects(
+    cli: Cli, tmp_path: Path
+) -> None:
+    _run_http(cli)
+    image = tmp_path / "img"
+    out = cli("checkpoint", "web", "--image-path", str(image), "--stats", "--engine", "reflect")
+    assert "checkpoint timings" in out.stdout
+    stats = json.loads((image / "stats.json").read_text())
+    assert stats["checkpoint"]["pages_scanned"] >= stats["checkpoint"]["pages_stored"]
+    from ckpt import state, statefile
+
+    img = statefile.open_image(image)
+    assert img.metadata["workload"] == "http"
+    assert img.metadata["engine"] == "reflect"
+    view = state.inspect_stream(img.read_state())
+    view.verify()
+    assert sum(t.count for t in view.types) > 0
+    inspect = cli("inspect", "statefile", str(image), "--json", check=False)
+    if inspect.returncode == 0:  # the statefile helper's command, when it has landed
+        assert json.loads(inspect.stdout)["metadata"]["workload"] == "http"
+
+
+def test_leave_running_keeps_serving(cli: Cli, tmp_path: Path) -> None:
+    st = _run_http(cli)
+    before = cli.get("web")["requests"]
+    cli("checkpoint", "web", "--image-path", str(tmp_path / "img"), "--leave-running")
+    after = cli.state("web")
+    assert after["status"] == "running" and after["pid"] == st["pid"]
+    assert cli.get("web")["requests"] == before + 1
+    # and the image restores into a second sandbox on another port
+    cli("restore", "web2", "--image-path", str(tmp_path / "img"), "--port", "0")
+    assert cli.get("web2")["requests"] == before + 1
+
+
+def test_pause_holds_requests_until_resume(cli: Cli) -> None:
+    _run_http(cli)
+    before = cli.get("web")["requests"]
+    host, _, port = cli.state("web")["address"].rpartition(":")
+    cli("pause", "web")
+    assert cli.state("web")["status"] == "paused"
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(get_json(host, int(port), timeout=30)))
+    t.start()
+    t.join(0.5)
+    assert got == []  # the request waits while the sandbox is frozen
+    cli("resume", "web")
+    t.join(30)
+    assert got and got[0][1]["requests"] == before + 1
+    assert cli.state("web")["status"] == "running"
+
+
+def test_failed_checkpoint_leaves_sandbox_running(cli: Cli, tmp_path: Path) -> None:
+    st = _run_http(cli)
+    image = tmp_path / "img"
+    image.mkdir()
+    (image / "precious").write_text("keep me")
+    proc = cli("checkpoint", "web", "--image-path", str(image), check=False)
+    assert "--force" in _error_line(proc) or "exists" in _error_line(proc)
+    assert (image / "precious").read_text() == "keep me"
+    assert cli.state("web")["status"] == "running" and cli.state("web")["pid"] == st["pid"]
+    assert cli.get("web")["requests"] >= 1
+
+
+def test_restore_from_corrupted_image_leaves_nothing(cli: Cli, tmp_path: Path) -> None:
+    _run_http(cli)
+    image = tmp_path / "img"
+    cli("checkpoint", "web", "--image-path", str(image))
+    cli("delete", "web")
+    data = bytearray((image / "checkpoint.img").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (image / "checkpoint.img").write_bytes(bytes(data))
+    proc = cli("restore", "web", "--image-path", str(image), check=False)
+    _error_line(proc)
+    _assert_gone(cli, "web")
+
+
+def test_restore_from_missing_image(cli: Cli, tmp_path: Path) -> None:
+    proc = cli("restore", "web", "--image-path", str(tmp_path / "nope"), check=False)
+    assert "no image at" in _error_line(proc)
+    _assert_gone(cli, "web")
+
+
+def test_restore_with_wrong_key_is_refused(cli: Cli, tmp_path: Path) -> None:
+    key, wrong = tmp_path / "key", tmp_path / "wrong"
+    key.write_bytes(os.urandom(32))
+    wrong.write_bytes(os.urandom(32))
+    _run_http(cli)
+    image = tmp_path / "img"
+    cli("checkpoint", "web", "--image-path", str(image), "--key-file", str(key))
+    proc = cli("restore", "web", "--image-path", str(image), "--key-file", str(wrong), check=False)
+    _error_line(proc)
+    _assert_gone(cli, "web")
+    cli("restore", "web", "--image-path", str(image), "--key-file", str(key))
+    assert cli.get("web")["restores"] == 1
+
+
+def test_restore_into_running_sandbox_is_an_error(cli: Cli, tmp_path: Path) -> None:
+    _run_http(cli)
+    cli("checkpoint", "web", "--image-path", str(tmp_path / "img"), "--leave-running")
+    proc = cli("restore", "web", "--image-path", str(tmp_path / "img"), check=False)
+    assert "running" in _error_line(proc)
+    assert cli.state("web")["status"] == "running"
+
+
+def _wait_for_log(cli: Cli, sandbox_id: str, needle: str, timeout: float = 30) -> None:
+    log = cli.root / sandbox_id / "sandbox.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and needle in log.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} never appeared in {log}")
+
+
+def test_sandbox_killed_mid_checkpoint(cli: Cli, tmp_path: Path) -> None:
+    stall = {"CKPT_FAULT": "checkpoint-stall:30"}
+    cli("run", "web", "--workload", "http", "--port", "0", env=stall)
+    image = tmp_path / "img"
+    pending = cli.popen("checkpoint", "web", "--image-path", str(image))
+    _wait_for_log(cli, "web", "stalling")
+    psutil.Process(cli.state("web")["pid"]).kill()
+    _, stderr = pending.communicate(timeout=30)
+    assert pending.returncode == 1 and stderr.startswith("error: ")
+    assert "died" in " ".join(stderr.split())
+    assert not image.exists()  # nothing that looks like a complete image
+    assert cli.state("web")["status"] == "stopped"
+    assert cgroup_dirs("web") == []
+
+
+def test_two_concurrent_checkpoints_second_is_busy(cli: Cli, tmp_path: Path) -> None:
+    cli("run", "web", "--workload", "http", "--port", "0", env={"CKPT_FAULT": "checkpoint-stall:2"})
+    first = cli.popen("checkpoint", "web", "--image-path", str(tmp_path / "a"), "--leave-running")
+    _wait_for_log(cli, "web", "stalling")
+    proc = cli("checkpoint", "web", "--image-path", str(tmp_path / "b"), check=False)
+    assert "busy" in _error_line(proc)
+    first.communicate(timeout=60)
+    assert first.returncode == 0
+    assert (tmp_path / "a" / "checkpoint.img").exists() and not (tmp_path / "b").exists()
+    assert cli.state("web")["status"] == "running"
+
+
+def test_kill_then_delete(cli: Cli) -> None:
+    st = _run_http(cli)
+    proc = cli("delete", "web", check=False)
+    assert "kill" in _error_line(proc)
+    cli("kill", "web")
+    assert cli.state("web")["status"] == "stopped"
+    assert not psutil.pid_exists(st["pid"]) or psutil.Process(st["pid"]).status() == "zombie"
+    listing = json.loads(cli("list", "--json").stdout)
+    assert [s["id"] for s in listing] == ["web"]
+    cli("delete", "web")
+    _assert_gone(cli, "web")
+    assert json.loads(cli("list", "--json").stdout) == []
