@@ -1,0 +1,44 @@
+"""The examples run as documented."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import cgroup_dirs
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_state_engine_example() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "state_engine.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "reflect:" in proc.stdout and "typed:" in proc.stdout
+    assert "alice has 85 after a deposit" in proc.stdout
+    assert "Account x2" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cycle_script_count_continues_and_cleans_up() -> None:
+    env = {**os.environ, "CKPT": f"{sys.executable} -m ckpt", "COLUMNS": "200"}
+    proc = subprocess.run(
+        ["sh", str(EXAMPLES / "cycle.sh")], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bodies = [ast.literal_eval(m) for m in re.findall(r"^(\{.*'requests'.*\})$", proc.stdout, re.M)]
+    counts = [b["requests"] for b in bodies]
+    assert len(counts) == 5
+    assert counts == list(range(counts[0], counts[0] + 5))  # continues across the restore
+    assert [b["restores"] for b in bodies] == [0, 0, 0, 1, 1]
+    assert cgroup_dirs("example") == []
