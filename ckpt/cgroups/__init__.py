@@ -8,6 +8,7 @@ mgr.kill(); mgr.delete()
 """
 
 from ckpt.cgroups.base import BaseManager
+from ckpt.cgroups.detect import Layout, Mode, detect_layout, layout, mode, parse_mountinfo
 from ckpt.cgroups.inert import InertManager
 from ckpt.cgroups.manager import (
     DEFAULT_CONTROLLERS,
@@ -16,7 +17,6 @@ from ckpt.cgroups.manager import (
     create,
     open_group,
 )
-from ckpt.cgroups.mode import Layout, Mode, detect_layout, layout, mode, parse_mountinfo
 from ckpt.cgroups.stat import CgroupStat, StatReader, hugepage_sizes
 from ckpt.errors import CgroupError
 

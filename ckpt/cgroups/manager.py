@@ -23,9 +23,9 @@ from pathlib import Path, PurePosixPath
 from ckpt.cgroups import fs, v1, v2
 from ckpt.cgroups.base import BaseManager
 from ckpt.cgroups.cpu import quota_us
+from ckpt.cgroups.detect import Layout, Mode, can_write
+from ckpt.cgroups.detect import layout as host_layout
 from ckpt.cgroups.inert import InertManager
-from ckpt.cgroups.mode import Layout, Mode, can_write
-from ckpt.cgroups.mode import layout as host_layout
 from ckpt.cgroups.stat import CgroupStat, StatReader
 from ckpt.errors import CgroupError
 
