@@ -28,16 +28,20 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from ckpt.errors import KernelError, SandboxError
 from ckpt.sandbox import rpc
 from ckpt.sandbox.http import HttpServer, bind
-from ckpt.sandbox.timings import self_cpu_usec
 
 TICK_S = 0.05
 HOST = "127.0.0.1"
+
+
+def self_cpu_usec() -> int:
+    """CPU (user + system) of this process, all threads, in microseconds."""
+    t = os.times()
+    return int((t.user + t.system) * 1_000_000)
 
 
 def log(msg: str) -> None:
@@ -79,7 +83,7 @@ def _summary_dict(summary: Any) -> dict[str, Any]:
 class Host:
     """The kernel and everything serving it inside this process."""
 
-    def __init__(self, sandbox_id: str, socket_path: Path) -> None:
+    def __init__(self, sandbox_id: str, socket_path: str) -> None:
         self.id = sandbox_id
         self.cond = threading.Condition()
         self.kernel: Any = None
@@ -185,7 +189,7 @@ class Host:
 
         t_import = time.perf_counter_ns()
         stats = state.Stats() if params.get("stats") else None
-        image = statefile.open_image(Path(params["image"]), key=_key(params))
+        image = statefile.open_image(params["image"], key=_key(params))
         reader = image.state_reader()
         try:
             k = state.load(reader, engine=params.get("engine") or "typed", stats=stats)
@@ -286,7 +290,7 @@ class Host:
         }
         try:
             with statefile.ImageWriter(
-                Path(params["image"]),
+                params["image"],
                 force=bool(params.get("force")),
                 compression=params.get("compression") or "zstd",
                 level=params.get("level"),
@@ -368,7 +372,7 @@ class Host:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ckpt.sandbox.process")
     parser.add_argument("--id", required=True)
-    parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--socket", required=True)
     parser.add_argument("--ready-fd", type=int, default=None)
     args = parser.parse_args(argv)
     host = Host(args.id, args.socket)

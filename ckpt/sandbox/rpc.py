@@ -19,8 +19,10 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from ckpt import errors
 from ckpt.errors import CkptError, SandboxBusy, SandboxError
@@ -75,7 +77,7 @@ class Server:
     def start(self) -> None:
         """Bind (replacing a stale socket file), listen, and accept in a daemon thread."""
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+            os.unlink(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -91,7 +93,7 @@ class Server:
             self._sock.close()
             self._sock = None
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+            os.unlink(self.path)
 
     def after_reply(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` once the current reply has been sent (e.g. exit after checkpoint)."""
