@@ -48,3 +48,14 @@ class SandboxNotFound(SandboxError):
 
 class SandboxBusy(SandboxError):
     """The sandbox is already serving a request that cannot run concurrently."""
+
+
+class SyscallError(KernelError):
+    """A simulated system call failed; ``errno`` says why, as Linux would (EBADF, EAGAIN...)."""
+
+    def __init__(self, errno_value: int, message: str) -> None:
+        import errno as _errno
+
+        self.errno = errno_value
+        name = _errno.errorcode.get(errno_value, str(errno_value))
+        super().__init__(f"{name}: {message}")

@@ -1,0 +1,462 @@
+"""Memory: the MemoryFile of 4 KiB frames, and per-process MemoryManagers of VMAs.
+
+The MemoryFile is the sandbox's memory: frames with reference counts.  Its *layout*
+(which frames exist, who references them) is in the object graph; its *contents* are
+not: they live in a host-side buffer marked ``nosave`` and travel through the page file
+(``pages()`` on checkpoint, ``restore_pages()`` on restore, read lazily on demand).
+
+A MemoryManager maps virtual pages of one process.  Private mappings (anonymous or
+file-backed) have page-table entries (``ptes``: virtual page -> frame); a fork shares
+those frames and the first write by either side copies the page (copy-on-write).
+Shared mappings have no ptes: their pages are the backing inode's pages (an anonymous
+shared mapping gets an unlinked shmem inode, as Linux does), so writes are visible to
+every process mapping them.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ckpt import state
+from ckpt.errors import KernelError, SyscallError
+from ckpt.kernel.vfs import PAGE_SIZE, Inode
+
+PROT_NONE = 0
+PROT_READ = 1
+PROT_WRITE = 2
+PROT_EXEC = 4
+
+ZERO_PAGE = bytes(PAGE_SIZE)
+MMAP_TOP = 0x7F00_0000_0000  # mmap allocates downwards from here
+STACK_TOP = 0x7FFF_F000_0000
+
+
+class MemoryFault(SyscallError):
+    """An access to an unmapped address or against a mapping's protection (SIGSEGV)."""
+
+    def __init__(self, addr: int, why: str) -> None:
+        super().__init__(errno.EFAULT, f"fault at {addr:#x}: {why}")
+        self.addr = addr
+
+
+class LoadedPages(Protocol):
+    """What ``restore_pages`` needs from the statefile's page reader."""
+
+    indices: Any
+
+    def read_page(self, index: int) -> bytes: ...
+
+
+class MapKind(enum.Enum):
+    ANON_PRIVATE = 0
+    ANON_SHARED = 1
+    FILE_PRIVATE = 2
+    FILE_SHARED = 3
+
+    @property
+    def shared(self) -> bool:
+        return self in (MapKind.ANON_SHARED, MapKind.FILE_SHARED)
+
+
+@state.savable
+@dataclass(eq=False)
+class MemoryFile:
+    """Frames of 4 KiB with reference counts; contents kept host-side, not in the graph."""
+
+    refs: dict[int, int] = field(default_factory=dict)
+    next_frame: int = 0
+    free_frames: list[int] = field(default_factory=list)
+    # Host-side contents: frame -> data.  Absent frames are zero (or not fetched yet).
+    _data: dict[int, bytearray] = state.field(nosave=True, default_factory=dict)  # noqa: RUF009
+    # After a restore: where unfetched frames come from, and which are still unfetched.
+    _source: Any = state.field(nosave=True, default=None)  # noqa: RUF009
+    _unfetched: set[int] = state.field(nosave=True, default_factory=set)  # noqa: RUF009
+
+    def alloc(self) -> int:
+        """A new zero frame with one reference."""
+        frame = self.free_frames.pop() if self.free_frames else self._bump()
+        self.refs[frame] = 1
+        return frame
+
+    def _bump(self) -> int:
+        frame = self.next_frame
+        self.next_frame += 1
+        return frame
+
+    def incref(self, frame: int) -> None:
+        self.refs[frame] += 1
+
+    def decref(self, frame: int) -> None:
+        count = self.refs[frame] - 1
+        if count:
+            self.refs[frame] = count
+            return
+        del self.refs[frame]
+        self._data.pop(frame, None)
+        self._unfetched.discard(frame)
+        self.free_frames.append(frame)
+
+    def shared(self, frame: int) -> bool:
+        return self.refs[frame] > 1
+
+    def read(self, frame: int) -> bytes:
+        """The frame's 4096 bytes (fetched from the restored page file if needed)."""
+        if frame not in self.refs:
+            raise KernelError(f"memory file frame {frame} is not allocated")
+        if frame in self._unfetched:
+            self._fetch(frame)
+        data = self._data.get(frame)
+        return ZERO_PAGE if data is None else bytes(data)
+
+    def write(self, frame: int, offset: int, data: Any) -> None:
+        if frame in self._unfetched:
+            self._fetch(frame)
+        page = self._data.get(frame)
+        if page is None:
+            page = self._data[frame] = bytearray(PAGE_SIZE)
+        page[offset : offset + len(data)] = data
+
+    def copy(self, frame: int) -> int:
+        """A new frame holding a copy of ``frame`` (the copy in copy-on-write)."""
+        new = self.alloc()
+        data = self.read(frame)
+        if data is not ZERO_PAGE:
+            self._data[new] = bytearray(data)
+        return new
+
+    def pages(self) -> Iterator[tuple[int, bytes]]:
+        """Every allocated frame, ascending, as (index, 4096 bytes); zero frames too."""
+        for frame in sorted(self.refs):
+            yield frame, self.read(frame)
+
+    def restore_pages(self, loaded: LoadedPages) -> None:
+        """Adopt a restored page file; frames are read from it on first touch.
+
+        Works with an eager or a lazy (background-filled) reader: nothing is read here,
+        each frame is fetched through ``loaded.read_page`` when first needed, or all of
+        them by ``materialize()``.  Frames the page file does not record stay zero.
+        """
+        self._data.clear()
+        recorded = set(loaded.indices)
+        missing = [f for f in self.refs if f not in recorded]
+        if missing and len(missing) == len(self.refs):
+            raise KernelError(
+                f"the page file records none of the {len(self.refs)} allocated frames; "
+                "was it written for this kernel?"
+            )
+        self._source = loaded
+        self._unfetched = {f for f in self.refs if f in recorded}
+
+    def materialize(self) -> int:
+        """Fetch every frame not read yet; returns how many were fetched."""
+        todo = sorted(self._unfetched)
+        for frame in todo:
+            self._fetch(frame)
+        self._source = None
+        return len(todo)
+
+    def _fetch(self, frame: int) -> None:
+        data = self._source.read_page(frame)
+        if len(data) != PAGE_SIZE:
+            raise KernelError(
+                f"page file gave {len(data)} bytes for frame {frame}, want {PAGE_SIZE}"
+            )
+        if data != ZERO_PAGE:
+            self._data[frame] = bytearray(data)
+        self._unfetched.discard(frame)
+        if not self._unfetched:
+            self._source = None
+
+    @property
+    def unfetched(self) -> int:
+        return len(self._unfetched)
+
+    def usage(self) -> tuple[int, int]:
+        """(allocated frames, frames holding non-zero data)."""
+        nonzero = len(self._data) + len(self._unfetched)
+        return len(self.refs), nonzero
+
+
+@state.savable
+@dataclass(eq=False, slots=True)
+class VMA:
+    """A mapping ``[start, end)``: protection, kind, and the backing inode if any."""
+
+    start: int
+    end: int
+    prot: int
+    kind: MapKind
+    inode: Inode | None = None
+    offset: int = 0  # file offset of ``start``
+    name: str = ""
+
+    def file_page(self, vpn: int) -> int:
+        return (self.offset // PAGE_SIZE) + vpn - self.start // PAGE_SIZE
+
+    def same_mapping(self, other: VMA) -> bool:
+        """True if ``other`` continues this mapping exactly (so the two can merge)."""
+        if (self.end, self.prot, self.kind, self.inode, self.name) != (
+            other.start,
+            other.prot,
+            other.kind,
+            other.inode,
+            other.name,
+        ):
+            return False
+        return self.inode is None or self.offset + (self.end - self.start) == other.offset
+
+
+@state.savable
+@dataclass(eq=False)
+class MemoryManager:
+    """One address space: VMAs in address order and the private page table."""
+
+    id: int
+    mf: MemoryFile
+    vmas: list[VMA] = field(default_factory=list)
+    ptes: dict[int, int] = field(default_factory=dict)
+    brk_start: int = 0x0060_0000
+    brk: int = 0x0060_0000
+    mmap_base: int = MMAP_TOP
+    users: int = 1
+
+    # -- mappings ---------------------------------------------------------------------
+    def mmap(
+        self,
+        length: int,
+        prot: int,
+        kind: MapKind = MapKind.ANON_PRIVATE,
+        *,
+        inode: Inode | None = None,
+        offset: int = 0,
+        addr: int | None = None,
+        name: str = "",
+        shmem: Inode | None = None,
+    ) -> int:
+        """Map ``length`` bytes; returns the address.  ``addr`` means MAP_FIXED."""
+        if length <= 0 or offset % PAGE_SIZE:
+            raise SyscallError(errno.EINVAL, f"mmap of {length} bytes at file offset {offset}")
+        length = _round_up(length)
+        if kind in (MapKind.FILE_PRIVATE, MapKind.FILE_SHARED) and inode is None:
+            raise SyscallError(errno.EBADF, "file mapping without a file")
+        if kind is MapKind.ANON_SHARED:
+            if shmem is None:
+                raise KernelError("an anonymous shared mapping needs its shmem inode")
+            inode, offset = shmem, 0
+        if addr is None:
+            addr = self._find_gap(length)
+        elif addr % PAGE_SIZE:
+            raise SyscallError(errno.EINVAL, f"unaligned MAP_FIXED address {addr:#x}")
+        else:
+            self.munmap(addr, length)
+        vma = VMA(addr, addr + length, prot, kind, inode, offset, name)
+        if inode is not None:
+            inode.open_count += 1
+        self.vmas.append(vma)
+        self.vmas.sort(key=lambda v: v.start)
+        return addr
+
+    def _find_gap(self, length: int) -> int:
+        top = self.mmap_base
+        for vma in reversed(self.vmas):
+            if vma.start >= top:
+                continue
+            if vma.end <= top - length:
+                break
+            top = vma.start
+        self.mmap_base = top - length
+        return top - length
+
+    def munmap(self, addr: int, length: int) -> None:
+        end = addr + _round_up(length)
+        for vma in self._carve(addr, end):
+            self.vmas.remove(vma)
+            self._drop_ptes(vma.start, vma.end)
+            if vma.inode is not None:
+                vma.inode.open_count -= 1
+                vma.inode.release_if_unused(self.mf)
+
+    def mprotect(self, addr: int, length: int, prot: int) -> None:
+        end = addr + _round_up(length)
+        if not self._covered(addr, end):
+            raise SyscallError(errno.ENOMEM, f"[{addr:#x}, {end:#x}) is not fully mapped")
+        for vma in self._carve(addr, end):
+            vma.prot = prot
+        self._merge()
+
+    def _covered(self, start: int, end: int) -> bool:
+        cursor = start
+        for vma in self.vmas:
+            if vma.end <= cursor:
+                continue
+            if vma.start > cursor:
+                return False
+            cursor = vma.end
+            if cursor >= end:
+                return True
+        return cursor >= end
+
+    def _carve(self, start: int, end: int) -> list[VMA]:
+        """Split VMAs at ``start`` and ``end``; return the ones inside."""
+        inside: list[VMA] = []
+        for vma in list(self.vmas):
+            if vma.end <= start or vma.start >= end:
+                continue
+            if vma.start < start:
+                vma = self._split(vma, start)
+            if vma.end > end:
+                self._split(vma, end)
+            inside.append(vma)
+        return inside
+
+    def _split(self, vma: VMA, at: int) -> VMA:
+        tail = VMA(
+            at, vma.end, vma.prot, vma.kind, vma.inode, vma.offset + (at - vma.start), vma.name
+        )
+        if vma.inode is not None:
+            vma.inode.open_count += 1
+        vma.end = at
+        self.vmas.insert(self.vmas.index(vma) + 1, tail)
+        return tail
+
+    def _merge(self) -> None:
+        merged: list[VMA] = []
+        for vma in self.vmas:
+            if merged and merged[-1].same_mapping(vma):
+                merged[-1].end = vma.end
+                if vma.inode is not None:
+                    vma.inode.open_count -= 1
+            else:
+                merged.append(vma)
+        self.vmas = merged
+
+    def _drop_ptes(self, start: int, end: int) -> None:
+        first, last = start // PAGE_SIZE, end // PAGE_SIZE
+        if last - first > len(self.ptes):
+            doomed = [vpn for vpn in self.ptes if first <= vpn < last]
+        else:
+            doomed = [vpn for vpn in range(first, last) if vpn in self.ptes]
+        for vpn in doomed:
+            self.mf.decref(self.ptes.pop(vpn))
+
+    def find_vma(self, addr: int) -> VMA | None:
+        for vma in self.vmas:
+            if vma.start <= addr < vma.end:
+                return vma
+        return None
+
+    def set_brk(self, new: int) -> int:
+        """Grow or shrink the heap (the "[heap]" anonymous mapping)."""
+        new = _round_up(new)
+        if new < self.brk_start:
+            return self.brk
+        if new > self.brk:
+            self.mmap(new - self.brk, PROT_READ | PROT_WRITE, addr=self.brk, name="[heap]")
+            self._merge()
+        elif new < self.brk:
+            self.munmap(new, self.brk - new)
+        self.brk = new
+        return self.brk
+
+    # -- access -----------------------------------------------------------------------
+    def read(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        for vma, vpn, skip, take in self._pages(addr, n, PROT_READ):
+            out += self._frame_data(vma, vpn)[skip : skip + take]
+        return bytes(out)
+
+    def write(self, addr: int, data: bytes) -> None:
+        view = memoryview(data)
+        for vma, vpn, skip, take in self._pages(addr, len(data), PROT_WRITE):
+            frame = self._writable_frame(vma, vpn)
+            self.mf.write(frame, skip, view[:take])
+            view = view[take:]
+
+    def _pages(self, addr: int, n: int, need: int) -> Iterator[tuple[VMA, int, int, int]]:
+        pos, end = addr, addr + n
+        while pos < end:
+            vma = self.find_vma(pos)
+            if vma is None:
+                raise MemoryFault(pos, "no mapping")
+            if not vma.prot & need:
+                raise MemoryFault(pos, f"mapping {vma.name or 'anon'} lacks permission")
+            vpn, skip = divmod(pos, PAGE_SIZE)
+            take = min(PAGE_SIZE - skip, end - pos)
+            yield vma, vpn, skip, take
+            pos += take
+
+    def _frame_data(self, vma: VMA, vpn: int) -> bytes:
+        if vma.kind.shared:
+            assert vma.inode is not None
+            frame = vma.inode.pages.get(vma.file_page(vpn))
+        else:
+            frame = self.ptes.get(vpn)
+            if frame is None and vma.inode is not None:
+                frame = vma.inode.pages.get(vma.file_page(vpn))
+        return ZERO_PAGE if frame is None else self.mf.read(frame)
+
+    def _writable_frame(self, vma: VMA, vpn: int) -> int:
+        if vma.kind.shared:
+            assert vma.inode is not None
+            return vma.inode.page_frame(self.mf, vma.file_page(vpn))
+        frame = self.ptes.get(vpn)
+        if frame is None:
+            source = vma.inode.pages.get(vma.file_page(vpn)) if vma.inode is not None else None
+            frame = self.mf.copy(source) if source is not None else self.mf.alloc()
+            self.ptes[vpn] = frame
+        elif self.mf.shared(frame):
+            new = self.mf.copy(frame)  # copy-on-write
+            self.mf.decref(frame)
+            frame = self.ptes[vpn] = new
+        return frame
+
+    def populate(self, addr: int, data: bytes) -> None:
+        """Write ``data`` (used by workloads to give a process its resident memory)."""
+        self.write(addr, data)
+
+    # -- lifetime ---------------------------------------------------------------------
+    def fork(self, new_id: int) -> MemoryManager:
+        """A copy sharing every private frame copy-on-write and every shared page."""
+        child = MemoryManager(
+            new_id, self.mf, brk_start=self.brk_start, brk=self.brk, mmap_base=self.mmap_base
+        )
+        for vma in self.vmas:
+            child.vmas.append(
+                VMA(vma.start, vma.end, vma.prot, vma.kind, vma.inode, vma.offset, vma.name)
+            )
+            if vma.inode is not None:
+                vma.inode.open_count += 1
+        for frame in self.ptes.values():
+            self.mf.incref(frame)
+        child.ptes = dict(self.ptes)
+        return child
+
+    def release(self) -> None:
+        """Drop every mapping (process exit or exec)."""
+        for vma in list(self.vmas):
+            self.munmap(vma.start, vma.end - vma.start)
+
+    def resident_pages(self) -> int:
+        return len(self.ptes)
+
+    def page_digest_items(self) -> Iterator[tuple[VMA, int, int]]:
+        """(vma, virtual page, frame) for each populated page, for fingerprints."""
+        for vma in self.vmas:
+            first, last = vma.start // PAGE_SIZE, vma.end // PAGE_SIZE
+            if vma.kind.shared:
+                assert vma.inode is not None
+                base = vma.file_page(first)
+                for fpage, frame in sorted(vma.inode.pages.items()):
+                    if base <= fpage < base + (last - first):
+                        yield vma, first + fpage - base, frame
+            else:
+                for vpn in sorted(v for v in self.ptes if first <= v < last):
+                    yield vma, vpn, self.ptes[vpn]
+
+
+def _round_up(n: int) -> int:
+    return -(-n // PAGE_SIZE) * PAGE_SIZE

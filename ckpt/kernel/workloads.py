@@ -1,0 +1,481 @@
+"""Workloads: kernels built in a known state, selectable by name.
+
+``empty`` a pause process; ``http`` a small HTTP server whose listening socket the
+sandbox serves for real; ``nginx`` a master and 4 idle workers sharing the listener, an
+accept-mutex lock file held through FileLocks, logs, timers and several MiB of memory;
+``files:N`` N open regular files, some locked (seed 001's object-heavy case);
+``graph:N`` a random process/file/lock/timer graph for tests.  Everything is derived from
+``seed``, so two builds with the same options are identical (same fingerprint).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt import state
+from ckpt.errors import KernelError, SyscallError
+from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
+from ckpt.kernel.kernel import LOCK_EX, LOCK_SH, HttpService, Kernel, LockCmd
+from ckpt.kernel.locks import LockType
+from ckpt.kernel.mm import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, MapKind
+from ckpt.kernel.net import TCPSocket
+from ckpt.kernel.rootfs import build_rootfs, page_bytes, page_cache
+from ckpt.kernel.task import (
+    SIG_IGN,
+    SIGALRM,
+    SIGCHLD,
+    SIGHUP,
+    SIGINT,
+    SIGIO,
+    SIGPIPE,
+    SIGQUIT,
+    SIGTERM,
+    SIGUSR1,
+    SIGUSR2,
+    SIGWINCH,
+    Credentials,
+    Program,
+    SigInfo,
+    Task,
+)
+from ckpt.kernel.timers import ITIMER_REAL
+from ckpt.kernel.vfs import (
+    O_APPEND,
+    O_CLOEXEC,
+    O_CREAT,
+    O_RDONLY,
+    O_RDWR,
+    O_WRONLY,
+    RegularFD,
+)
+
+MS = 1_000_000
+WORKLOADS = ("empty", "http", "nginx", "files:N", "graph:N")
+NGINX_WORKERS = 4
+
+
+# -- programs -------------------------------------------------------------------------
+@state.savable
+@dataclass(eq=False)
+class NginxMaster(Program):
+    """Waits for signals; reaps workers on SIGCHLD, counts reloads on SIGHUP."""
+
+    reloads: int = 0
+    reaped: int = 0
+
+    def on_signal(self, kernel: Kernel, task: Task, info: SigInfo) -> None:
+        if info.signo == SIGCHLD:
+            try:
+                while kernel.wait(task) is not None:
+                    self.reaped += 1
+            except SyscallError:
+                pass
+        elif info.signo == SIGHUP:
+            self.reloads += 1
+
+
+@state.savable
+@dataclass(eq=False)
+class NginxWorker(Program):
+    """An idle worker: every accept_mutex_delay it takes the accept mutex if it is free."""
+
+    lock_fd: int = -1
+    delay_ns: int = 500 * MS
+    holds_mutex: bool = False
+    attempts: int = 0
+    timer_ticks: int = 0
+
+    def step(self, kernel: Kernel, task: Task) -> None:
+        if not self.holds_mutex:
+            self.attempts += 1
+            self.holds_mutex = bool(
+                kernel.fcntl_lock(task, self.lock_fd, LockCmd.SETLK, LockType.WRITE)
+            )
+        self.wake_ns = kernel.now + self.delay_ns
+
+    def on_signal(self, kernel: Kernel, task: Task, info: SigInfo) -> None:
+        if info.signo == SIGALRM:
+            self.timer_ticks += 1
+
+
+@state.savable
+@dataclass(eq=False)
+class LogWriter(Program):
+    """Appends a numbered line to ``fd`` every ``period_ns``."""
+
+    fd: int = -1
+    period_ns: int = 100 * MS
+    lines: int = 0
+
+    def step(self, kernel: Kernel, task: Task) -> None:
+        self.lines += 1
+        kernel.write(task, self.fd, b"line %d at %d\n" % (self.lines, kernel.now))
+        self.wake_ns = kernel.now + self.period_ns
+
+
+@state.savable
+@dataclass(eq=False)
+class Spinner(Program):
+    """Burns CPU whenever it may run (drives ITIMER_VIRTUAL and ITIMER_PROF)."""
+
+    busy: bool = True
+
+
+@state.savable
+@dataclass(eq=False)
+class SignalCounter(Program):
+    """Sleeps; remembers the order of the signals its handlers saw."""
+
+    seen: list[int] = state.field(default_factory=list)  # noqa: RUF009
+
+    def on_signal(self, kernel: Kernel, task: Task, info: SigInfo) -> None:
+        self.seen.append(info.signo)
+
+
+# -- building blocks ----------------------------------------------------------------------
+def new_kernel(
+    workload: str, seed: int, boot_id: str | None = None
+) -> tuple[Kernel, random.Random]:
+    rng = random.Random(seed)
+    k = Kernel(workload, boot_id or f"{rng.getrandbits(64):016x}")
+    k.rng_state = rng.getrandbits(64) | 1
+    build_rootfs(k, rng)
+    return k, rng
+
+
+def std_fds(k: Kernel, task: Task) -> None:
+    for flags in (O_RDONLY, O_WRONLY, O_WRONLY):
+        k.open(task, "/dev/null", flags)
+
+
+def map_image(
+    k: Kernel,
+    task: Task,
+    binary: str,
+    libs: list[str],
+    rng: random.Random,
+    *,
+    heap_pages: int,
+    zero_every: int = 0,
+) -> None:
+    """Map an executable, its libraries, heap, stack and vdso, and touch the heap."""
+    mm = task.tg.mm
+    assert mm is not None
+    fd = k.open(task, binary, O_RDONLY | O_CLOEXEC)
+    size = k.vfs.lookup(binary).inode.size
+    text = max(4096, size // 2 // 4096 * 4096)
+    base = 0x0040_0000
+    k.mmap(task, text, PROT_READ | PROT_EXEC, MapKind.FILE_PRIVATE, fd=fd, addr=base)
+    k.mmap(task, 4096 * 4, PROT_READ, MapKind.FILE_PRIVATE, fd=fd, offset=text, addr=base + text)
+    data_at = base + text + 4096 * 4
+    k.mmap(
+        task,
+        4096 * 2,
+        PROT_READ | PROT_WRITE,
+        MapKind.FILE_PRIVATE,
+        fd=fd,
+        offset=text,
+        addr=data_at,
+    )
+    k.close(task, fd)
+    mm.brk_start = mm.brk = data_at + 4096 * 16
+    for lib in libs:
+        path = "/usr/lib/x86_64-linux-gnu/" + lib
+        lfd = k.open(task, path, O_RDONLY | O_CLOEXEC)
+        lsize = max(8 * 4096, k.vfs.lookup(path).inode.size // 4096 * 4096)
+        code = lsize // 2 // 4096 * 4096
+        at = k.mmap(task, lsize + 4096 * 3, PROT_NONE, name=path)
+        k.mmap(task, code, PROT_READ | PROT_EXEC, MapKind.FILE_PRIVATE, fd=lfd, addr=at)
+        k.mmap(task, 4096 * 2, PROT_NONE, addr=at + code, name=path)
+        k.mmap(
+            task, 4096, PROT_READ, MapKind.FILE_PRIVATE, fd=lfd, offset=code, addr=at + code + 8192
+        )
+        k.mmap(
+            task,
+            4096,
+            PROT_READ | PROT_WRITE,
+            MapKind.FILE_PRIVATE,
+            fd=lfd,
+            offset=code + 4096,
+            addr=at + code + 12288,
+        )
+        k.mem_write(task, at + code + 12288, rng.randbytes(64))  # relocations: COW copy
+        k.munmap(task, at + code + 16384, lsize + 4096 * 3 - code - 16384)
+        k.close(task, lfd)
+    stack_top = 0x7FFF_FFFF_0000 - rng.randrange(1, 256) * 4096
+    stack = k.mmap(
+        task, 8 << 20, PROT_READ | PROT_WRITE, addr=stack_top - (8 << 20), name="[stack]"
+    )
+    for i in range(1, 5):
+        k.mem_write(task, stack + (8 << 20) - i * 4096, page_bytes(rng)[:2048])
+    k.mmap(task, 4096 * 2, PROT_READ, name="[vvar]")
+    k.mmap(task, 4096 * 2, PROT_READ | PROT_EXEC, name="[vdso]")
+    if heap_pages:
+        mm.set_brk(mm.brk_start + heap_pages * 4096)
+        for i in range(heap_pages):
+            addr = mm.brk_start + i * 4096
+            if zero_every and i % zero_every == 0:
+                k.mem_write(task, addr, bytes(4096))  # touched, still zero
+            else:
+                k.mem_write(task, addr, page_bytes(rng))
+    task.regs.rip = base + rng.randrange(0, text, 16)
+    task.regs.rsp = stack + (8 << 20) - 4096 + rng.randrange(0, 2048, 16)
+    task.regs.rbp = task.regs.rsp + 64
+    task.regs.fs_base = 0x7F00_0000_0000 + rng.randrange(1 << 20) * 16
+    task.regs.orig_rax = 232  # epoll_wait / pause: sleeping in a system call
+    task.regs.rax = (1 << 64) - 4  # -EINTR, as a restarted syscall shows
+
+
+# -- workloads ------------------------------------------------------------------------------
+def build_empty(seed: int = 0, id: str | None = None) -> Kernel:
+    """A pause container: pid 1 sleeping forever with a tiny address space."""
+    k, rng = new_kernel("empty", seed, id)
+    init = k.spawn_init("pause")
+    init.program = Program()
+    std_fds(k, init)
+    page_cache(k, "/usr/lib/x86_64-linux-gnu/libc.so.6", rng, 0.05)
+    map_image(k, init, "/usr/sbin/init", ["libc.so.6"], rng, heap_pages=4)
+    return k
+
+
+def build_http(seed: int = 0, id: str | None = None) -> Kernel:
+    """One server process: a listening socket (address set by the sandbox), config,
+    content and an access log open, request and restore counters in kernel state."""
+    k, rng = new_kernel("http", seed, id)
+    init = k.spawn_init("http-server")
+    init.program = Program()
+    std_fds(k, init)
+    page_cache(k, "/usr/lib/x86_64-linux-gnu/libc.so.6", rng, 0.1)
+    map_image(k, init, "/usr/bin/sh", ["libc.so.6", "libz.so.1"], rng, heap_pages=48, zero_every=6)
+    sock_fd = k.socket_tcp(init)
+    k.bind(init, sock_fd, "127.0.0.1", 0)
+    k.listen(init, sock_fd, 128)
+    k.open(init, "/etc/http/server.conf", O_RDONLY | O_CLOEXEC)
+    k.open(init, "/srv/www/index.html", O_RDONLY | O_CLOEXEC)
+    log_fd = k.open(init, "/var/log/http/access.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC)
+    for signo in (SIGTERM, SIGINT, SIGHUP):
+        k.sigaction(init, signo, 0x41_2000 + signo * 16)
+    k.sigaction(init, SIGPIPE, SIG_IGN)
+    listener = k._file(init, sock_fd).sock  # type: ignore[attr-defined]
+    assert isinstance(listener, TCPSocket)
+    log = k._file(init, log_fd)
+    assert isinstance(log, RegularFD)
+    k.http = HttpService(k.boot_id, listener, init, log)
+    return k
+
+
+def build_nginx(seed: int = 0, id: str | None = None, workers: int = NGINX_WORKERS) -> Kernel:
+    """nginx: master and workers, listener, unlinked accept-mutex lock file, logs, timers."""
+    if not 1 <= workers <= 64:
+        raise KernelError(f"nginx workers must be 1-64, not {workers}")
+    k, rng = new_kernel("nginx", seed, id)
+    init = k.spawn_init("nginx")
+    init.program = NginxMaster()
+    std_fds(k, init)
+    libs = [
+        "libc.so.6",
+        "libcrypt.so.1",
+        "libpcre2-8.so.0",
+        "libssl.so.3",
+        "libcrypto.so.3",
+        "libz.so.1",
+    ]
+    for lib in libs:
+        page_cache(k, "/usr/lib/x86_64-linux-gnu/" + lib, rng, 0.35)
+    page_cache(k, "/usr/sbin/nginx", rng, 0.5)
+    map_image(k, init, "/usr/sbin/nginx", libs, rng, heap_pages=320, zero_every=5)
+    master_handlers = (
+        SIGCHLD,
+        SIGHUP,
+        SIGUSR1,
+        SIGUSR2,
+        SIGWINCH,
+        SIGTERM,
+        SIGQUIT,
+        SIGINT,
+        SIGIO,
+        SIGALRM,
+    )
+    for signo in master_handlers:
+        k.sigaction(init, signo, 0x45_0000 + signo * 32, flags=0x4000000, mask=0)
+    k.sigaction(init, SIGPIPE, SIG_IGN)
+    listen_fd = k.socket_tcp(init)
+    k.bind(init, listen_fd, "0.0.0.0", 80)
+    k.listen(init, listen_fd, 511)
+    access = k.open(init, "/var/log/nginx/access.log", O_WRONLY | O_CREAT | O_APPEND)
+    error = k.open(init, "/var/log/nginx/error.log", O_WRONLY | O_CREAT | O_APPEND)
+    k.write(init, error, b'2026/11/29 00:00:00 [notice] 1#1: using the "epoll" event method\n')
+    k.dup2(init, error, 2)
+    pid = k.open(init, "/run/nginx.pid", O_WRONLY | O_CREAT | O_CLOEXEC)
+    k.write(init, pid, b"1\n")
+    k.close(init, pid)
+    lock_fd = k.open(init, "/var/lock/nginx.lock.accept", O_RDWR | O_CREAT)
+    k.unlink(init, "/var/lock/nginx.lock.accept")  # nginx unlinks it at once
+    shm = k.mmap(
+        init, 32 * 4096, PROT_READ | PROT_WRITE, MapKind.ANON_SHARED, name="/dev/zero (deleted)"
+    )
+    for i in range(8):
+        k.mem_write(init, shm + i * 4096, page_bytes(rng)[:512])
+    channels = []
+    for _ in range(workers):
+        channels.append(k.socketpair(init))
+    for n in range(workers):
+        w = k.fork(init, "nginx")
+        w.creds = Credentials(101, 101, 101, 101, 101, 101, 101, 101, (101,), 0, 0, 0, 0)
+        w.program = NginxWorker(lock_fd=lock_fd, delay_ns=500 * MS, wake_ns=k.now + (n + 1) * MS)
+        for i, (a, b) in enumerate(channels):
+            k.close(w, a if i == n else b) if i == n else (k.close(w, a), k.close(w, b))
+        ep = k.epoll_create(w)
+        k.epoll_ctl_add(w, ep, listen_fd)
+        k.epoll_ctl_add(w, ep, channels[n][1])
+        for signo in master_handlers:
+            k.sigaction(w, signo, 0x46_0000 + signo * 32)
+        k.setitimer(w, ITIMER_REAL, 100 * MS + n * 7 * MS, 100 * MS)
+        heap = w.tg.mm.brk_start if w.tg.mm else 0
+        for i in range(0, 40, 5):  # each worker dirties part of the inherited heap (COW)
+            k.mem_write(w, heap + i * 4096, page_bytes(rng))
+        k.mmap(w, 16 * 4096, PROT_READ | PROT_WRITE, name="")
+        k.mem_write(w, k.mmap(w, 64 * 4096, PROT_READ | PROT_WRITE), page_bytes(rng) * 8)
+    for _, b in channels:
+        k.close(init, b)
+    k.write(init, access, b"")
+    k.run_for(50 * MS)  # workers start, one takes the accept mutex
+    return k
+
+
+def build_files(n: int, seed: int = 0, id: str | None = None) -> Kernel:
+    """``n`` open regular files with live fds; every 10th POSIX-locked, every 7th flock'd."""
+    if not 0 <= n <= 1_000_000:
+        raise KernelError(f"files:N needs 0 <= N <= 1000000, not {n}")
+    k, rng = new_kernel(f"files:{n}", seed, id)
+    init = k.spawn_init("files")
+    init.program = Program()
+    std_fds(k, init)
+    map_image(k, init, "/usr/bin/sh", ["libc.so.6"], rng, heap_pages=8)
+    assert init.fd_table is not None
+    init.fd_table.limit = n + 64
+    init.tg.rlimits[7].cur = n + 64
+    data = k.vfs.lookup("/data")
+    for i in range(n):
+        dentry = k.vfs.link_new(
+            data, f"f{i:06d}", k.vfs.new_inode(k.vfs.root.inode.kind.REGULAR, 0o644, k.now)
+        )
+        fd = k.open(init, k.vfs.path_of(dentry), O_RDWR)
+        if i % 50 == 0:
+            k.write(init, fd, b"%06d\n" % i)
+        if i % 10 == 0:
+            k.fcntl_lock(init, fd, LockCmd.SETLK, LockType.WRITE, 0, 1 + i % 100)
+        if i % 7 == 0:
+            k.flock(init, fd, LOCK_SH if i % 2 else LOCK_EX)
+    return k
+
+
+def build_graph(n: int, seed: int = 0, id: str | None = None) -> Kernel:
+    """A random but deterministic kernel of about ``n`` operations, for tests."""
+    if not 1 <= n <= 100_000:
+        raise KernelError(f"graph:N needs 1 <= N <= 100000, not {n}")
+    k, rng = new_kernel(f"graph:{n}", seed, id)
+    init = k.spawn_init("init")
+    init.program = SignalCounter()
+    std_fds(k, init)
+    map_image(k, init, "/usr/bin/sh", ["libc.so.6"], rng, heap_pages=4)
+    for signo in (SIGALRM, SIGUSR1, SIGCHLD):
+        k.sigaction(init, signo, 0x40_1000 + signo * 16)
+    live = [init]
+    for step in range(n):
+        task = rng.choice([t for t in live if t.state.value != "Z"])
+        op = rng.randrange(12)
+        try:
+            if op == 0 and len(live) < 64:
+                child = k.fork(task, f"p{step}", share_files=rng.random() < 0.2)
+                child.program = rng.choice([Program(), SignalCounter()])
+                live.append(child)
+            elif op == 1 and len(live) < 64:
+                live.append(k.clone_thread(task, f"t{step}"))
+            elif op == 2:
+                fd = k.open(
+                    task,
+                    f"/tmp/g{rng.randrange(n)}",
+                    O_RDWR | O_CREAT | (O_CLOEXEC if rng.random() < 0.3 else 0),
+                )
+                k.write(task, fd, rng.randbytes(rng.randrange(1, 6000)))
+            elif op == 3:
+                _r, w = k.pipe(task)
+                k.write(task, w, rng.randbytes(rng.randrange(1, 300)))
+            elif op == 4:
+                fds = _regular_fds(task)
+                if fds:
+                    fd = rng.choice(fds)
+                    start = rng.randrange(0, 1000)
+                    kind = rng.choice([LockType.READ, LockType.WRITE])
+                    cmd = rng.choice([LockCmd.SETLK, LockCmd.OFD_SETLK])
+                    k.fcntl_lock(task, fd, cmd, kind, start, rng.randrange(0, 500))
+            elif op == 5:
+                fds = _regular_fds(task)
+                if fds:
+                    k.flock(task, rng.choice(fds), rng.choice([LOCK_SH, LOCK_EX]))
+            elif op == 6:
+                tid = k.timer_create(task, rng.choice([CLOCK_MONOTONIC, CLOCK_REALTIME]), SIGUSR1)
+                k.timer_settime(task, tid, rng.randrange(1, 50) * MS, rng.choice([0, 7 * MS]))
+            elif op == 7:
+                addr = k.mmap(
+                    task,
+                    rng.randrange(1, 8) * 4096,
+                    PROT_READ | PROT_WRITE,
+                    rng.choice([MapKind.ANON_PRIVATE, MapKind.ANON_SHARED]),
+                )
+                k.mem_write(task, addr, rng.randbytes(rng.randrange(1, 9000)))
+            elif op == 8:
+                fds = sorted(task.fd_table.entries) if task.fd_table else []
+                if len(fds) > 3:
+                    k.dup(task, rng.choice(fds[3:]))
+            elif op == 9:
+                a, _b = k.socketpair(task)
+                k.write(task, a, rng.randbytes(rng.randrange(1, 200)))
+            elif op == 10:
+                k.setitimer(task, ITIMER_REAL, rng.randrange(1, 30) * MS, rng.choice([0, 11 * MS]))
+            elif op == 11:
+                k.run_for(rng.randrange(1, 20) * MS)
+        except SyscallError:
+            pass
+    return k
+
+
+def _regular_fds(task: Task) -> list[int]:
+    if task.fd_table is None:
+        return []
+    return [
+        fd
+        for fd, e in task.fd_table.entries.items()
+        if isinstance(e.file, RegularFD) and e.file.writable()
+    ]
+
+
+_BUILDERS: dict[str, Callable[..., Kernel]] = {
+    "empty": build_empty,
+    "http": build_http,
+    "nginx": build_nginx,
+}
+_COUNTED: dict[str, Callable[..., Kernel]] = {"files": build_files, "graph": build_graph}
+
+
+def build_workload(name: str, **options: Any) -> Kernel:
+    """Build a workload by name (see ``WORKLOADS``); options: seed, id, and per workload."""
+    base, sep, count = name.partition(":")
+    try:
+        if base in _BUILDERS and not sep:
+            return _BUILDERS[base](**options)
+        if base in _COUNTED and sep:
+            try:
+                n = int(count)
+            except ValueError:
+                raise KernelError(
+                    f"workload {name!r}: N must be an integer, as in {base}:100"
+                ) from None
+            return _COUNTED[base](n, **options)
+    except TypeError as exc:
+        raise KernelError(f"workload {name!r}: bad option ({exc})") from None
+    raise KernelError(f"unknown workload {name!r}; choose one of: {', '.join(WORKLOADS)}")
