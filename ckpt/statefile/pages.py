@@ -279,11 +279,13 @@ def read_pages_meta(
         head = f.read(PAGES_HEADER.size)
     if len(head) != PAGES_HEADER.size or head[:8] != PAGES_MAGIC:
         raise StatefileError(f"{pages_path}: not a ckpt page file (bad magic at offset 0)")
-    _, _version, pid = PAGES_HEADER.unpack(head)
+    _, version, pid = PAGES_HEADER.unpack(head)
     if pid != image_id:
         raise IntegrityError(
             f"{pages_path}: belongs to another image (image id {pid.hex()} at offset 16)"
         )
+    if head != PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id):
+        raise IntegrityError(f"{pages_path}: corrupt header (version {version}, offset 8)")
 
     runs: list[StoredRun] = []
     pos = PAGES_META_HEADER.size

@@ -242,14 +242,14 @@ class StatefileReader:
             )
         last.append(prev)
 
-    def _open_chunk(self, fr: _Frame) -> bytes:
+    def _open_chunk(self, fr: _Frame) -> tuple[bytes, bytes, int]:
         """Pool job: check the chunk's tag against the chain, then decompress it."""
         where = f"{self.path}: chunk {fr.index} at offset {fr.offset}"
         if self.verify:
             s = self.sealer
             expected = s.chain(fr.prev_tag, s.digest(fr.index, fr.frame, fr.stored))
             s.check(expected, fr.tag, where)
-        return decompress_chunk(fr.stored, fr.codec, fr.raw_len, where)
+        return decompress_chunk(fr.stored, fr.codec, fr.raw_len, where), fr.tag, fr.index
 
     def _check_footer(self, last_tag: bytes) -> None:
         p = self.path
@@ -270,20 +270,18 @@ class StatefileReader:
                 self._check_footer(last[0])
                 return
             total = 0
-            frames = self._frames(f, last)
-            pending: bytes | None = None
-            for data in map_ordered(self._open_chunk, frames):
-                if pending is not None:
-                    yield pending
+            last_index = h.chunk_count - 1
+            for data, tag, index in map_ordered(self._open_chunk, self._frames(f, last)):
                 total += len(data)
-                pending = data
-            if total != h.stream_len:
-                raise IntegrityError(
-                    f"{self.path}: chunks hold {total} bytes, the footer says {h.stream_len}"
-                )
-            self._check_footer(last[0])
-            assert pending is not None
-            yield pending
+                if index == last_index:
+                    # The footer closes the chain: check it before the last bytes go out.
+                    if total != h.stream_len:
+                        raise IntegrityError(
+                            f"{self.path}: chunks hold {total} bytes, the footer says "
+                            f"{h.stream_len}"
+                        )
+                    self._check_footer(tag)
+                yield data
 
     def read_all(self) -> bytes:
         """The whole verified stream as one bytes object."""

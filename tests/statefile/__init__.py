@@ -1,0 +1,1 @@
+"""Tests for ckpt.statefile (image format, page file, integrity, inspect)."""

@@ -1,0 +1,148 @@
+"""The image directory is replaced atomically; crashes leave the old image intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ckpt import statefile
+from ckpt.errors import ImageExistsError, StatefileError
+from ckpt.statefile import image as image_mod
+from tests.statefile.conftest import sample_pages, write_image
+
+OLD = b"the previous image" * 100
+NEW = b"the new image" * 100
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_existing_image_is_refused_without_force(make_image, tmp_path: Path) -> None:
+    target = make_image("img", OLD, sample_pages())
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.raises(ImageExistsError, match="--force"):
+        write_image(target, NEW)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert leftovers(tmp_path) == []
+
+
+def test_empty_existing_directory_is_used(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    write_image(tmp_path / "img", NEW)
+    assert statefile.open_image(tmp_path / "img").read_state() == NEW
+
+
+def test_target_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "img").write_text("x")
+    with pytest.raises(StatefileError, match="not a directory"):
+        write_image(tmp_path / "img", NEW)
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+def test_force_replaces_atomically(make_image, tmp_path: Path, monkeypatch, exchange) -> None:
+    if not exchange:
+        monkeypatch.setattr(image_mod, "_exchange", lambda a, b: False)
+    target = make_image("img", OLD, sample_pages())
+    (target / "stats.json").write_text("{}")  # an extra file of the old image
+    write_image(target, NEW, force=True)
+    assert statefile.open_image(target).read_state() == NEW
+    assert not (target / "stats.json").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_exception_mid_write_leaves_old_image(make_image, tmp_path: Path) -> None:
+    target = make_image("img", OLD, sample_pages())
+    with pytest.raises(RuntimeError, match="boom"):  # noqa: SIM117
+        with statefile.ImageWriter(target, force=True) as img:
+            img.state_file.write(NEW * 1000)
+            img.write_pages(sample_pages())
+            assert img.temp_dir is not None and img.temp_dir.exists()
+            raise RuntimeError("boom")
+    assert statefile.open_image(target).read_state() == OLD
+    assert leftovers(tmp_path) == []
+
+
+def test_failed_first_write_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError):  # noqa: SIM117
+        with statefile.ImageWriter(tmp_path / "img") as img:
+            img.state_file.write(NEW)
+            raise RuntimeError("crash")
+    assert list(tmp_path.iterdir()) == []
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from ckpt import statefile
+    target, ready = Path(sys.argv[1]), Path(sys.argv[2])
+    with statefile.ImageWriter(target, force=True) as img:
+        img.state_file.write(b"half-written" * 200000)
+        ready.write_text(str(img.temp_dir))
+        time.sleep(60)
+    """
+)
+
+
+def test_sigkill_mid_write_keeps_old_image(make_image, tmp_path: Path) -> None:
+    target = make_image("img", OLD, sample_pages())
+    ready = tmp_path / "ready"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(ready)], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), "the writer never got going"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    temp = Path(ready.read_text())
+    assert temp.exists() and temp.parent == tmp_path  # the dead writer's leftover
+    assert not (temp / "pages_meta.img").exists()  # it never looked complete
+    # The old image is intact and still verifies.
+    image = statefile.open_image(target)
+    assert image.read_state() == OLD
+    assert image.open_pages().read_page(0) == sample_pages()[0][1]
+    # The next writer for the same target sweeps the dead writer's leftover.
+    write_image(target, NEW, force=True)
+    assert not temp.exists()
+    assert leftovers(tmp_path) == []
+    assert statefile.open_image(target).read_state() == NEW
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_crash_between_renames_is_undone(make_image, tmp_path: Path) -> None:
+    target = make_image("img", OLD, sample_pages())
+    aside = tmp_path / f".img.old-{_dead_pid()}-abc123"
+    os.rename(target, aside)  # as if killed after renaming the old image aside
+    assert statefile.clean_stale(target) == []
+    assert statefile.open_image(target).read_state() == OLD
+    assert leftovers(tmp_path) == []
+
+
+def test_live_writers_leftovers_are_kept(tmp_path: Path) -> None:
+    mine = tmp_path / f".img.tmp-{os.getpid()}-xyz"
+    mine.mkdir()
+    dead = tmp_path / f".img.tmp-{_dead_pid()}-xyz"
+    dead.mkdir()
+    other = tmp_path / f".other.tmp-{_dead_pid()}-xyz"
+    other.mkdir()
+    assert statefile.clean_stale(tmp_path / "img") == [dead]
+    assert mine.exists() and other.exists()

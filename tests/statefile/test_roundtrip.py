@@ -1,0 +1,193 @@
+"""Round trips through the image: stream and pages, every compression and key setting."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ckpt import state, statefile
+from ckpt.errors import StatefileError
+from ckpt.statefile import PAGE_SIZE
+from tests.statefile.conftest import KEY, sample_pages
+
+SETTINGS = [
+    pytest.param({"compression": "zstd"}, id="zstd"),
+    pytest.param({"compression": "none"}, id="none"),
+    pytest.param({"compression": "zstd", "key": KEY}, id="zstd-key"),
+    pytest.param({"compression": "none", "key": KEY}, id="none-key"),
+    pytest.param({"compression": "zstd", "level": 9}, id="zstd-9"),
+]
+
+
+@state.savable
+@dataclass(eq=False)
+class SfFile:
+    path: str
+    data: bytes
+    owner: SfTask | None = None
+
+
+@state.savable
+@dataclass(eq=False)
+class SfTask:
+    tid: int
+    name: str
+    files: list[SfFile]
+    parent: SfTask | None = None
+
+
+def build_graph(n: int) -> SfTask:
+    root = SfTask(1, "init", [])
+    for i in range(n):
+        t = SfTask(i + 2, f"task-{i}", [], root)
+        t.files = [SfFile(f"/tmp/f{i}-{j}", os.urandom(16) * 4, t) for j in range(3)]
+        root.files.extend(t.files)
+    return root
+
+
+@pytest.mark.parametrize("opts", SETTINGS)
+@pytest.mark.parametrize("size", [0, 1, 4096, 3 * 512 + 7])
+def test_stream_round_trip(make_image, opts, size: int) -> None:
+    stream = os.urandom(size // 2) + b"z" * (size - size // 2)
+    # A small chunk size makes several chunks out of a small stream.
+    target = make_image("img", stream, sample_pages(), chunk_size=512, **opts)
+    image = statefile.open_image(target, key=opts.get("key"))
+    assert image.read_state() == stream
+    assert image.state_reader().read() == stream
+    assert image.header.stream_len == size
+    assert image.header.chunk_count == -(-size // 512)
+
+
+@pytest.mark.parametrize("opts", SETTINGS)
+def test_pages_round_trip(make_image, opts) -> None:
+    pages = sample_pages()
+    target = make_image("img", b"s", pages, **opts)
+    image = statefile.open_image(target, key=opts.get("key"))
+    for lazy in (False, True):
+        loaded = image.open_pages(lazy=lazy)
+        assert list(loaded.indices) == [i for i, _ in pages]
+        for i, data in pages:
+            assert loaded.read_page(i) == data
+        loaded.wait()
+    s = loaded.summary
+    assert (s.scanned, s.zero, s.stored) == (10, 3, 7)
+    assert (s.stored_runs, s.zero_runs) == (3, 2)
+
+
+@pytest.mark.parametrize("engine", state.ENGINES)
+@pytest.mark.parametrize("opts", SETTINGS[:3])
+def test_state_graph_round_trip(tmp_path: Path, engine: str, opts) -> None:
+    root = build_graph(200)
+    with statefile.ImageWriter(tmp_path / "img", chunk_size=4096, **opts) as img:
+        result = state.save(root, img.state_file, engine=engine)
+        img.note_save(result, engine)
+    image = statefile.open_image(tmp_path / "img", key=opts.get("key"))
+    assert image.metadata["engine"] == engine
+    assert image.metadata["objects"] == result.objects
+    assert image.header.chunk_count > 1
+    for other in state.ENGINES:  # one wire format: either engine loads it
+        back = state.load(image.state_reader(), engine=other)
+        assert [(f.path, f.data, f.owner.tid) for f in back.files] == [
+            (f.path, f.data, f.owner.tid) for f in root.files
+        ]
+        assert all(f.owner.parent is back for f in back.files)
+        assert all(any(g is f for g in f.owner.files) for f in back.files)  # identity kept
+    assert state.loads(image.read_state(), engine=engine).files[5].path == root.files[5].path
+
+
+def test_metadata_defaults_and_caller_keys(tmp_path: Path) -> None:
+    with statefile.ImageWriter(tmp_path / "img", metadata={"workload": "http"}) as img:
+        img.metadata.update(engine="typed", custom={"a": [1, 2]})
+        img.state_file.write(b"x" * 10)
+        img.write_pages(sample_pages())
+    md = statefile.open_image(tmp_path / "img").metadata
+    assert md["workload"] == "http"
+    assert md["engine"] == "typed"
+    assert md["custom"] == {"a": [1, 2]}
+    assert md["compression"] == "zstd" and md["level"] == statefile.DEFAULT_LEVEL
+    assert md["created"].endswith("+00:00")
+    assert md["ckpt_version"] and md["python_version"]
+    assert md["pages"]["scanned"] == 10 and md["pages"]["zero"] == 3
+    assert md["state_bytes"] == 10
+    assert md["_format"]["integrity"] == "crc32"
+
+
+def test_reserved_metadata_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StatefileError, match="reserved"):  # noqa: SIM117
+        with statefile.ImageWriter(tmp_path / "img") as img:
+            img.metadata["_mine"] = 1
+    assert not (tmp_path / "img").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metadata_must_be_json(tmp_path: Path) -> None:
+    with pytest.raises(StatefileError, match="JSON"):  # noqa: SIM117
+        with statefile.ImageWriter(tmp_path / "img") as img:
+            img.metadata["when"] = object()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stats_json(tmp_path: Path) -> None:
+    with statefile.ImageWriter(tmp_path / "img") as img:
+        img.write_stats({"types": {"Task": {"count": 3}}})
+    image = statefile.open_image(tmp_path / "img")
+    assert image.stats() == {"types": {"Task": {"count": 3}}}
+    assert json.loads((tmp_path / "img" / "stats.json").read_text())["types"]["Task"]["count"] == 3
+
+
+def test_open_by_checkpoint_img_path(make_image) -> None:
+    target = make_image("img", b"hello", sample_pages())
+    image = statefile.open_image(target / "checkpoint.img")
+    assert image.read_state() == b"hello"
+    assert image.open_pages().read_page(0) == sample_pages()[0][1]
+
+
+def test_compression_shrinks_compressible_stream(make_image) -> None:
+    stream = b"all work and no play " * 20000
+    z = make_image("z", stream, compression="zstd")
+    n = make_image("n", stream, compression="none")
+    assert (z / "checkpoint.img").stat().st_size < len(stream) // 10
+    assert (n / "checkpoint.img").stat().st_size > len(stream)
+
+
+def test_incompressible_chunks_are_stored_raw(make_image) -> None:
+    stream = os.urandom(100_000)
+    z = make_image("z", stream, compression="zstd")
+    # Stored raw: no zstd expansion beyond the framing.
+    assert (z / "checkpoint.img").stat().st_size < len(stream) + 1024
+
+
+@pytest.mark.parametrize(
+    ("opts", "match"),
+    [
+        ({"compression": "lz4"}, "unknown compression"),
+        ({"compression": "zstd", "level": 99}, "out of range"),
+        ({"key": b"short"}, "at least 16"),
+        ({"chunk_size": 0}, "chunk size"),
+    ],
+)
+def test_bad_writer_options(tmp_path: Path, opts, match: str) -> None:
+    with pytest.raises(StatefileError, match=match):
+        statefile.ImageWriter(tmp_path / "img", **opts)
+
+
+def test_bad_pages_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(StatefileError, match="ascending"):  # noqa: SIM117
+        with statefile.ImageWriter(tmp_path / "a") as img:
+            img.write_pages([(3, bytes(PAGE_SIZE)), (2, bytes(PAGE_SIZE))])
+    with pytest.raises(StatefileError, match="not 4096"):  # noqa: SIM117
+        with statefile.ImageWriter(tmp_path / "b") as img:
+            img.write_pages([(0, b"short")])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_after_finish_is_refused(tmp_path: Path) -> None:
+    with statefile.ImageWriter(tmp_path / "img") as img:
+        f = img.state_file
+        f.write(b"abc")
+    with pytest.raises(StatefileError, match="finished"):
+        f.write(b"more")
