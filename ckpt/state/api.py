@@ -19,6 +19,7 @@ from ckpt.state import wire as w
 from ckpt.state.stats import Stats
 
 ENGINES = ("reflect", "typed")
+PAUSE_GC = True  # the typed engine pauses cyclic GC; benchmarks turn it off to compare
 _MODULES = {"reflect": reflect, "typed": typed}
 _INPUT_ERRORS = (
     ValueError,
@@ -53,7 +54,7 @@ class _GcPaused:
     """Pause cyclic GC for the typed engine (restored even when the walk fails)."""
 
     def __init__(self, active: bool) -> None:
-        self.active = active and gc.isenabled()
+        self.active = active and PAUSE_GC and gc.isenabled()
 
     def __enter__(self) -> None:
         if self.active:
@@ -101,10 +102,9 @@ def save(
 def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
     """Rebuild the graph from a stream written by either engine."""
     module = _engine(engine)
-    payload = w.unframe(data)
     try:
         with _GcPaused(module is typed):
-            loaded = graph.validate(payload)
+            loaded = graph.validate(w.unframe(data))
             return module.load(loaded, stats)
     except StateError as exc:
         raise StateError(f"{engine} load failed: {exc}") from exc

@@ -238,7 +238,19 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
         return
     if tag is K.SAVE:
         fn = src.const(f"save{i}", spec.opts.save)
-        src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
+        if not kind.args:
+            src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
+            return
+        # The return annotation says plain data: the saved value is its own encoding.
+        if spec.elidable:
+            src.add(2, f"if {v} is {src.const(f'd{i}', spec.default)}:")
+            src.add(3, f"{e} = None")
+            src.add(2, "else:")
+            src.add(3, f"{e} = {fn}({v})")
+        else:
+            src.add(2, f"{e} = {fn}({v})")
+        if bigint and _has_int(kind.args[0]):
+            src.add(2, f"{e} = __ckpt_ctx.dyn_plain({e}, __ckpt_obj)")
         return
     if tag is K.OPT:
         enc = src.const(f"enc{i}", elem_encoder(kind.args[0], bigint))
@@ -373,7 +385,7 @@ def _with_default(src: _Source, spec: Any, raw: str, expr: str) -> str:
 def _dyn_load_expr(src: _Source, spec: Any, raw: str) -> str:
     expr = f"__ckpt_dyn({raw})"
     if spec.kind.tag is K.SAVE:
-        return f"{src.const(f'load_{spec.name}', spec.opts.load)}({expr})"
+        expr = f"{src.const(f'load_{spec.name}', spec.opts.load)}({expr})"
     return _with_default(src, spec, raw, expr)
 
 
@@ -389,7 +401,12 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
     if tag is K.ANY:
         return f"__ckpt_dyn({raw})"
     if tag is K.SAVE:
-        return f"{src.const(f'load_{spec.name}', spec.opts.load)}(__ckpt_dyn({raw}))"
+        load = src.const(f"load_{spec.name}", spec.opts.load)
+        if not kind.args or (bigint and _has_int(kind.args[0])):
+            return f"{load}(__ckpt_dyn({raw}))"
+        plain = kind.args[0].tag
+        conv = f"tuple({raw})" if plain in (K.TUPLE, K.VARTUPLE) else raw
+        return _with_default(src, spec, raw, f"{load}({conv})")
     if tag is K.ENUM:
         members = src.const(f"members_{spec.name}", {m._value_: m for m in kind.enum_cls})
         return _with_default(src, spec, raw, f"{members}[{raw}]")
@@ -431,6 +448,10 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
     # OPT of a non-reference kind, TUPLE, and anything nested: a decoder closure.
     dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
     return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
+
+
+def _has_int(kind: Kind) -> bool:
+    return kind.tag is K.INT or any(_has_int(a) for a in kind.args)
 
 
 def bigint_encode(v: Any) -> Any:

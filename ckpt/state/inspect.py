@@ -185,8 +185,14 @@ class StreamView:
         tag = kind.tag
         if tag is K.REF:
             return self._ref(raw)
-        if tag in (K.ANY, K.SAVE) or (tag is K.INT and isinstance(raw, dict)):
+        if (
+            tag is K.ANY
+            or (tag is K.SAVE and not kind.args)
+            or (isinstance(raw, dict) and tag in (K.INT, K.SAVE))
+        ):
             return self._dyn(raw)
+        if tag is K.SAVE:
+            return self._compact(kind.args[0], raw)
         if raw is None:
             return None
         if tag in SCALARS or tag is K.ENUM:

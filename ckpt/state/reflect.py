@@ -128,8 +128,12 @@ def _compact_field(objs: list, decode: Any) -> Any:
         tag = kind.tag
         if tag is K.REF:
             return ref(raw)
-        if tag is K.ANY or tag is K.SAVE:
+        if tag is K.ANY or (tag is K.SAVE and not kind.args):
             return decode(raw)
+        if tag is K.SAVE:
+            # Plain data decodes to itself; big ints inside arrive self-describing.
+            plain = decode(raw)
+            return tuple(plain) if kind.args[0].tag in (K.TUPLE, K.VARTUPLE) else plain
         if raw is None:
             if tag is K.OPT:
                 return None

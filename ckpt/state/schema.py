@@ -40,7 +40,7 @@ class K(enum.Enum):
     ENUM = "enum"
     REF = "ref"  # a savable object (or None): identity kept
     ANY = "any"  # polymorphic: self-describing values
-    SAVE = "save"  # saved through save=/load= functions, as a self-describing value
+    SAVE = "save"  # saved through save=/load= functions: save[plain kind] or self-describing
 
 
 SCALARS = frozenset({K.BOOL, K.INT, K.FLOAT, K.STR, K.BYTES})
@@ -137,6 +137,29 @@ def kind_of(annotation: Any, where: str) -> Kind:
     return ANY_KIND
 
 
+def is_plain(kind: Kind) -> bool:
+    """Scalars and sequences of scalars: data whose MessagePack form is the value itself."""
+    if kind.tag in SCALARS:
+        return True
+    if kind.tag is K.OPT:
+        return kind.args[0].tag in SCALARS
+    return kind.tag in (K.LIST, K.VARTUPLE, K.TUPLE) and all(a.tag in SCALARS for a in kind.args)
+
+
+def save_kind(save_fn: Any) -> Kind:
+    """``save[<kind>]`` when the save function's return annotation is plain data, so the
+    value is written compactly; otherwise ``save`` (self-describing)."""
+    try:
+        ret = typing.get_type_hints(save_fn).get("return")
+    except Exception:
+        ret = None
+    if ret is not None:
+        kind = kind_of(ret, getattr(save_fn, "__qualname__", "save function"))
+        if is_plain(kind):
+            return Kind(K.SAVE, (kind,))
+    return SAVE_KIND
+
+
 def _union_kind(members: list, where: str) -> Kind:
     if all(isinstance(m, type) and registry.is_savable(m) for m in members):
         return Kind(K.REF)
@@ -172,7 +195,11 @@ class FieldSpec:
         None is unambiguous only where None is not a legal value of the kind, and only
         the typed writer elides; readers of both engines honour it.
         """
-        return self.kind.tag not in (K.OPT, K.REF, K.ANY, K.SAVE) and self.has_default
+        kind = self.kind
+        if kind.tag is K.SAVE:
+            # Only when the save function's return annotation rules None out.
+            return bool(kind.args) and kind.args[0].tag is not K.OPT and self.default is not MISSING
+        return kind.tag not in (K.OPT, K.REF, K.ANY) and self.has_default
 
 
 @dataclasses.dataclass(eq=False)
@@ -211,7 +238,7 @@ def build_schema(info: TypeInfo) -> Schema:
         if opts.nosave:
             kind = ANY_KIND
         elif opts.save is not None:
-            kind = SAVE_KIND
+            kind = save_kind(opts.save)
         else:
             kind = kind_of(hints.get(f.name, Any), where)
         spec = FieldSpec(

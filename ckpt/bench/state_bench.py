@@ -1,0 +1,195 @@
+"""``ckpt bench state``: the engines side by side with C pickle and pure-Python pickle.
+
+Shapes after gVisor's pkg/state benchmarks (see ``state_models``).  For each shape,
+``Encoding/<shape>`` saves the root and ``Decoding/<shape>`` loads a stream the same
+engine wrote; ``GraphSave``/``GraphLoad`` do the same for a 20000-node random graph.
+Peers: ``typed``, ``reflect``, ``pickle`` (C, protocol 5) and ``pickle-py``
+(``pickle._Pickler``/``_Unpickler``).  The typed engine pauses cyclic GC during its
+walk; the variant ``typed+gc`` leaves GC running, to show how much of the ratio that
+pause accounts for.
+
+Pickle recurses once per nested object, so everything runs in a worker thread with a
+large stack and a raised recursion limit; the state engines do not recurse.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt import state
+from ckpt.bench import harness, state_models
+from ckpt.bench.harness import Case, Result
+from ckpt.state import api
+
+PEERS = ("typed", "reflect", "pickle", "pickle-py")
+
+
+def _pickle_py_dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    pickle._Pickler(buf, protocol=5).dump(obj)
+    return buf.getvalue()
+
+
+def _pickle_py_loads(data: bytes) -> Any:
+    return pickle._Unpickler(io.BytesIO(data)).load()
+
+
+def _typed_with_gc(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        api.PAUSE_GC = False
+        try:
+            return fn(*args)
+        finally:
+            api.PAUSE_GC = True
+
+    return run
+
+
+def _codecs(variant: str) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    if variant == "pickle":
+        return (lambda o: pickle.dumps(o, 5)), pickle.loads
+    if variant == "pickle-py":
+        return _pickle_py_dumps, _pickle_py_loads
+    if variant == "typed+gc":
+        return _typed_with_gc(lambda o: state.dumps(o, "typed")), _typed_with_gc(
+            lambda d: state.loads(d, "typed")
+        )
+    return (lambda o, e=variant: state.dumps(o, e)), (lambda d, e=variant: state.loads(d, e))
+
+
+def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> list[Case]:
+    cases: list[Case] = []
+    shapes: list[tuple[str, str, Any]] = [
+        (f"Encoding/{name}", f"Decoding/{name}", make())
+        for name, make in state_models.SHAPES.items()
+    ]
+    shapes.append(("GraphSave", "GraphLoad", state_models.make_graph(graph_nodes)))
+    for save_name, load_name, root in shapes:
+        variants = list(peers)
+        if save_name == "GraphSave" and "typed" in peers:
+            variants.insert(1, "typed+gc")
+        for variant in variants:
+            dumps, loads = _codecs(variant)
+            data = dumps(root)
+            cases.append(Case(save_name, variant, (lambda d=dumps, r=root: d(r)), bytes_of=len))
+            # Loads report the size of what they read, so bytes ratios show on both rows.
+            size = len(data)
+            cases.append(
+                Case(load_name, variant, (lambda ld=loads, d=data: ld(d)), bytes_of=lambda _r, n=size: n)
+            )
+    return cases
+
+
+def run(
+    count: int = 5,
+    filter: str | None = None,
+    graph_nodes: int = 20000,
+    memory: bool = True,
+    progress: bool = True,
+) -> list[Result]:
+    """Build the cases and run them interleaved, in a thread with room for pickle."""
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            cases = harness.select(build_cases(graph_nodes), filter)
+            out["results"] = harness.run_interleaved(cases, count, memory=memory, progress=progress)
+        except BaseException as exc:  # re-raised in the caller's thread
+            out["error"] = exc
+
+    old_limit = sys.getrecursionlimit()
+    old_stack = threading.stack_size()
+    sys.setrecursionlimit(max(old_limit, 200_000))
+    threading.stack_size(1 << 30)
+    try:
+        worker = threading.Thread(target=work, name="bench-state")
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(old_stack)
+        sys.setrecursionlimit(old_limit)
+    if "error" in out:
+        raise out["error"]
+    return out["results"]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    variant: str
+    baseline: str
+    attr: str
+    limit: float
+    label: str
+
+
+TARGETS = [
+    Target("Encoding/fields", "typed", "reflect", "wall_ns", 0.20, "time"),
+    Target("Decoding/fields", "typed", "reflect", "wall_ns", 0.14, "time"),
+    Target("Encoding/ptr", "typed", "reflect", "wall_ns", 0.45, "time"),
+    Target("Decoding/ptr", "typed", "reflect", "wall_ns", 0.40, "time"),
+    *[
+        Target(f"{d}/{s}", "typed", "reflect", "wall_ns", 0.90, "time")
+        for s in ("map", "slice", "root-list", "root-dict")
+        for d in ("Encoding", "Decoding")
+    ],
+    Target("GraphSave", "typed", "reflect", "wall_ns", 0.40, "time"),
+    Target("GraphLoad", "typed", "reflect", "wall_ns", 0.33, "time"),
+    Target("GraphSave", "typed", "pickle", "wall_ns", 1.00, "time"),
+    Target("GraphLoad", "typed", "pickle", "wall_ns", 1.00, "time"),
+    Target("GraphSave", "typed", "reflect", "out_bytes", 0.85, "bytes"),
+    Target("GraphSave", "typed", "pickle", "out_bytes", 0.50, "bytes"),
+]
+
+
+def target_rows(results: list[Result]) -> list[dict[str, Any]]:
+    """Each BENCHMARKS.md target with the measured ratio and whether it is met."""
+    rows = []
+    for t in TARGETS:
+        r = harness.ratio(results, t.name, t.variant, t.baseline, t.attr)
+        if r != r:  # filtered out
+            continue
+        rows.append(
+            {
+                "benchmark": t.name,
+                "metric": f"{t.label} {t.variant}/{t.baseline}",
+                "ratio": r,
+                "target": t.limit,
+                "met": r <= t.limit,
+            }
+        )
+    for r in results:
+        if r.variant == "typed" and r.name in ("GraphSave", "GraphLoad"):
+            rows.append(
+                {
+                    "benchmark": r.name,
+                    "metric": "gc collections, typed",
+                    "ratio": r.gc_collections,
+                    "target": 0,
+                    "met": r.gc_collections == 0,
+                }
+            )
+    return rows
+
+
+def render_targets(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="targets (BENCHMARKS.md)")
+    for col in ("benchmark", "metric", "measured", "target", ""):
+        table.add_column(col, justify="left" if col in ("benchmark", "metric") else "right")
+    for row in rows:
+        table.add_row(
+            row["benchmark"],
+            row["metric"],
+            f"{row['ratio']:.2f}",
+            f"≤ {row['target']:.2f}",
+            "[green]met[/]" if row["met"] else "[red]short[/]",
+        )
+    return table
