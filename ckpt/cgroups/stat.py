@@ -8,8 +8,9 @@ What makes it lean, each point from the seed:
   wanted values are sliced out of it (no text decoding, no line splitting, no dicts);
 * hugepage sizes come from ``/sys/kernel/mm/hugepages`` once per process instead of a
   directory listing of the cgroup on every call;
-* the result is presized: one ``array('q')`` holding every figure, with ``-1`` for
-  "not available here", behind named read-only properties.
+* the figures go into one presized ``array('q')`` per reader, reset and refilled on
+  every call; the result holds an immutable ``bytes`` copy of it (one allocation), with
+  ``-1`` for "not available here", behind named read-only properties.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import struct
 import threading
 from array import array
 from collections.abc import Mapping
@@ -45,6 +47,7 @@ FIELDS = (
 )
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
 HUGETLB_BASE = len(FIELDS)
+_Q = struct.Struct("q")
 
 
 def _human_size(nbytes: int) -> str:
@@ -77,8 +80,10 @@ def hugepage_sizes(directory: Path = HUGEPAGES_DIR) -> tuple[str, ...]:
 
 
 def _field(index: int) -> property:
+    offset = index * _Q.size
+
     def get(self: CgroupStat) -> int | None:
-        value = self._values[index]
+        value = _Q.unpack_from(self._data, offset)[0]
         return None if value == MISSING else value
 
     get.__name__ = FIELDS[index]
@@ -93,10 +98,10 @@ class CgroupStat:
     used for this group).
     """
 
-    __slots__ = ("_sizes", "_values")
+    __slots__ = ("_data", "_sizes")
 
-    def __init__(self, values: array, sizes: tuple[str, ...]) -> None:
-        self._values = values
+    def __init__(self, data: bytes, sizes: tuple[str, ...]) -> None:
+        self._data = data  # native int64 figures: FIELDS, then one per hugepage size
         self._sizes = sizes
 
     @classmethod
@@ -116,7 +121,7 @@ class CgroupStat:
         for i, size in enumerate(sizes):
             if hugetlb and size in hugetlb:
                 values[HUGETLB_BASE + i] = hugetlb[size]
-        return cls(values, sizes)
+        return cls(values.tobytes(), sizes)
 
     usage_usec = _field(0)
     user_usec = _field(1)
@@ -131,7 +136,7 @@ class CgroupStat:
     @property
     def hugetlb(self) -> dict[str, int]:
         """Usage in bytes per page size (``"2MB"``), for the sizes the group reports."""
-        v = self._values
+        v = array("q", self._data)
         return {
             s: v[HUGETLB_BASE + i]
             for i, s in enumerate(self._sizes)
@@ -185,6 +190,8 @@ class StatReader:
         self._bufs = [self._buf]
         self._lock = threading.Lock()
         self._template = array("q", [MISSING]) * (HUGETLB_BASE + len(self.sizes))
+        self._scratch = self._template[:]
+        self._usage_scratch = array("q", [MISSING])
         self.plan: tuple[_Read, ...] = tuple(self._build(unified, v1))
         self._usage = self._usage_read(unified, v1)
 
@@ -299,20 +306,24 @@ class StatReader:
 
     def read(self) -> CgroupStat:
         """One snapshot of every planned figure."""
-        values = self._template[:]
         with self._lock:
+            values = self._scratch
+            values[:] = self._template  # same size: copies in place, allocates nothing
             for read in self.plan:
                 self._apply(read, self._fill(read), values)
-        return CgroupStat(values, self.sizes)
+            data = values.tobytes()
+        return CgroupStat(data, self.sizes)
 
     def cpu_usage_usec(self) -> int:
         """Total CPU time of the group in microseconds: one small file, one read."""
         read = self._usage
         if read is None:
             raise CgroupError("this cgroup has no CPU accounting file (cpuacct.usage or cpu.stat)")
-        values = array("q", [MISSING])
         with self._lock:
+            values = self._usage_scratch
+            values[0] = MISSING
             self._apply(read, self._fill(read), values)
-        if values[0] == MISSING:
+            usage = values[0]
+        if usage == MISSING:
             raise CgroupError(f"malformed {os.fsdecode(read.path)}: no usage_usec line")
-        return values[0]
+        return usage
