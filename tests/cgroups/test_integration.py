@@ -8,6 +8,7 @@ fails, and then checks that nothing was left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -200,3 +201,48 @@ def test_cleanup_removes_a_frozen_populated_group(scope: Scope) -> None:
     inner.cleanup()
     assert child.poll() is not None
     assert inner.leftovers() == []
+
+
+def _as_nobody(fn: Callable[[], object]) -> object:
+    """Run ``fn`` in a forked child that dropped root to nobody; return what it returned."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = json.dumps(fn())
+        except BaseException as exc:
+            out, code = json.dumps(f"{type(exc).__name__}: {exc}"), 1
+        os.write(w, out.encode())
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, data
+    return json.loads(data)
+
+
+def test_unprivileged_quota_is_a_clear_error_and_no_quota_is_inert(scope: Scope) -> None:
+    name = f"{scope.prefix}/g"
+
+    def check() -> object:
+        ok, why = cgroups.available_for_quota()
+        mgr = cgroups.create(name)
+        try:
+            cgroups.create(name, cpus=0.5)
+            quota_error = ""
+        except CgroupError as exc:
+            quota_error = str(exc)
+        return [ok, why, mgr.inert, quota_error]
+
+    ok, why, inert, quota_error = _as_nobody(check)  # type: ignore[misc]
+    assert not ok and "not writable" in why
+    assert inert
+    assert quota_error.startswith("cannot apply a CPU quota: ")
+    assert quota_error.endswith("; run as root or pass --ignore-cgroups")
+    assert scope.leftovers() == []
