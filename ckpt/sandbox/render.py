@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -50,10 +49,35 @@ def timings_table(title: str, timings: Timings) -> Table:
     return table
 
 
-def stats_renderable(stats: dict[str, Any] | None, text: str | None) -> Group | Text:
-    """The state engine's per-type table, as the engine formats it."""
-    if text:
-        return Group(Text("state engine per-type stats", style="bold"), Text(text))
-    if stats:
-        return Text(repr(stats))
-    return Text("")
+def stats_renderable(
+    stats: dict[str, Any] | None,
+    text: str | None,
+    *,
+    title: str = "per-type state statistics",
+    limit: int = 15,
+) -> Table | Text:
+    """The state engine's per-type table (from ``Stats.as_dict()``), largest time first."""
+    rows = (stats or {}).get("types") if isinstance(stats, dict) else None
+    if not isinstance(rows, list):
+        return Text(text or "")
+    table = Table(title=title, title_justify="left")
+    for col in ("type", "count", "total", "per object"):
+        table.add_column(col, justify="left" if col == "type" else "right")
+    for row in rows[:limit]:
+        table.add_row(
+            Text(str(row.get("type"))),
+            f"{row.get('count', 0):,}",
+            f"{row.get('total_ns', 0) / 1e6:.3f} ms",
+            f"{row.get('per_object_ns', 0) / 1e3:.2f} µs",
+        )
+    if len(rows) > limit:
+        table.caption = f"... and {len(rows) - limit} more types"
+    total = stats.get("total_ns") if isinstance(stats, dict) else None
+    if total is not None:
+        table.add_row(
+            Text("(all)", style="bold"),
+            f"{sum(r.get('count', 0) for r in rows):,}",
+            f"{total / 1e6:.3f} ms",
+            "",
+        )
+    return table
