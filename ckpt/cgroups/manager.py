@@ -258,6 +258,7 @@ class Manager(BaseManager):
         return self._stat_reader().cpu_usage_usec()
 
     def stat(self) -> CgroupStat:
+        """CPU, memory, pids and hugetlb figures, read through a plan fixed on first use."""
         return self._stat_reader().read()
 
 

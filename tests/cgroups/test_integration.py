@@ -246,3 +246,11 @@ def test_unprivileged_quota_is_a_clear_error_and_no_quota_is_inert(scope: Scope)
     assert quota_error.startswith("cannot apply a CPU quota: ")
     assert quota_error.endswith("; run as root or pass --ignore-cgroups")
     assert scope.leftovers() == []
+
+
+def test_adding_a_dead_process_names_the_file(scope: Scope) -> None:
+    mgr = scope.create()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(CgroupError, match=r"cgroup\.procs: No such process"):
+        mgr.add_process(dead.pid)
