@@ -22,7 +22,8 @@ from ckpt.errors import KernelError, SyscallError
 from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME, Timekeeper
 from ckpt.kernel.locks import LOCK_EOF, LockSet, LockType, LockWaiter
 from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind, MemoryFile, MemoryManager
-from ckpt.kernel.net import Socket, SocketFD, SocketState, TCPSocket, UnixSocket
+from ckpt.kernel.net import NetStack, Socket, SocketFD, SocketState, TCPSocket, UnixSocket
+from ckpt.kernel.ns import BOOT_MESSAGES, CgroupNode, IPCNamespace, UTSNamespace, standard_cgroups
 from ckpt.kernel.task import (
     ITIMER_SIGNALS,
     SIG_IGN,
@@ -44,6 +45,7 @@ from ckpt.kernel.task import (
     Task,
     TaskState,
     ThreadGroup,
+    default_fpstate,
     sigbit,
 )
 from ckpt.kernel.timers import ITIMER_PROF, ITIMER_REAL, ITIMER_VIRTUAL, PosixTimer, TimerFD
@@ -77,6 +79,29 @@ CLD_EXITED, CLD_KILLED, CLD_STOPPED, CLD_CONTINUED = 1, 2, 5, 6
 LOCK_SH, LOCK_EX, LOCK_UN = 1, 2, 8
 SEEK_SET, SEEK_CUR, SEEK_END = 0, 1, 2
 QUANTUM_NS = 1_000_000  # step size while some task is using CPU
+PROC_ENTRIES = [
+    "auxv",
+    "cgroup",
+    "cmdline",
+    "comm",
+    "cwd",
+    "environ",
+    "exe",
+    "gid_map",
+    "io",
+    "limits",
+    "maps",
+    "mem",
+    "mountinfo",
+    "mounts",
+    "oom_score",
+    "oom_score_adj",
+    "root",
+    "stat",
+    "statm",
+    "status",
+    "uid_map",
+]
 
 
 class LockCmd:
@@ -117,6 +142,11 @@ class Kernel:
     init: Task | None = None
     timerfds: list[TimerFD] = field(default_factory=list)
     http: HttpService | None = None
+    netstack: NetStack = field(default_factory=NetStack.standard)
+    uts: UTSNamespace = field(default_factory=UTSNamespace)
+    ipc: IPCNamespace = field(default_factory=IPCNamespace)
+    cgroups: list[CgroupNode] = field(default_factory=standard_cgroups)
+    syslog: list[str] = field(default_factory=lambda: list(BOOT_MESSAGES))
     next_uid: int = 1
     next_mm: int = 1
     next_fdtable: int = 1
@@ -166,7 +196,10 @@ class Kernel:
         tg = ThreadGroup(tgid, self.uid(), SignalHandlers())
         tg.mm = MemoryManager(self.next_mm, self.memory_file)
         self.next_mm += 1
-        task = Task(tgid, tg, comm, creds or Credentials())
+        task = Task(tgid, tg, comm, creds or Credentials(), fpstate=default_fpstate())
+        task.start_time_ns = self.now
+        self._cgroup_join(tgid)
+        self._procfs_add(tgid)
         task.fd_table = FDTable(self.next_fdtable)
         self.next_fdtable += 1
         task.fs = FSContext(self.vfs.root, self.vfs.root)
@@ -192,7 +225,9 @@ class Kernel:
         tg.rlimits = [type(r)(r.cur, r.max) for r in ptg.rlimits]
         child = Task(tgid, tg, comm or parent.comm, parent.creds.copy(), parent.regs.copy())
         child.regs.rax = 0  # fork returns 0 in the child
-        child.sigmask = parent.sigmask
+        self._inherit_thread_state(parent, child)
+        tg.exe, tg.oom_score_adj = ptg.exe, ptg.oom_score_adj
+        self._procfs_add(tgid)
         child.state = TaskState.SLEEPING
         assert parent.fd_table is not None and parent.fs is not None
         if share_files:
@@ -215,15 +250,59 @@ class Kernel:
         self._check_alive(task)
         tid = self.pidns.allocate()
         thread = Task(tid, task.tg, comm or task.comm, task.creds.copy(), task.regs.copy())
+        self._inherit_thread_state(task, thread)
         thread.fd_table, thread.fs = task.fd_table, task.fs
         assert task.fd_table is not None and task.fs is not None
         task.fd_table.users += 1
         task.fs.users += 1
-        thread.sigmask = task.sigmask
         thread.state = TaskState.SLEEPING
         task.tg.tasks.append(thread)
         self.pidns.tasks[tid] = thread
         return thread
+
+    def _inherit_thread_state(self, parent: Task, child: Task) -> None:
+        child.sigmask = parent.sigmask
+        child.fpstate = parent.fpstate
+        child.cpu_affinity, child.personality = parent.cpu_affinity, parent.personality
+        child.sched_policy, child.io_priority = parent.sched_policy, parent.io_priority
+        child.nice, child.cgroup = parent.nice, parent.cgroup
+        child.start_time_ns = self.now
+        self._cgroup_join(child.tid)
+
+    def _procfs_add(self, tgid: int) -> None:
+        """/proc/PID and its entries, as procfs shows them (gVisor saves them too)."""
+        try:
+            proc = self.vfs.lookup("/proc")
+        except SyscallError:
+            return  # no procfs mounted (a bare kernel in a test)
+        if str(tgid) in proc.children:
+            return
+        d = self.vfs.link_new(
+            proc, str(tgid), self.vfs.new_inode(InodeKind.DIRECTORY, 0o555, self.now)
+        )
+        for name in PROC_ENTRIES:
+            self.vfs.link_new(d, name, self.vfs.new_inode(InodeKind.REGULAR, 0o444, self.now))
+        for sub in ("fd", "fdinfo", "task", "net", "ns"):
+            self.vfs.link_new(d, sub, self.vfs.new_inode(InodeKind.DIRECTORY, 0o555, self.now))
+
+    def _procfs_remove(self, tgid: int) -> None:
+        try:
+            proc = self.vfs.lookup("/proc")
+        except SyscallError:
+            return
+        d = proc.children.pop(str(tgid), None)
+        if d is not None:
+            d.dead = True
+
+    def _cgroup_join(self, tid: int) -> None:
+        for root in self.cgroups:
+            (root.children[0] if root.children else root).pids.append(tid)
+
+    def _cgroup_leave(self, tid: int) -> None:
+        for root in self.cgroups:
+            for node in (root, *root.children):
+                if tid in node.pids:
+                    node.pids.remove(tid)
 
     def _copy_fd_table(self, table: FDTable) -> FDTable:
         new = FDTable(self.next_fdtable, limit=table.limit)
@@ -293,6 +372,7 @@ class Kernel:
         if not task.is_leader:
             task.tg.tasks.remove(task)
             self.pidns.tasks.pop(task.tid, None)
+            self._cgroup_leave(task.tid)
 
     def _close_group_resources(self, tg: ThreadGroup) -> None:
         if tg.mm is not None:
@@ -324,6 +404,8 @@ class Kernel:
             leader.parent.children.remove(leader)
             leader.parent = None
         self.pidns.tasks.pop(leader.tid, None)
+        self._cgroup_leave(leader.tid)
+        self._procfs_remove(leader.tid)
         if tg.pgrp is not None:
             tg.pgrp.members.remove(tg)
             if not tg.pgrp.members:
@@ -994,7 +1076,12 @@ class Kernel:
         return file.sock
 
     def bind(self, task: Task, fd: int, host: str, port: int) -> None:
-        self._tcp(task, fd).bind(host, port)
+        sock = self._tcp(task, fd)
+        if port and port in self.netstack.reserved_ports:
+            raise SyscallError(errno.EADDRINUSE, f"port {port} is in use")
+        sock.bind(host, port)
+        if port:
+            self.netstack.reserved_ports[port] = sock.id
 
     def listen(self, task: Task, fd: int, backlog: int = 511) -> None:
         self._tcp(task, fd).listen(backlog)

@@ -193,6 +193,29 @@ class VMA:
     inode: Inode | None = None
     offset: int = 0  # file offset of ``start``
     name: str = ""
+    max_prot: int = PROT_READ | PROT_WRITE | PROT_EXEC
+    grows_down: bool = False
+    dont_fork: bool = False
+    mlock: int = 0
+    numa_policy: int = 0
+    numa_nodemask: int = 0
+
+    def clone(self) -> VMA:
+        return VMA(
+            self.start,
+            self.end,
+            self.prot,
+            self.kind,
+            self.inode,
+            self.offset,
+            self.name,
+            self.max_prot,
+            self.grows_down,
+            self.dont_fork,
+            self.mlock,
+            self.numa_policy,
+            self.numa_nodemask,
+        )
 
     def file_page(self, vpn: int) -> int:
         return (self.offset // PAGE_SIZE) + vpn - self.start // PAGE_SIZE
@@ -223,6 +246,12 @@ class MemoryManager:
     brk: int = 0x0060_0000
     mmap_base: int = MMAP_TOP
     users: int = 1
+    auxv: list[tuple[int, int]] = field(default_factory=list)
+    argv: tuple[int, int] = (0, 0)
+    envp: tuple[int, int] = (0, 0)
+    executable: Inode | None = None
+    dumpability: int = 1
+    max_rss_pages: int = 0
 
     # -- mappings ---------------------------------------------------------------------
     def mmap(
@@ -422,12 +451,21 @@ class MemoryManager:
     def fork(self, new_id: int) -> MemoryManager:
         """A copy sharing every private frame copy-on-write and every shared page."""
         child = MemoryManager(
-            new_id, self.mf, brk_start=self.brk_start, brk=self.brk, mmap_base=self.mmap_base
+            new_id,
+            self.mf,
+            brk_start=self.brk_start,
+            brk=self.brk,
+            mmap_base=self.mmap_base,
+            auxv=list(self.auxv),
+            argv=self.argv,
+            envp=self.envp,
+            executable=self.executable,
+            dumpability=self.dumpability,
         )
         for vma in self.vmas:
-            child.vmas.append(
-                VMA(vma.start, vma.end, vma.prot, vma.kind, vma.inode, vma.offset, vma.name)
-            )
+            if vma.dont_fork:
+                continue
+            child.vmas.append(vma.clone())
             if vma.inode is not None:
                 vma.inode.open_count += 1
         for frame in self.ptes.values():

@@ -70,6 +70,47 @@ class Socket:
 
 
 @state.savable
+@dataclass(eq=False, slots=True)
+class TCPEndpoint:
+    """Transport state of a TCP endpoint, the fields a netstack keeps per connection."""
+
+    snd_una: int = 0
+    snd_nxt: int = 0
+    snd_wnd: int = 65535
+    snd_wscale: int = 7
+    rcv_nxt: int = 0
+    rcv_wnd: int = 65535
+    rcv_wscale: int = 7
+    iss: int = 0
+    irs: int = 0
+    mss: int = 65483
+    cwnd: int = 10
+    ssthresh: int = 65535
+    srtt_us: int = 0
+    rttvar_us: int = 0
+    rto_ms: int = 1000
+    retransmits: int = 0
+    dup_acks: int = 0
+    sack_permitted: bool = True
+    timestamps: bool = True
+    ts_recent: int = 0
+    keepalive: bool = False
+    keepalive_idle_s: int = 7200
+    keepalive_interval_s: int = 75
+    keepalive_count: int = 9
+    nodelay: bool = False
+    cork: bool = False
+    linger_s: int = -1
+    reuse_addr: bool = False
+    reuse_port: bool = False
+    send_buffer: int = 16384
+    recv_buffer: int = 131072
+    congestion: str = "reno"
+    segments_sent: int = 0
+    segments_received: int = 0
+
+
+@state.savable
 @dataclass(eq=False)
 class TCPSocket(Socket):
     """A TCP socket: listening (address, backlog, accept queue) or connected."""
@@ -78,6 +119,7 @@ class TCPSocket(Socket):
     remote: tuple[str, int] | None = None
     backlog: int = 0
     accept_queue: list[TCPSocket] = field(default_factory=list)
+    endpoint: TCPEndpoint = field(default_factory=TCPEndpoint)
 
     def bind(self, host: str, port: int) -> None:
         if self.state is not SocketState.UNBOUND:
@@ -117,3 +159,104 @@ class SocketFD(FileDescription):
 
     def lock_inode(self) -> Inode | None:
         return self.inode
+
+
+@state.savable
+@dataclass(eq=False, slots=True)
+class StatCounter:
+    """One netstack statistic (gVisor keeps each as its own object)."""
+
+    value: int = 0
+
+
+@state.savable
+@dataclass(eq=False)
+class NIC:
+    """A network interface: addresses, link parameters and per-NIC statistics."""
+
+    id: int
+    name: str
+    mtu: int
+    hw_addr: bytes = b""
+    addresses: list[tuple[str, int]] = field(default_factory=list)
+    up: bool = True
+    stats: dict[str, StatCounter] = field(default_factory=dict)
+
+
+@state.savable
+@dataclass(eq=False, slots=True)
+class Route:
+    destination: str
+    prefix: int
+    gateway: str
+    nic: int
+    metric: int = 0
+
+
+@state.savable
+@dataclass(eq=False, slots=True)
+class Neighbor:
+    address: str
+    link_addr: bytes
+    nic: int
+    state: int = 2  # reachable
+
+
+NIC_STATS = [
+    f"{direction}.{what}"
+    for direction in ("rx", "tx")
+    for what in ("packets", "bytes", "errors", "dropped", "multicast", "unknown_l3", "malformed")
+]
+STACK_STATS = [
+    f"{proto}.{what}"
+    for proto in ("ip", "icmp", "tcp", "udp", "arp")
+    for what in (
+        "packets_received",
+        "packets_sent",
+        "invalid_destination",
+        "invalid_source",
+        "malformed",
+        "dropped",
+        "options_received",
+        "checksum_errors",
+        "segments_sent",
+        "retransmits",
+        "resets_sent",
+        "resets_received",
+        "active_opens",
+        "passive_opens",
+        "listen_overflows",
+        "timeouts",
+    )
+]
+
+
+@state.savable
+@dataclass(eq=False)
+class NetStack:
+    """The sandbox's network stack: interfaces, routes, neighbours, port reservations."""
+
+    nics: list[NIC] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    neighbors: list[Neighbor] = field(default_factory=list)
+    reserved_ports: dict[int, int] = field(default_factory=dict)  # port -> socket id
+    stats: dict[str, StatCounter] = field(default_factory=dict)
+    forwarding: bool = False
+    default_ttl: int = 64
+
+    @staticmethod
+    def standard() -> NetStack:
+        """Loopback and one ethernet interface with a default route, as runsc sets up."""
+        lo = NIC(1, "lo", 65536, b"", [("127.0.0.1", 8), ("::1", 128)])
+        eth = NIC(2, "eth0", 1500, bytes.fromhex("02420a000002"), [("10.0.0.2", 24)])
+        for nic in (lo, eth):
+            nic.stats = {name: StatCounter() for name in NIC_STATS}
+        stack = NetStack([lo, eth])
+        stack.routes = [
+            Route("127.0.0.0", 8, "", 1),
+            Route("10.0.0.0", 24, "", 2),
+            Route("0.0.0.0", 0, "10.0.0.1", 2),
+        ]
+        stack.neighbors = [Neighbor("10.0.0.1", bytes.fromhex("02420a000001"), 2)]
+        stack.stats = {name: StatCounter() for name in STACK_STATS}
+        return stack

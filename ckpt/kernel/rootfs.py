@@ -139,8 +139,13 @@ DEVICES = {
 }
 
 
-def build_rootfs(k: Kernel, rng: random.Random, *, share_files: int = 50) -> None:
-    """Mount the root and the usual pseudo filesystems, and fill them."""
+def build_rootfs(k: Kernel, rng: random.Random, *, minimal: bool = False) -> None:
+    """Mount the root and the usual pseudo filesystems, and fill them.
+
+    ``minimal`` leaves out the cold bulk (extra libraries, binaries, certificates,
+    zoneinfo, package metadata): a small tree for tests that build many kernels.
+    """
+    share_files = 0 if minimal else 50
     vfs, now = k.vfs, k.timekeeper.realtime_ns
     vfs.mount("overlay", "rootfs", None, now)
     for d in ["proc", "dev", "sys", "tmp", "run"]:
@@ -189,10 +194,10 @@ def build_rootfs(k: Kernel, rng: random.Random, *, share_files: int = 50) -> Non
     for name in LIBS:
         dentry = vfs.create("/usr/lib/x86_64-linux-gnu/" + name, 0o755, now)
         dentry.inode.size = rng.randrange(64, 2048) * 1024
-    for i in range(120):
+    for i in range(0 if minimal else 120):
         dentry = vfs.create(f"/usr/lib/x86_64-linux-gnu/libextra{i:03d}.so.{i % 7}", 0o644, now)
         dentry.inode.size = rng.randrange(8, 512) * 1024
-    for name in BINARIES:
+    for name in BINARIES[: 4 if minimal else None]:
         dentry = vfs.create("/usr/bin/" + name, 0o755, now)
         dentry.inode.size = rng.randrange(16, 1200) * 1024
         vfs.symlink("/usr/bin/" + name, "/bin/" + name, now)
@@ -203,6 +208,8 @@ def build_rootfs(k: Kernel, rng: random.Random, *, share_files: int = 50) -> Non
     for i in range(share_files):
         _write_new(k, f"/usr/share/nginx/html/page{i:02d}.html", b"<html>%d</html>\n" % i, 0o644)
     _write_new(k, "/usr/share/nginx/html/index.html", b"<html><body>hello</body></html>\n", 0o644)
+    if not minimal:
+        _cold_tree(k, rng)
     _write_new(k, "/srv/www/index.html", b"<html><body>ckpt http</body></html>\n", 0o644)
 
 
@@ -228,3 +235,25 @@ def page_bytes(rng: random.Random) -> bytes:
     text = (b"\x48\x89\xe5\x41\x57\x41\x56" + head[:9]) * 16
     body = head + text
     return (body * (4096 // len(body) + 1))[:4096]
+
+
+def _cold_tree(k: Kernel, rng: random.Random) -> None:
+    """The bulk of an image's dentry cache: certificates, zoneinfo, package metadata."""
+    vfs, now = k.vfs, k.timekeeper.realtime_ns
+    for path in ["/usr/share/ca-certificates/mozilla", "/etc/ssl/certs", "/usr/share/zoneinfo"]:
+        vfs.makedirs(path, now)
+    vfs.makedirs("/var/lib/dpkg/info", now)
+    for i in range(140):
+        name = f"CA_Root_{i:03d}.crt"
+        dentry = vfs.create("/usr/share/ca-certificates/mozilla/" + name, 0o644, now)
+        dentry.inode.size = rng.randrange(1200, 2200)
+        vfs.symlink("/usr/share/ca-certificates/mozilla/" + name, f"/etc/ssl/certs/{i:08x}.0", now)
+    for region in ["Africa", "America", "Asia", "Europe", "Pacific"]:
+        vfs.makedirs("/usr/share/zoneinfo/" + region, now)
+        for i in range(24):
+            dentry = vfs.create(f"/usr/share/zoneinfo/{region}/City{i:02d}", 0o644, now)
+            dentry.inode.size = rng.randrange(100, 3000)
+    for i in range(90):
+        for ext in ("list", "md5sums"):
+            dentry = vfs.create(f"/var/lib/dpkg/info/pkg{i:03d}.{ext}", 0o644, now)
+            dentry.inode.size = rng.randrange(50, 9000)

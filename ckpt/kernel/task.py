@@ -59,6 +59,17 @@ RLIMIT_NAMES = [
 ]
 
 
+def default_fpstate() -> bytes:
+    """An XSAVE area as a fresh thread has it: x87 control word and MXCSR set, rest zero."""
+    legacy = bytearray(512)
+    legacy[0:2] = (0x037F).to_bytes(2, "little")  # FCW
+    legacy[24:28] = (0x1F80).to_bytes(4, "little")  # MXCSR
+    legacy[28:32] = (0xFFFF).to_bytes(4, "little")  # MXCSR mask
+    header = bytearray(64)
+    header[0] = 0b111  # XSTATE_BV: x87, SSE, AVX
+    return bytes(legacy + header + bytes(256))
+
+
 def sigbit(signo: int) -> int:
     return 1 << (signo - 1)
 
@@ -243,6 +254,20 @@ class Program:
 
 
 @state.savable
+@dataclass(eq=False, slots=True)
+class IOUsage:
+    """/proc/PID/io counters."""
+
+    rchar: int = 0
+    wchar: int = 0
+    syscr: int = 0
+    syscw: int = 0
+    read_bytes: int = 0
+    write_bytes: int = 0
+    cancelled_write_bytes: int = 0
+
+
+@state.savable
 @dataclass(eq=False)
 class Session:
     sid: int
@@ -284,6 +309,14 @@ class ThreadGroup:
     utime_ns: int = 0
     stime_ns: int = 0
     handled: dict[int, int] = field(default_factory=dict)  # signo -> handler runs
+    io: IOUsage = field(default_factory=lambda: IOUsage())
+    min_flt: int = 0
+    maj_flt: int = 0
+    children_utime_ns: int = 0
+    children_stime_ns: int = 0
+    oom_score_adj: int = 0
+    exe: str = ""
+    tty: int = 0
 
     @property
     def cpu_ns(self) -> int:
@@ -317,6 +350,23 @@ class Task:
     exit_code: int | None = None
     utime_ns: int = 0
     nice: int = 0
+    # What gVisor also keeps per task: FPU/XSAVE area, futex and rseq registration,
+    # the alternate signal stack, scheduling and accounting details.
+    fpstate: bytes = b""
+    robust_list: int = 0
+    set_child_tid: int = 0
+    clear_child_tid: int = 0
+    rseq_addr: int = 0
+    rseq_signature: int = 0
+    altstack: tuple[int, int, int] = (0, 0, 2)  # sp, flags (SS_DISABLE), size
+    cpu_affinity: int = 0b11
+    sched_policy: int = 0
+    io_priority: int = 0
+    personality: int = 0
+    start_time_ns: int = 0
+    nvcsw: int = 0
+    nivcsw: int = 0
+    cgroup: str = "/"
 
     @property
     def tgid(self) -> int:

@@ -114,6 +114,11 @@ class Inode:
     pipe: Pipe | None = None
     locks: FileLocks | None = None
     open_count: int = 0
+    blocks: int = 0
+    btime_ns: int = 0
+    generation: int = 0
+    flags: int = 0
+    xattrs: dict[str, bytes] = field(default_factory=dict)
 
     def file_locks(self) -> FileLocks:
         """The inode's locks, allocated on first use."""
@@ -153,6 +158,7 @@ class Inode:
             view = view[take:]
             pos += take
         self.size = max(self.size, pos)
+        self.blocks = len(self.pages) * 8
         return len(data)
 
     def page_frame(self, mf: MemoryFile, page: int) -> int:
@@ -189,6 +195,7 @@ class Dentry:
     children: dict[str, Dentry] = field(default_factory=dict)
     mounted: Mount | None = None
     dead: bool = False
+    refs: int = 1
 
 
 @state.savable
@@ -376,7 +383,17 @@ class VFS:
     def new_inode(self, kind: InodeKind, mode: int, now_ns: int = 0, **kwargs: object) -> Inode:
         ino = self.next_ino
         self.next_ino += 1
-        return Inode(ino, kind, mode, atime_ns=now_ns, mtime_ns=now_ns, ctime_ns=now_ns, **kwargs)  # type: ignore[arg-type]
+        return Inode(
+            ino,
+            kind,
+            mode,
+            atime_ns=now_ns,
+            mtime_ns=now_ns,
+            ctime_ns=now_ns,
+            btime_ns=now_ns,
+            generation=ino * 2654435761 % (1 << 32),
+            **kwargs,  # type: ignore[arg-type]
+        )
 
     def new_pipe(self) -> Pipe:
         pipe = Pipe(self.next_pipe)

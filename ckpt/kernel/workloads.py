@@ -10,6 +10,7 @@ accept-mutex lock file held through FileLocks, logs, timers and several MiB of m
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,12 +138,15 @@ class SignalCounter(Program):
 
 # -- building blocks ----------------------------------------------------------------------
 def new_kernel(
-    workload: str, seed: int, boot_id: str | None = None
+    workload: str, seed: int, boot_id: str | None = None, rootfs: str = "full"
 ) -> tuple[Kernel, random.Random]:
+    """A kernel with its root filesystem; ``rootfs`` "minimal" skips the cold bulk."""
+    if rootfs not in ("full", "minimal"):
+        raise KernelError(f"rootfs must be 'full' or 'minimal', not {rootfs!r}")
     rng = random.Random(seed)
     k = Kernel(workload, boot_id or f"{rng.getrandbits(64):016x}")
     k.rng_state = rng.getrandbits(64) | 1
-    build_rootfs(k, rng)
+    build_rootfs(k, rng, minimal=rootfs == "minimal")
     return k, rng
 
 
@@ -226,13 +230,41 @@ def map_image(
     task.regs.rbp = task.regs.rsp + 64
     task.regs.fs_base = 0x7F00_0000_0000 + rng.randrange(1 << 20) * 16
     task.regs.orig_rax = 232  # epoll_wait / pause: sleeping in a system call
+    fp = bytearray(task.fpstate)
+    fp[160:288] = rng.randbytes(128)  # some XMM registers in use
+    task.fpstate = bytes(fp)
+    task.robust_list = task.regs.fs_base + 0x2E0
+    task.rseq_addr, task.rseq_signature = task.regs.fs_base + 0x8A0, 0x53053053
+    task.tg.exe = binary
+    mm.executable = k.vfs.lookup(binary).inode
+    mm.argv = (stack + (8 << 20) - 512, stack + (8 << 20) - 480)
+    mm.envp = (mm.argv[1], stack + (8 << 20) - 64)
+    mm.auxv = [
+        (3, base + 64),
+        (4, 56),
+        (5, 13),
+        (6, 4096),
+        (7, 0x7F00_0000_0000),
+        (9, base + 0x1040),
+    ]
+    mm.auxv += [
+        (11, 0),
+        (12, 0),
+        (13, 0),
+        (14, 0),
+        (16, 0x178BFBFF),
+        (17, 100),
+        (23, 0),
+        (25, stack),
+    ]
+    mm.auxv += [(26, 0x2), (31, mm.argv[0]), (33, 0x7FFF_F7FF_D000), (0, 0)]
     task.regs.rax = (1 << 64) - 4  # -EINTR, as a restarted syscall shows
 
 
 # -- workloads ------------------------------------------------------------------------------
-def build_empty(seed: int = 0, id: str | None = None) -> Kernel:
+def build_empty(seed: int = 0, id: str | None = None, rootfs: str = "full") -> Kernel:
     """A pause container: pid 1 sleeping forever with a tiny address space."""
-    k, rng = new_kernel("empty", seed, id)
+    k, rng = new_kernel("empty", seed, id, rootfs)
     init = k.spawn_init("pause")
     init.program = Program()
     std_fds(k, init)
@@ -241,10 +273,10 @@ def build_empty(seed: int = 0, id: str | None = None) -> Kernel:
     return k
 
 
-def build_http(seed: int = 0, id: str | None = None) -> Kernel:
+def build_http(seed: int = 0, id: str | None = None, rootfs: str = "full") -> Kernel:
     """One server process: a listening socket (address set by the sandbox), config,
     content and an access log open, request and restore counters in kernel state."""
-    k, rng = new_kernel("http", seed, id)
+    k, rng = new_kernel("http", seed, id, rootfs)
     init = k.spawn_init("http-server")
     init.program = Program()
     std_fds(k, init)
@@ -267,11 +299,13 @@ def build_http(seed: int = 0, id: str | None = None) -> Kernel:
     return k
 
 
-def build_nginx(seed: int = 0, id: str | None = None, workers: int = NGINX_WORKERS) -> Kernel:
+def build_nginx(
+    seed: int = 0, id: str | None = None, workers: int = NGINX_WORKERS, rootfs: str = "full"
+) -> Kernel:
     """nginx: master and workers, listener, unlinked accept-mutex lock file, logs, timers."""
     if not 1 <= workers <= 64:
         raise KernelError(f"nginx workers must be 1-64, not {workers}")
-    k, rng = new_kernel("nginx", seed, id)
+    k, rng = new_kernel("nginx", seed, id, rootfs)
     init = k.spawn_init("nginx")
     init.program = NginxMaster()
     std_fds(k, init)
@@ -346,11 +380,11 @@ def build_nginx(seed: int = 0, id: str | None = None, workers: int = NGINX_WORKE
     return k
 
 
-def build_files(n: int, seed: int = 0, id: str | None = None) -> Kernel:
+def build_files(n: int, seed: int = 0, id: str | None = None, rootfs: str = "full") -> Kernel:
     """``n`` open regular files with live fds; every 10th POSIX-locked, every 7th flock'd."""
     if not 0 <= n <= 1_000_000:
         raise KernelError(f"files:N needs 0 <= N <= 1000000, not {n}")
-    k, rng = new_kernel(f"files:{n}", seed, id)
+    k, rng = new_kernel(f"files:{n}", seed, id, rootfs)
     init = k.spawn_init("files")
     init.program = Program()
     std_fds(k, init)
@@ -373,11 +407,11 @@ def build_files(n: int, seed: int = 0, id: str | None = None) -> Kernel:
     return k
 
 
-def build_graph(n: int, seed: int = 0, id: str | None = None) -> Kernel:
+def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
     """A random but deterministic kernel of about ``n`` operations, for tests."""
     if not 1 <= n <= 100_000:
         raise KernelError(f"graph:N needs 1 <= N <= 100000, not {n}")
-    k, rng = new_kernel(f"graph:{n}", seed, id)
+    k, rng = new_kernel(f"graph:{n}", seed, id, rootfs)
     init = k.spawn_init("init")
     init.program = SignalCounter()
     std_fds(k, init)
@@ -463,19 +497,25 @@ _COUNTED: dict[str, Callable[..., Kernel]] = {"files": build_files, "graph": bui
 
 
 def build_workload(name: str, **options: Any) -> Kernel:
-    """Build a workload by name (see ``WORKLOADS``); options: seed, id, and per workload."""
+    """Build a workload by name (see ``WORKLOADS``); options: seed, id, rootfs, and per
+    workload (nginx: workers)."""
     base, sep, count = name.partition(":")
-    try:
-        if base in _BUILDERS and not sep:
-            return _BUILDERS[base](**options)
-        if base in _COUNTED and sep:
-            try:
-                n = int(count)
-            except ValueError:
-                raise KernelError(
-                    f"workload {name!r}: N must be an integer, as in {base}:100"
-                ) from None
-            return _COUNTED[base](n, **options)
-    except TypeError as exc:
-        raise KernelError(f"workload {name!r}: bad option ({exc})") from None
-    raise KernelError(f"unknown workload {name!r}; choose one of: {', '.join(WORKLOADS)}")
+    if base in _BUILDERS and not sep:
+        builder, args = _BUILDERS[base], []
+    elif base in _COUNTED and sep:
+        try:
+            n = int(count)
+        except ValueError:
+            raise KernelError(
+                f"workload {name!r}: N must be an integer, as in {base}:100"
+            ) from None
+        builder, args = _COUNTED[base], [n]
+    else:
+        raise KernelError(f"unknown workload {name!r}; choose one of: {', '.join(WORKLOADS)}")
+    accepted = [p for p in inspect.signature(builder).parameters if p != "n"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise KernelError(
+            f"workload {base!r} has no option {', '.join(unknown)}; it takes {', '.join(accepted)}"
+        )
+    return builder(*args, **options)
