@@ -253,9 +253,9 @@ def bench_cgroup_stat(
         return
     out.print(harness.render(suite["results"], baseline="naive", title="ckpt bench cgroup-stat"))
     for line in cgroup_stat.summary_lines(suite):
-        out.print(line, markup=False)
+        typer.echo(line)  # unwrapped: paths stay whole
     for line in harness.go_lines(suite["results"], prefix="Cgroup/"):
-        out.print(line, markup=False)
+        typer.echo(line)  # unwrapped, for benchstat
 
 
 # --- kernel commands (ckpt/kernel) ------------------------------------------------
