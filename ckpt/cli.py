@@ -222,7 +222,7 @@ def bench_statefile_cmd(
     out.print(harness.render(res["results"], baseline="copy", title="bench statefile"))
     out.print(bench_sf.render_summary(res["summary"], res["pages"]))
     for line in harness.go_lines(res["results"], prefix="Statefile"):
-        out.print(line, markup=False)
+        typer.echo(line)  # unwrapped, for benchstat
 
 
 # --- cgroup commands (ckpt/cgroups) -----------------------------------------------

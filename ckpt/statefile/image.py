@@ -387,9 +387,13 @@ class Image:
         """The whole object stream, every chunk verified and decompressed."""
         return self._reader.read_all()
 
+    def read_state_buffer(self) -> bytearray:
+        """The whole object stream in one buffer, filled in place (no second copy)."""
+        return self._reader.read_buffer()
+
     def state_reader(self) -> ChunkStream:
         """The object stream as a readable binary file (verified chunk by chunk)."""
-        return ChunkStream(self._reader.chunks())
+        return ChunkStream(self._reader)
 
     def pages_meta(self) -> PagesMeta:
         """pages_meta.img, checked, without loading any page."""

@@ -23,6 +23,7 @@ from ckpt.statefile.chunks import decompress_chunk, map_ordered
 from ckpt.statefile.format import (
     CHUNK_FRAME,
     CODEC_NAMES,
+    CODEC_NONE,
     END_MAGIC,
     FLAG_KEYED,
     FOOTER,
@@ -72,9 +73,10 @@ class _Frame:
     frame: bytes
     raw_len: int
     codec: int
-    stored: bytes
+    stored: bytes | memoryview
     prev_tag: bytes
     tag: bytes
+    raw_off: int
 
 
 class StatefileReader:
@@ -183,6 +185,17 @@ class StatefileReader:
             f"{p}: metadata (offset {metadata_offset})",
         )
         self.meta_tag = meta_tag
+        self.tag_size = tsize
+        # The footer closes the chain with the last chunk's stored tag; checking it now
+        # authenticates chunk_count and stream_len before anything is sized from them.
+        # (Each chunk's tag is checked against the chain as the chunk is read.)
+        if chunk_count:
+            f.seek(metadata_offset - tsize)
+            last_tag = read_exact(f, tsize, p, metadata_offset - tsize, "last chunk tag")
+        else:
+            last_tag = hdr_tag
+        footer_tag = self.sealer.mac((last_tag, meta_tag, self.footer_fields))
+        self._check(footer_tag, self.footer_tag, f"{p}: footer (offset {foot_at})")
         try:
             metadata = json.loads(meta_json)
         except (UnicodeDecodeError, ValueError) as exc:
@@ -211,102 +224,136 @@ class StatefileReader:
 
     # -- the stream --------------------------------------------------------------
 
-    def _frames(self, f: Any, last: list[bytes]) -> Iterator[_Frame]:
+    def _frames(self, f: Any, dest: memoryview | None = None) -> Iterator[_Frame]:
         """Read chunk frames in order on the calling thread (lengths checked first).
 
-        When every frame has been read, the last chunk's tag is appended to ``last``.
+        With ``dest`` (the whole stream's buffer), raw chunks are read straight into
+        their place in it: no intermediate copy.
         """
         p, h = self.path, self.header
-        tsize = self.sealer.size if self.verify else tag_size(FLAG_KEYED if h.keyed else 0)
+        tsize = self.tag_size
         end = h.metadata_offset
         pos = self.data_offset
+        raw_off = 0
         prev = self.header_tag
         f.seek(pos)
         for i in range(h.chunk_count):
             frame = read_exact(f, CHUNK_FRAME.size, p, pos, f"chunk {i} frame")
             raw_len, stored_len, codec = CHUNK_FRAME.unpack(frame)
             room = end - pos - CHUNK_FRAME.size - tsize
-            if not 0 < raw_len <= h.chunk_size or not 0 < stored_len <= room:
+            if (
+                not 0 < raw_len <= h.chunk_size
+                or not 0 < stored_len <= room
+                or raw_off + raw_len > h.stream_len
+            ):
                 raise IntegrityError(
                     f"{p}: chunk {i} at offset {pos} has bad lengths (raw {raw_len}, stored "
                     f"{stored_len}; chunk size {h.chunk_size}, {max(room, 0)} bytes left)"
                 )
-            stored = read_exact(f, stored_len, p, pos + CHUNK_FRAME.size, f"chunk {i}")
-            tag = read_exact(f, tsize, p, pos + CHUNK_FRAME.size + stored_len, f"chunk {i} tag")
-            yield _Frame(i, pos, frame, raw_len, codec, stored, prev, tag)
+            data_at = pos + CHUNK_FRAME.size
+            stored: bytes | memoryview
+            if dest is not None and codec == CODEC_NONE and stored_len == raw_len:
+                stored = dest[raw_off : raw_off + raw_len]
+                read_exact_into(f, stored, p, data_at, f"chunk {i}")
+            else:
+                stored = read_exact(f, stored_len, p, data_at, f"chunk {i}")
+            tag = read_exact(f, tsize, p, data_at + stored_len, f"chunk {i} tag")
+            yield _Frame(i, pos, frame, raw_len, codec, stored, prev, tag, raw_off)
             prev = tag
-            pos += CHUNK_FRAME.size + stored_len + tsize
+            pos = data_at + stored_len + tsize
+            raw_off += raw_len
         if pos != end:
             raise IntegrityError(
                 f"{p}: {end - pos} unexpected bytes at offset {pos} before the metadata"
             )
-        last.append(prev)
+        if raw_off != h.stream_len:
+            raise IntegrityError(
+                f"{p}: chunks hold {raw_off} bytes, the footer says {h.stream_len}"
+            )
 
-    def _open_chunk(self, fr: _Frame) -> tuple[bytes, bytes, int]:
+    def _open_chunk(self, fr: _Frame, dest: memoryview | None = None) -> Any:
         """Pool job: check the chunk's tag against the chain, then decompress it."""
         where = f"{self.path}: chunk {fr.index} at offset {fr.offset}"
         if self.verify:
             s = self.sealer
             expected = s.chain(fr.prev_tag, s.digest(fr.index, fr.frame, fr.stored))
             s.check(expected, fr.tag, where)
-        return decompress_chunk(fr.stored, fr.codec, fr.raw_len, where), fr.tag, fr.index
-
-    def _check_footer(self, last_tag: bytes) -> None:
-        p = self.path
-        expected = self.sealer.mac((last_tag, self.meta_tag, self.footer_fields))
-        self._check(expected, self.footer_tag, f"{p}: footer (offset {self.header.file_size})")
+        data = decompress_chunk(fr.stored, fr.codec, fr.raw_len, where)
+        if dest is not None and data is not fr.stored:
+            dest[fr.raw_off : fr.raw_off + fr.raw_len] = data
+        return data
 
     def chunks(self) -> Iterator[bytes]:
-        """The stream's chunks in order, each verified before it is yielded."""
-        h = self.header
+        """The stream's chunks in order, each verified before it is yielded.
+
+        The footer was verified on open; the frame reader's end checks (no bytes left
+        over, total length) run before the last chunk comes back from the pool.
+        """
         with open(self.path, "rb", buffering=0) as f:
-            last: list[bytes] = []
-            if h.chunk_count == 0:
-                # Drain the (empty) frame reader for its end-of-chunks check.
-                for _ in self._frames(f, last):
-                    pass
-                if h.stream_len:
-                    raise IntegrityError(f"{self.path}: footer claims stream bytes but no chunks")
-                self._check_footer(last[0])
-                return
-            total = 0
-            last_index = h.chunk_count - 1
-            for data, tag, index in map_ordered(self._open_chunk, self._frames(f, last)):
-                total += len(data)
-                if index == last_index:
-                    # The footer closes the chain: check it before the last bytes go out.
-                    if total != h.stream_len:
-                        raise IntegrityError(
-                            f"{self.path}: chunks hold {total} bytes, the footer says "
-                            f"{h.stream_len}"
-                        )
-                    self._check_footer(tag)
-                yield data
+            yield from map_ordered(self._open_chunk, self._frames(f))
 
     def read_all(self) -> bytes:
         """The whole verified stream as one bytes object."""
         return b"".join(self.chunks())
 
+    def read_buffer(self) -> bytearray:
+        """The whole verified stream in one preallocated buffer (the fastest read).
+
+        Raw chunks are read straight into place and compressed ones decompressed on the
+        pool and copied in, so the stream is never held twice.  ``stream_len`` was
+        checked against the chunk count and file size (and its tag) on open.
+        """
+        out = bytearray(self.header.stream_len)
+        dest = memoryview(out)
+        with open(self.path, "rb", buffering=0) as f:
+            for _ in map_ordered(lambda fr: self._open_chunk(fr, dest), self._frames(f, dest)):
+                pass
+        dest.release()
+        return out
+
+
+def read_exact_into(f: Any, view: memoryview, path: Path, offset: int, what: str) -> None:
+    """Fill ``view`` from the file or raise a truncation error."""
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise IntegrityError(
+                f"{path}: truncated at offset {offset + got}: {what} needs {len(view)} bytes, "
+                f"{got} left"
+            )
+        got += n
+
 
 class ChunkStream(io.RawIOBase):
-    """A readable binary file over verified chunks, for ``state.load``."""
+    """A readable binary file over verified chunks, for ``state.load``.
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    Partial reads stream chunk by chunk (bounded memory).  Reading everything at once
+    (``read()``, ``readall()``), as ``state.load`` does, returns the stream in one
+    preallocated ``bytearray`` filled in place: no join, no second copy.
+    """
+
+    def __init__(self, reader: StatefileReader) -> None:
         super().__init__()
-        self._chunks = chunks
+        self._reader = reader
+        self._chunks: Iterator[bytes] | None = None
         self._cur = memoryview(b"")
         self._pos = 0
+        self._eof = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:  # type: ignore[override]
+        if self._chunks is None:
+            self._chunks = self._reader.chunks()
         out = memoryview(b).cast("B")
         n = 0
         while n < len(out):
             if self._pos >= len(self._cur):
-                nxt = next(self._chunks, None)
+                nxt = None if self._eof else next(self._chunks, None)
                 if nxt is None:
+                    self._eof = True
                     break
                 self._cur = memoryview(nxt)
                 self._pos = 0
@@ -317,14 +364,27 @@ class ChunkStream(io.RawIOBase):
             self._pos += take
         return n
 
-    def readall(self) -> bytes:
+    def readall(self) -> Any:
+        if self._chunks is None and not self._eof:
+            self._eof = True
+            return self._reader.read_buffer()
+        if self._chunks is None:
+            return b""
         rest = [bytes(self._cur[self._pos :])]
-        rest.extend(self._chunks)
+        if not self._eof:
+            rest.extend(self._chunks)
+        self._eof = True
         self._cur, self._pos = memoryview(b""), 0
         return b"".join(rest)
 
+    def read(self, size: int = -1) -> Any:  # type: ignore[override]
+        if size is None or size < 0:
+            return self.readall()
+        return super().read(size)
+
     def close(self) -> None:
-        close = getattr(self._chunks, "close", None)
-        if close is not None:
-            close()
+        if self._chunks is not None:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
         super().close()

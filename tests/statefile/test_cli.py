@@ -145,6 +145,3 @@ def test_bench_statefile_small(tmp_path: Path) -> None:
     assert doc["pages"]["zero"] * 2 == doc["pages"]["scanned"]
     assert doc["pages"]["zero_pages_cost_bytes"] == 32  # the pages.img header only
     assert list(tmp_path.iterdir()) == []  # the suite cleans up after itself
-    res = runner.invoke(app, [*args[:-2], "--count", "1", "--no-memory", "--dir", str(tmp_path)])
-    assert res.exit_code == 0, res.output
-    assert "BenchmarkStatefileWrite/incompressible/copy" in res.output

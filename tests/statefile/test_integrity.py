@@ -109,7 +109,9 @@ def test_corrupt_last_chunk_hands_out_no_bytes_of_it(make_image) -> None:
     src = make_image("img", b"A" * 512 + b"B" * 512, key=KEY, chunk_size=512, compression="none")
     f = src / "checkpoint.img"
     data = bytearray(f.read_bytes())
-    data[data.rindex(b"B")] ^= 1
+    chunk1_data = 40 + 32 + (12 + 512 + 32) + 12  # header+tag, chunk 0, chunk 1 frame
+    assert data[chunk1_data : chunk1_data + 512] == b"B" * 512
+    data[chunk1_data + 100] ^= 1
     f.write_bytes(data)
     reader = statefile.open_image(src, key=KEY).state_reader()
     assert reader.read(512) == b"A" * 512
