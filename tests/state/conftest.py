@@ -1,0 +1,71 @@
+"""Shared fixtures: engine parametrization, round trips, and a watchdog against hangs."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from ckpt import state
+
+# No example database: it would write .hypothesis/ into the shared working tree.
+settings.register_profile(
+    "ckpt-state",
+    database=None,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,  # only the watchdog: one timer for all examples
+    ],
+)
+settings.load_profile("ckpt-state")
+
+ENGINES = ("reflect", "typed")
+ENGINE_PAIRS = list(itertools.product(ENGINES, ENGINES))
+
+
+def pair_id(pair: tuple[str, str]) -> str:
+    return f"{pair[0]}->{pair[1]}"
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=ENGINE_PAIRS, ids=pair_id)
+def engines(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(save engine, load engine): all four combinations."""
+    return request.param
+
+
+def roundtrip(root: Any, engines: tuple[str, str]) -> Any:
+    save_with, load_with = engines
+    data = state.dumps(root, engine=save_with)
+    assert isinstance(data, bytes)
+    return state.loads(data, engine=load_with)
+
+
+class Hang(Exception):
+    """Raised by the watchdog: the code under test ran far longer than it ever should."""
+
+
+@pytest.fixture
+def watchdog() -> Iterator[None]:
+    """Turn a hang into a failure (not a timing assertion: the limit is very generous)."""
+
+    def fire(signum: int, frame: Any) -> None:
+        raise Hang("the engine did not finish within 60 s: a hang on bad input?")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, 60.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,273 @@
+"""Bad input fails cleanly: StateError, or (for harmless damage) data equal to the original.
+
+Never another exception, never a hang (the watchdog fixture turns a hang into a failure),
+never a huge allocation (an address-space limit turns one into a MemoryError failure).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import resource
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckpt import state
+from ckpt.state import wire
+
+from .conftest import ENGINES
+from .graph_equal import graph_diff
+from .models import Color, Everything, Leaf, Node, Pair
+
+
+def _small_graph() -> Any:
+    shared = Leaf(3)
+    head = Node(1, "head", kids=[Node(2, payload=shared)], payload={"k": (1, 2.5), 9: [shared]})
+    head.next = head.kids[0]
+    head.kids[0].next = head
+    return [head, Pair(shared, {1, 2}), Everything(small=-4, text="ü", color=Color.BLUE)]
+
+
+ORIGINAL = _small_graph()
+STREAMS = {engine: state.dumps(ORIGINAL, engine=engine) for engine in ENGINES}
+
+
+@pytest.fixture
+def memory_cap() -> Iterator[None]:
+    """Cap the address space ~1 GiB above current use while loading hostile input."""
+    with open("/proc/self/status") as status:
+        vm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm_kib * 1024 + (1 << 30)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _load_or_state_error(data: Any, engine: str) -> Any:
+    """Load, accepting only success or StateError; return the graph or None."""
+    try:
+        return state.loads(data, engine=engine)
+    except state.StateError as exc:
+        assert str(exc), "a StateError must say what went wrong"
+        return None
+
+
+def _equal_or_state_error(data: Any, engine: str, what: str) -> None:
+    loaded = _load_or_state_error(data, engine)
+    if loaded is not None:
+        diff = graph_diff(ORIGINAL, loaded)
+        assert diff is None, f"{what}: loaded different data without an error: {diff}"
+
+
+@pytest.mark.parametrize("saved_with", ENGINES)
+def test_truncated_at_every_length(
+    saved_with: str, engine: str, watchdog: None, memory_cap: None
+) -> None:
+    data = STREAMS[saved_with]
+    for n in range(len(data)):
+        with pytest.raises(state.StateError):
+            state.loads(data[:n], engine=engine)
+
+
+@pytest.mark.parametrize("saved_with", ENGINES)
+def test_every_single_byte_flip(
+    saved_with: str, engine: str, watchdog: None, memory_cap: None
+) -> None:
+    data = STREAMS[saved_with]
+    rng = random.Random(f"flip-{saved_with}-{engine}")
+    for i in range(len(data)):
+        damaged = bytearray(data)
+        damaged[i] ^= 1 << rng.randrange(8)
+        _equal_or_state_error(bytes(damaged), engine, f"bit flip at byte {i}")
+
+
+@given(
+    saved_with=st.sampled_from(ENGINES),
+    load_with=st.sampled_from(ENGINES),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=8),
+)
+def test_random_byte_flips(
+    saved_with: str, load_with: str, flips: list[tuple[int, int]], watchdog: None
+) -> None:
+    damaged = bytearray(STREAMS[saved_with])
+    for where, mask in flips:
+        damaged[where % len(damaged)] ^= mask
+    _equal_or_state_error(bytes(damaged), load_with, f"flips {flips}")
+
+
+def _leaf_paths(node: Any, path: tuple = ()) -> Iterator[tuple]:
+    """Every position in the decoded top-level array (containers and leaves)."""
+    yield path
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _leaf_paths(item, (*path, i))
+    elif isinstance(node, dict):
+        for key in list(node):
+            yield from _leaf_paths(node[key], (*path, key))
+
+
+def _replaced(payload: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    copy = list(payload) if isinstance(payload, list) else dict(payload)
+    copy[path[0]] = _replaced(payload[path[0]], path[1:], value)
+    return copy
+
+
+HOSTILE = [None, -1, 0, 2**31, 2**63 - 1, -(2**63), 1.5, "", "x", b"", [], [0] * 3, {}, {0: 0}]
+
+
+@pytest.mark.parametrize("saved_with", ENGINES)
+def test_hostile_value_at_every_position(
+    saved_with: str, engine: str, watchdog: None, memory_cap: None
+) -> None:
+    """Checksum-valid frames with one value replaced: StateError or a successful load.
+
+    (A changed int may legitimately load as a different graph, so only the outcome's
+    kind is checked: no IndexError, KeyError, TypeError, RecursionError, MemoryError.)
+    """
+    payload = wire.unframe(STREAMS[saved_with])
+    paths = list(_leaf_paths(payload))
+    assert len(paths) > 20
+    for path in paths:
+        for value in HOSTILE:
+            data = wire.frame(_replaced(payload, path, value))
+            try:
+                state.loads(data, engine=engine)
+            except state.StateError:
+                pass
+            except Exception as exc:
+                raise AssertionError(
+                    f"replacing {path} with {value!r} raised {type(exc).__name__}: {exc}"
+                ) from exc
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"\x00", id="one-byte"),
+        pytest.param(b"CKST", id="magic-only"),
+        pytest.param(bytes(random.Random(1).randbytes(200)), id="random-bytes"),
+        pytest.param(b"\x80\x04\x95" + b"\x00" * 40, id="a-pickle-header"),
+        pytest.param(b"\x93\x01\x02\x03", id="bare-msgpack"),
+    ],
+)
+def test_garbage_is_a_state_error(data: bytes, engine: str) -> None:
+    with pytest.raises(state.StateError):
+        state.loads(data, engine=engine)
+
+
+@pytest.mark.parametrize(
+    "data", [None, "a string", 17, [1, 2], {"a": 1}, Leaf()], ids=lambda d: type(d).__name__
+)
+def test_non_bytes_is_a_state_error(data: Any, engine: str) -> None:
+    with pytest.raises(state.StateError):
+        state.loads(data, engine=engine)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param([], id="empty-array"),
+        pytest.param([1], id="one-element"),
+        pytest.param("not an array", id="string"),
+        pytest.param({"a": 1}, id="map"),
+        pytest.param([None] * 9, id="nine-nils"),
+        pytest.param([1, "typed", "compact", None, None, None, None, None, None], id="nil-tables"),
+        pytest.param([1, "typed", "compact", [], [], [], 0, [], {}], id="empty-tables"),
+        pytest.param([1, "typed", "compact", [], [0], [], 1, [], {}], id="dangling-object"),
+        pytest.param([1, "typed", "compact", [], [], [], {0: 5}, [], {}], id="dangling-root-ref"),
+        pytest.param(
+            [1, "typed", "compact", [["tests.state.Leaf"]], [0], [[[1]]], {0: 1}, [], {}],
+            id="type-without-fields",
+        ),
+        pytest.param(
+            [
+                1,
+                "typed",
+                "compact",
+                [["tests.state.Leaf", ["value"], []]],
+                [0],
+                [[[1]]],
+                {0: 1},
+                [],
+                {},
+            ],
+            id="fields-without-kinds",
+        ),
+        pytest.param(
+            [
+                1,
+                "typed",
+                "compact",
+                [["tests.state.Leaf", ["value"], ["int"]]],
+                [0, 0, 0],
+                [[[1]]],
+                {0: 1},
+                [],
+                {},
+            ],
+            id="more-objects-than-rows",
+        ),
+        pytest.param(
+            [
+                1,
+                "typed",
+                "compact",
+                [["tests.state.Leaf", ["value"], ["int"]]],
+                [5],
+                [[[1]]],
+                {0: 1},
+                [],
+                {},
+            ],
+            id="type-index-out-of-range",
+        ),
+        pytest.param([1, "nope", "weird", [], [], [], None, [], {}], id="unknown-encoding"),
+        pytest.param([99, "typed", "compact", [], [], [], None, [], {}], id="future-version"),
+    ],
+)
+def test_valid_frame_around_garbage(payload: Any, engine: str, watchdog: None) -> None:
+    data = wire.frame(payload)
+    try:
+        loaded = state.loads(data, engine=engine)
+    except state.StateError:
+        return
+    # Only an empty root may plausibly come out of such tables.
+    assert loaded is None, f"garbage payload {payload!r} loaded as {loaded!r}"
+
+
+def test_truncated_file_is_a_state_error(engine: str, tmp_path: Any) -> None:
+    path = tmp_path / "graph.state"
+    with path.open("wb") as out:
+        state.save(ORIGINAL, out, engine=engine)
+    data = path.read_bytes()
+    for n in (0, 1, len(data) // 2, len(data) - 1):
+        path.write_bytes(data[:n])
+        with path.open("rb") as src, pytest.raises(state.StateError):
+            state.load(src, engine=engine)
+
+
+def test_file_like_with_garbage_is_a_state_error(engine: str) -> None:
+    with pytest.raises(state.StateError):
+        state.load(io.BytesIO(b"garbage" * 10), engine=engine)
+
+
+def test_original_streams_load() -> None:
+    """The fixtures above are meaningful only if the undamaged streams load equal."""
+    for saved_with, data in STREAMS.items():
+        for engine in ENGINES:
+            assert graph_diff(ORIGINAL, state.loads(data, engine=engine)) is None, (
+                saved_with,
+                engine,
+            )

@@ -1,0 +1,183 @@
+"""Schema evolution: fields matched by name between the stream and the current class.
+
+Each test builds two versions of one class with ``make_dataclass`` under the same module and
+qualname, so registering the second replaces the first under the same stream name.
+(Python 3.11's ``make_dataclass`` has no ``module=``; ``__module__`` goes in the namespace.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from ckpt import state
+
+from .conftest import ENGINE_PAIRS, pair_id
+from .models import Leaf
+
+PAIRS = pytest.mark.parametrize("engines", ENGINE_PAIRS, ids=pair_id)
+
+
+def _version(stream_name: str, fields: list[Any], slots: bool = False) -> type:
+    cls = dataclasses.make_dataclass(
+        "Thing", fields, namespace={"__module__": __name__}, eq=False, slots=slots
+    )
+    return state.savable(name=stream_name)(cls)
+
+
+def _evolve(
+    stream_name: str,
+    old: list[Any],
+    new: list[Any],
+    make_root: Any,
+    engines: tuple[str, str],
+    slots: bool = False,
+) -> tuple[type, Any]:
+    """Save a root built with the old class, re-register the new one, load."""
+    old_cls = _version(stream_name, old, slots)
+    data = state.dumps(make_root(old_cls), engine=engines[0])
+    new_cls = _version(stream_name, new, slots)
+    return new_cls, state.loads(data, engine=engines[1])
+
+
+@PAIRS
+@pytest.mark.parametrize("slots", [False, True], ids=["plain", "slots"])
+def test_added_field_takes_its_default(engines: tuple[str, str], slots: bool) -> None:
+    new_cls, loaded = _evolve(
+        f"evo.Added.{slots}",
+        [("a", int, dataclasses.field(default=0))],
+        [
+            ("a", int, dataclasses.field(default=0)),
+            ("b", str, dataclasses.field(default="bee")),
+            ("items", list[int], dataclasses.field(default_factory=lambda: [1, 2])),
+        ],
+        lambda cls: [cls(a=5), cls(a=6)],
+        engines,
+        slots,
+    )
+    assert [type(x) for x in loaded] == [new_cls, new_cls]
+    assert [x.a for x in loaded] == [5, 6]
+    assert [x.b for x in loaded] == ["bee", "bee"]
+    assert loaded[0].items == [1, 2]
+    assert loaded[0].items is not loaded[1].items
+
+
+@PAIRS
+def test_dropped_field_is_ignored(engines: tuple[str, str]) -> None:
+    new_cls, loaded = _evolve(
+        "evo.Dropped",
+        [
+            ("keep", int, dataclasses.field(default=0)),
+            ("gone", list[Leaf], dataclasses.field(default_factory=list)),
+            ("tail", str, dataclasses.field(default="")),
+        ],
+        [("keep", int, dataclasses.field(default=0)), ("tail", str, dataclasses.field(default=""))],
+        lambda cls: cls(keep=3, gone=[Leaf(1)], tail="t"),
+        engines,
+    )
+    assert type(loaded) is new_cls
+    assert (loaded.keep, loaded.tail) == (3, "t")
+    assert not hasattr(loaded, "gone")
+
+
+@PAIRS
+def test_reordered_fields_match_by_name(engines: tuple[str, str]) -> None:
+    _, loaded = _evolve(
+        "evo.Reordered",
+        [("x", int, dataclasses.field(default=0)), ("y", str, dataclasses.field(default=""))],
+        [("y", str, dataclasses.field(default="")), ("x", int, dataclasses.field(default=0))],
+        lambda cls: cls(x=1, y="why"),
+        engines,
+    )
+    assert (loaded.x, loaded.y) == (1, "why")
+
+
+@PAIRS
+def test_added_dropped_and_kept_together_with_references(engines: tuple[str, str]) -> None:
+    _, loaded = _evolve(
+        "evo.Mixed",
+        [
+            ("leaf", Leaf | None, dataclasses.field(default=None)),
+            ("old", int, dataclasses.field(default=0)),
+        ],
+        [
+            ("leaf", Leaf | None, dataclasses.field(default=None)),
+            ("new", dict[str, int], dataclasses.field(default_factory=dict)),
+        ],
+        lambda cls: (lambda shared: [cls(leaf=shared, old=1), cls(leaf=shared, old=2)])(Leaf(8)),
+        engines,
+    )
+    assert loaded[0].leaf is loaded[1].leaf
+    assert loaded[0].leaf.value == 8
+    assert loaded[0].new == {} and loaded[0].new is not loaded[1].new
+
+
+@PAIRS
+def test_added_field_without_default_is_a_state_error(engines: tuple[str, str]) -> None:
+    with pytest.raises(state.StateError, match="needed"):
+        _evolve(
+            "evo.NoDefault",
+            [("a", int, dataclasses.field(default=0))],
+            [("needed", int), ("a", int, dataclasses.field(default=0))],
+            lambda cls: cls(a=1),
+            engines,
+        )
+
+
+@PAIRS
+@pytest.mark.parametrize(
+    ("old_type", "old_value", "new_type"),
+    [
+        pytest.param(int, 5, str, id="int-to-str"),
+        pytest.param(list[int], [1, 2], dict[str, int], id="list-to-dict"),
+        pytest.param(str, "s", bytes, id="str-to-bytes"),
+        pytest.param(list[int], [1], list[str], id="list-int-to-list-str"),
+        pytest.param(Leaf | None, None, int, id="ref-to-int"),
+        pytest.param(float, 1.5, int, id="float-to-int"),
+        pytest.param(dict[str, int], {"a": 1}, dict[int, int], id="dict-key-kind"),
+        pytest.param(tuple[int, str], (1, "a"), tuple[int, ...], id="fixed-to-var-tuple"),
+    ],
+)
+def test_changed_kind_is_a_state_error_naming_type_and_field(
+    old_type: Any, old_value: Any, new_type: Any, engines: tuple[str, str]
+) -> None:
+    stream_name = f"evo.Changed.{pair_id(engines)}"
+    with pytest.raises(state.StateError) as info:
+        _evolve(
+            stream_name,
+            [("count", old_type, dataclasses.field(default=None))],
+            [("count", new_type, dataclasses.field(default=None))],
+            lambda cls: cls(count=old_value),
+            engines,
+        )
+    message = str(info.value)
+    assert stream_name in message or "Thing" in message, message
+    assert "count" in message, message
+
+
+@PAIRS
+def test_changed_kind_is_refused_even_when_the_value_is_the_default(
+    engines: tuple[str, str],
+) -> None:
+    """A Nil (default-valued) field still has a recorded kind; the change is still caught."""
+    with pytest.raises(state.StateError, match="count"):
+        _evolve(
+            "evo.ChangedDefault",
+            [("count", int, dataclasses.field(default=0))],
+            [("count", str, dataclasses.field(default=""))],
+            lambda cls: cls(),
+            engines,
+        )
+
+
+@PAIRS
+def test_unchanged_version_still_loads_after_reregistration(engines: tuple[str, str]) -> None:
+    fields = [
+        ("a", int, dataclasses.field(default=0)),
+        ("b", list[int], dataclasses.field(default_factory=list)),
+    ]
+    new_cls, loaded = _evolve("evo.Same", fields, fields, lambda cls: cls(a=1, b=[2]), engines)
+    assert type(loaded) is new_cls
+    assert (loaded.a, loaded.b) == (1, [2])
