@@ -261,6 +261,59 @@ def bench_cgroup_stat(
 # --- kernel commands (ckpt/kernel) ------------------------------------------------
 
 
+@bench_app.command("checkpointfile")
+def bench_checkpointfile_cmd(
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Repetitions per case.")] = 5,
+    filter: Annotated[
+        str | None,
+        typer.Option("--filter", "-f", help="Only cases whose name/variant contains this."),
+    ] = None,
+    files: Annotated[
+        int,
+        typer.Option("--files", min=0, help="Open files in the stats on/off case (0: skip it)."),
+    ] = 20000,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="nginx workers.")] = 4,
+    memory: Annotated[
+        bool, typer.Option("--memory/--no-memory", help="Measure peak traced memory.")
+    ] = True,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+    ] = False,
+) -> None:
+    """Decode and re-encode an idle nginx kernel from its image, typed vs reflect;
+    and files:N save/load with per-type stats on vs off (seed 001)."""
+    import json as _json
+
+    from ckpt.bench import checkpointfile, harness
+
+    res = checkpointfile.run(
+        count=count,
+        filter=filter,
+        files=files,
+        workers=workers,
+        memory=memory,
+        progress=not json_out,
+    )
+    if json_out:
+        doc = harness.to_json(res["checkpointfile"], baseline="reflect")
+        doc["stats"] = harness.to_json(res["stats"], baseline="stats-off", machine=False)["results"]
+        doc["sizes"] = res["sizes"]
+        doc["targets"] = res["targets"]
+        typer.echo(_json.dumps(doc, indent=2))
+        return
+    if res["checkpointfile"]:
+        title = "ckpt bench checkpointfile (nginx, idle)"
+        out.print(harness.render(res["checkpointfile"], baseline="reflect", title=title))
+        out.print(checkpointfile.render_sizes(res["sizes"]))
+    if res["stats"]:
+        out.print(harness.render(res["stats"], baseline="stats-off", title="per-type stats cost"))
+    out.print(checkpointfile.render_targets(res["targets"]))
+    lines = harness.go_lines(res["checkpointfile"], prefix="CheckpointFile/")
+    lines += harness.go_lines(res["stats"], prefix="Stats/")
+    for line in lines:
+        typer.echo(line)  # unwrapped, for benchstat
+
+
 # --- sandbox lifecycle commands (ckpt/sandbox) ------------------------------------
 
 
