@@ -2,39 +2,45 @@
 # A scripted checkpoint/restore cycle using only the ckpt CLI.
 #
 #   sh examples/cycle.sh            # uses a temporary root and image directory
-#   CKPT=ckpt sh examples/cycle.sh  # or any command that runs ckpt
+#   CKPT=ckpt sh examples/cycle.sh  # or any command that runs ckpt (PYTHON=... too)
 #
 # Runs an http sandbox, sends it requests, checkpoints it, restores it (under a CPU
 # quota of 0.5 when the host allows one), shows that the request count continues,
 # and deletes everything it made, also when a step fails.
 set -eu
 
-CKPT=${CKPT:-"python3 -m ckpt"}
+PYTHON=${PYTHON:-python3}
+CKPT=${CKPT:-"$PYTHON -m ckpt"}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-example.XXXXXX")
 ROOT="$WORK/root"
 IMAGE="$WORK/image"
 ID=example
 
 ck() { $CKPT --root "$ROOT" "$@"; }
-cleanup() { ck delete --force "$ID" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
+cleanup() {
+    if [ -d "$ROOT/$ID" ]; then ck delete --force "$ID" >/dev/null 2>&1 || true; fi
+    rm -rf "$WORK"
+}
 trap cleanup EXIT INT TERM
 
 address() { ck state "$ID" | sed -n 's/.*"address": "\(.*\)".*/\1/p'; }
+# GET / n times from the sandbox at $ADDR (curl would do; python3 is always there)
 hit() {
-    python3 -c 'import sys; from ckpt.sandbox.http import get_json
-host, port = sys.argv[1].rsplit(":", 1); print(get_json(host, int(port))[1])' "$(address)"
+    "$PYTHON" -c 'import sys; from ckpt.sandbox.http import get_json
+host, port = sys.argv[1].rsplit(":", 1)
+for _ in range(int(sys.argv[2])): print(get_json(host, int(port))[1])' "$ADDR" "$1"
 }
 
 echo "== run"
 ck run "$ID" --workload http --port 0
 ck list
+ADDR=$(address)
 
 echo "== requests"
-hit; hit; hit
+hit 3
 
 echo "== checkpoint (the sandbox stops)"
 ck checkpoint "$ID" --image-path "$IMAGE" --stats
-ck state "$ID"
 
 echo "== restore"
 if ck restore "$ID" --image-path "$IMAGE" --cpu 0.5 2>"$WORK/restore.err"; then
@@ -47,9 +53,9 @@ else
     exit 1
 fi
 
-echo "== requests after restore (the count continues)"
-hit; hit
+echo "== requests after restore (the count continues, on the same address)"
+ADDR=$(address)
+hit 2
 
-echo "== done"
-ck kill "$ID"
-ck delete "$ID"
+echo "== done: delete it (--force: it is still running)"
+ck delete --force "$ID"

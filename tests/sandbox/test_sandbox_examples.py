@@ -31,7 +31,7 @@ def test_state_engine_example() -> None:
 
 @pytest.mark.slow
 def test_cycle_script_count_continues_and_cleans_up() -> None:
-    env = {**os.environ, "CKPT": f"{sys.executable} -m ckpt", "COLUMNS": "200"}
+    env = {**os.environ, "PYTHON": sys.executable, "COLUMNS": "200"}
     proc = subprocess.run(
         ["sh", str(EXAMPLES / "cycle.sh")], capture_output=True, text=True, timeout=120, env=env
     )
