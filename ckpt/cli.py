@@ -544,7 +544,7 @@ def cycle_cmd(
         return
     out.print(cycle.render(report))
     for line in cycle.go_lines(report):
-        out.print(line, markup=False)
+        out.print(line, markup=False, soft_wrap=True)
 
 
 @app.command("demo")

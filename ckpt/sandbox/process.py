@@ -307,7 +307,6 @@ class Host:
             "workload": k.workload,
             "engine": engine,
             "address": self._address(),
-            "fingerprint": k.fingerprint(),
         }
         try:
             with statefile.ImageWriter(
