@@ -278,12 +278,13 @@ def _socket(s: Any) -> list[Any]:
 def describe(k: Kernel) -> str:
     """A few lines for humans: clocks, the task tree, files, memory, locks, timers."""
     tk = k.timekeeper
-    frames, nonzero = k.memory_file.usage()
+    frames, nonzero, unfetched = k.memory_file.usage()
     lines = [
         f"kernel {k.boot_id} workload={k.workload} {'paused' if k.paused else 'running'}",
         f"  clocks: monotonic={tk.monotonic_ns / 1e9:.3f}s realtime={tk.realtime_ns / 1e9:.3f}s"
         f"  restores={k.restores}",
-        f"  memory: {frames} frames ({frames * 4} KiB), {nonzero} non-zero",
+        f"  memory: {frames} frames ({frames * 4} KiB), {nonzero} non-zero"
+        + (f", {unfetched} still in the page file" if unfetched else ""),
     ]
     lines.append("  tasks:")
 

@@ -175,10 +175,10 @@ class MemoryFile:
     def unfetched(self) -> int:
         return len(self._unfetched)
 
-    def usage(self) -> tuple[int, int]:
-        """(allocated frames, frames holding non-zero data)."""
-        nonzero = len(self._data) + len(self._unfetched)
-        return len(self.refs), nonzero
+    def usage(self) -> tuple[int, int, int]:
+        """(allocated frames, frames holding non-zero data, frames not fetched yet)."""
+        nonzero = sum(1 for data in self._data.values() if data != ZERO_PAGE)
+        return len(self.refs), nonzero, len(self._unfetched)
 
 
 @state.savable
