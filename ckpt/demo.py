@@ -9,7 +9,7 @@ Presentation code, like the CLI: it prints, and library calls raise ``CkptError`
 
 from __future__ import annotations
 
-import contextlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ckpt.errors import CkptError
 from ckpt.sandbox import lifecycle
 from ckpt.sandbox.http import get_json
 from ckpt.sandbox.paths import Root
 from ckpt.sandbox.render import stats_renderable, timings_table
 
-SANDBOX_ID = "demo"
 DEMO_CPU = 0.5
 
 
@@ -59,11 +59,12 @@ def _image_table(image: Path) -> Table:
 def run(console: Console) -> None:
     """Run the tour; always cleans up the sandbox, its cgroup and the temp root."""
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-demo-"))
+    sandbox_id = f"demo-{os.getpid()}"  # cgroups are host-wide: two demos must not clash
     root = Root(tmp / "root")
     image = tmp / "image"
     try:
         console.rule("1. run an http sandbox")
-        res = lifecycle.run(root, SANDBOX_ID, "http", port=0)
+        res = lifecycle.run(root, sandbox_id, "http", port=0)
         st = res.state
         console.print(
             f"sandbox {st.id}: pid {st.pid}, cgroup {st.cgroup or '(none)'}, "
@@ -75,7 +76,7 @@ def run(console: Console) -> None:
         before = _requests(console, st.address or "", 3)
 
         console.rule("3. checkpoint it (the sandbox writes its own image, then stops)")
-        ck = lifecycle.checkpoint(root, SANDBOX_ID, image, stats=True)
+        ck = lifecycle.checkpoint(root, sandbox_id, image, stats=True)
         console.print(timings_table("checkpoint timings", ck.timings))
 
         console.rule("4. inspect the image (no kernel classes needed)")
@@ -87,12 +88,14 @@ def run(console: Console) -> None:
         ok, reason = cgroups.available_for_quota()
         cpus = DEMO_CPU if ok else None
         if ok:
-            console.print(f"restoring under a CPU quota of {DEMO_CPU} CPU (cgroup ckpt/demo)")
+            console.print(
+                f"restoring under a CPU quota of {DEMO_CPU} CPU (cgroup ckpt/{sandbox_id})"
+            )
         else:
             console.print(
                 f"restoring uncapped: this host cannot apply a CPU quota ({reason})", markup=False
             )
-        rs = lifecycle.restore(root, SANDBOX_ID, image, cpus=cpus, stats=True)
+        rs = lifecycle.restore(root, sandbox_id, image, cpus=cpus, stats=True)
         console.print(timings_table("restore timings", rs.timings))
         console.print(stats_renderable(rs.stats, rs.stats_text))
 
@@ -106,8 +109,12 @@ def run(console: Console) -> None:
         )
     finally:
         console.rule("7. clean up")
-        with contextlib.suppress(Exception):
-            if root.exists(SANDBOX_ID):
-                lifecycle.delete(root, SANDBOX_ID, force=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            if root.exists(sandbox_id):
+                lifecycle.delete(root, sandbox_id, force=True)
+        except CkptError as exc:
+            console.print(f"cleanup failed: {exc}", markup=False)
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         console.print(f"removed the sandbox, its cgroup and {tmp}", markup=False)

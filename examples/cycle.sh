@@ -14,7 +14,7 @@ CKPT=${CKPT:-"$PYTHON -m ckpt"}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-example.XXXXXX")
 ROOT="$WORK/root"
 IMAGE="$WORK/image"
-ID=example
+ID="example-$$"  # cgroups are host-wide: unique per run
 
 ck() { $CKPT --root "$ROOT" "$@"; }
 cleanup() {

@@ -5,7 +5,9 @@ Phases (runsc/seed names):
 * ``Checkpoint``    the save RPC: freeze, serialize, write the image, commit
 * ``SuspendTotal``  ``ckpt checkpoint`` start to the sandbox stopped (or resumed)
 * ``SandboxCreate`` sandbox process spawn to its control socket ready
-* ``Restore``       loading the image inside the new sandbox (state, pages, resume)
+* ``Restore``       loading the image inside the new sandbox (state, pages, resume);
+                    importing the kernel/engine modules is not part of it (it is
+                    reported as ``import_ms`` and counted in ResumeTotal and CPU)
 * ``ResumeTotal``   ``ckpt restore`` start to the sandbox serving again
 
 CPU comes from the sandbox's cgroup when it has one (so it counts exactly the work done

@@ -18,8 +18,12 @@ from .conftest import Cli, cgroup_dirs, quota_allowed
 
 pytestmark = pytest.mark.slow
 
+# cgroups are host-wide: IDs unique to this test run, so parallel runs never collide
+WEB = f"web-{os.getpid()}"
+WEB2 = f"web2-{os.getpid()}"
 
-def _run_http(cli: Cli, sandbox_id: str = "web", *extra: str) -> dict:
+
+def _run_http(cli: Cli, sandbox_id: str = WEB, *extra: str) -> dict:
     cli("run", sandbox_id, "--workload", "http", "--port", "0", *extra)
     return cli.state(sandbox_id)
 
@@ -43,38 +47,38 @@ def _assert_gone(cli: Cli, sandbox_id: str) -> None:
 
 
 def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: Path) -> None:
-    cli("run", "web", "--workload", "http", "--port", "0")
-    st = cli.state_cli("web")  # `ckpt state` prints the same JSON the library keeps
-    assert st == cli.state("web")
+    cli("run", WEB, "--workload", "http", "--port", "0")
+    st = cli.state_cli(WEB)  # `ckpt state` prints the same JSON the library keeps
+    assert st == cli.state(WEB)
     assert st["status"] == "running" and st["workload"] == "http"
     assert {"id", "pid", "cgroup", "created", "address"} <= st.keys()
     assert st["address"].startswith("127.0.0.1:")
-    first = [cli.get("web")["requests"] for _ in range(3)]
+    first = [cli.get(WEB)["requests"] for _ in range(3)]
     assert first == [first[0], first[0] + 1, first[0] + 2]
 
     image = tmp_path / "img"
-    out = cli("checkpoint", "web", "--image-path", str(image), "--json")
+    out = cli("checkpoint", WEB, "--image-path", str(image), "--json")
     timings = json.loads(out.stdout)["timings"]
     assert timings["Checkpoint_ms"] > 0 and timings["SuspendTotal_ms"] >= timings["Checkpoint_ms"]
-    assert cli.state("web")["status"] == "stopped"
+    assert cli.state(WEB)["status"] == "stopped"
     assert (image / "checkpoint.img").is_file()
     assert not psutil.pid_exists(st["pid"]) or psutil.Process(st["pid"]).status() == "zombie"
 
     ok, _reason = quota_allowed()
     cpu_args = ["--cpu", "0.5"] if ok else []
-    out = cli("restore", "web", "--image-path", str(image), "--json", *cpu_args)
+    out = cli("restore", WEB, "--image-path", str(image), "--json", *cpu_args)
     restored = json.loads(out.stdout)
     assert restored["status"] == "running"
     assert restored["address"] == st["address"]  # same port unless told otherwise
     assert restored["pid"] != st["pid"]
     for phase in ("SandboxCreate_ms", "Restore_ms", "ResumeTotal_ms", "CPU_ms"):
         assert restored["timings"][phase] > 0
-    body = cli.get("web")
+    body = cli.get(WEB)
     assert body["requests"] == first[-1] + 1
     assert body["restores"] == 1
     if ok:
         assert restored["cpu"] == 0.5
-        cpu_dir = [d for d in cgroup_dirs("web") if d.parts[-3] in ("cpu", "cpu,cpuacct")]
+        cpu_dir = [d for d in cgroup_dirs(WEB) if d.parts[-3] in ("cpu", "cpu,cpuacct")]
         if cpu_dir:
             assert (cpu_dir[0] / "cpu.cfs_quota_us").read_text().strip() == "50000"
             procs = (cpu_dir[0] / "cgroup.procs").read_text().split()
@@ -83,12 +87,19 @@ def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: 
 
 def test_three_cycles_in_a_row(cli: Cli, tmp_path: Path) -> None:
     _run_http(cli)
-    count = cli.get("web")["requests"]
-    for i in range(3):
+    count = cli.get(WEB)["requests"]
+    variants = [[], ["--engine", "reflect"], ["--background"]]  # pages filled lazily last
+    for i, extra in enumerate(variants):
         image = tmp_path / f"img{i}"
-        cli("checkpoint", "web", "--image-path", str(image))
-        cli("restore", "web", "--image-path", str(image))
-        body = cli.get("web")
+        cli(
+            "checkpoint",
+            WEB,
+            "--image-path",
+            str(image),
+            *extra[: 2 if extra[:1] == ["--engine"] else 0],
+        )
+        cli("restore", WEB, "--image-path", str(image), *extra)
+        body = cli.get(WEB)
         assert body["requests"] == count + 1
         assert body["restores"] == i + 1
         count = body["requests"]
@@ -99,7 +110,7 @@ def test_checkpoint_with_stats_writes_stats_json_and_image_inspects(
 ) -> None:
     _run_http(cli)
     image = tmp_path / "img"
-    out = cli("checkpoint", "web", "--image-path", str(image), "--stats", "--engine", "reflect")
+    out = cli("checkpoint", WEB, "--image-path", str(image), "--stats", "--engine", "reflect")
     assert "checkpoint timings" in out.stdout
     stats = json.loads((image / "stats.json").read_text())
     assert stats["checkpoint"]["pages_scanned"] >= stats["checkpoint"]["pages_stored"]
@@ -118,31 +129,35 @@ def test_checkpoint_with_stats_writes_stats_json_and_image_inspects(
 
 def test_leave_running_keeps_serving(cli: Cli, tmp_path: Path) -> None:
     st = _run_http(cli)
-    before = cli.get("web")["requests"]
-    cli("checkpoint", "web", "--image-path", str(tmp_path / "img"), "--leave-running")
-    after = cli.state("web")
+    before = cli.get(WEB)["requests"]
+    cli("checkpoint", WEB, "--image-path", str(tmp_path / "img"), "--leave-running")
+    after = cli.state(WEB)
     assert after["status"] == "running" and after["pid"] == st["pid"]
-    assert cli.get("web")["requests"] == before + 1
+    assert cli.get(WEB)["requests"] == before + 1
     # and the image restores into a second sandbox on another port
-    cli("restore", "web2", "--image-path", str(tmp_path / "img"), "--port", "0")
-    assert cli.get("web2")["requests"] == before + 1
+    cli("restore", WEB2, "--image-path", str(tmp_path / "img"), "--port", "0")
+    assert cli.get(WEB2)["requests"] == before + 1
 
 
-def test_pause_holds_requests_until_resume(cli: Cli) -> None:
+def test_pause_holds_requests_until_resume(cli: Cli, tmp_path: Path) -> None:
     _run_http(cli)
-    before = cli.get("web")["requests"]
-    host, _, port = cli.state("web")["address"].rpartition(":")
-    cli("pause", "web")
-    assert cli.state("web")["status"] == "paused"
+    before = cli.get(WEB)["requests"]
+    host, _, port = cli.state(WEB)["address"].rpartition(":")
+    cli("pause", WEB)
+    assert cli.state(WEB)["status"] == "paused"
     got: list = []
     t = threading.Thread(target=lambda: got.append(get_json(host, int(port), timeout=30)))
     t.start()
     t.join(0.5)
     assert got == []  # the request waits while the sandbox is frozen
-    cli("resume", "web")
+    # a checkpoint of a paused sandbox leaves it paused (the request still waits)
+    cli("checkpoint", WEB, "--image-path", str(tmp_path / "img"), "--leave-running")
+    assert cli.state(WEB)["status"] == "paused"
+    assert got == []
+    cli("resume", WEB)
     t.join(30)
     assert got and got[0][1]["requests"] == before + 1
-    assert cli.state("web")["status"] == "running"
+    assert cli.state(WEB)["status"] == "running"
 
 
 def test_failed_checkpoint_leaves_sandbox_running(cli: Cli, tmp_path: Path) -> None:
@@ -150,30 +165,30 @@ def test_failed_checkpoint_leaves_sandbox_running(cli: Cli, tmp_path: Path) -> N
     image = tmp_path / "img"
     image.mkdir()
     (image / "precious").write_text("keep me")
-    proc = cli("checkpoint", "web", "--image-path", str(image), check=False)
+    proc = cli("checkpoint", WEB, "--image-path", str(image), check=False)
     assert "--force" in _error_line(proc) or "exists" in _error_line(proc)
     assert (image / "precious").read_text() == "keep me"
-    assert cli.state("web")["status"] == "running" and cli.state("web")["pid"] == st["pid"]
-    assert cli.get("web")["requests"] >= 1
+    assert cli.state(WEB)["status"] == "running" and cli.state(WEB)["pid"] == st["pid"]
+    assert cli.get(WEB)["requests"] >= 1
 
 
 def test_restore_from_corrupted_image_leaves_nothing(cli: Cli, tmp_path: Path) -> None:
     _run_http(cli)
     image = tmp_path / "img"
-    cli("checkpoint", "web", "--image-path", str(image))
-    cli("delete", "web")
+    cli("checkpoint", WEB, "--image-path", str(image))
+    cli("delete", WEB)
     data = bytearray((image / "checkpoint.img").read_bytes())
     data[len(data) // 2] ^= 0xFF
     (image / "checkpoint.img").write_bytes(bytes(data))
-    proc = cli("restore", "web", "--image-path", str(image), check=False)
+    proc = cli("restore", WEB, "--image-path", str(image), check=False)
     _error_line(proc)
-    _assert_gone(cli, "web")
+    _assert_gone(cli, WEB)
 
 
 def test_restore_from_missing_image(cli: Cli, tmp_path: Path) -> None:
-    proc = cli("restore", "web", "--image-path", str(tmp_path / "nope"), check=False)
+    proc = cli("restore", WEB, "--image-path", str(tmp_path / "nope"), check=False)
     assert "no image at" in _error_line(proc)
-    _assert_gone(cli, "web")
+    _assert_gone(cli, WEB)
 
 
 def test_restore_with_wrong_key_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -182,20 +197,20 @@ def test_restore_with_wrong_key_is_refused(cli: Cli, tmp_path: Path) -> None:
     wrong.write_bytes(os.urandom(32))
     _run_http(cli)
     image = tmp_path / "img"
-    cli("checkpoint", "web", "--image-path", str(image), "--key-file", str(key))
-    proc = cli("restore", "web", "--image-path", str(image), "--key-file", str(wrong), check=False)
+    cli("checkpoint", WEB, "--image-path", str(image), "--key-file", str(key))
+    proc = cli("restore", WEB, "--image-path", str(image), "--key-file", str(wrong), check=False)
     _error_line(proc)
-    _assert_gone(cli, "web")
-    cli("restore", "web", "--image-path", str(image), "--key-file", str(key))
-    assert cli.get("web")["restores"] == 1
+    _assert_gone(cli, WEB)
+    cli("restore", WEB, "--image-path", str(image), "--key-file", str(key))
+    assert cli.get(WEB)["restores"] == 1
 
 
 def test_restore_into_running_sandbox_is_an_error(cli: Cli, tmp_path: Path) -> None:
     _run_http(cli)
-    cli("checkpoint", "web", "--image-path", str(tmp_path / "img"), "--leave-running")
-    proc = cli("restore", "web", "--image-path", str(tmp_path / "img"), check=False)
+    cli("checkpoint", WEB, "--image-path", str(tmp_path / "img"), "--leave-running")
+    proc = cli("restore", WEB, "--image-path", str(tmp_path / "img"), check=False)
     assert "running" in _error_line(proc)
-    assert cli.state("web")["status"] == "running"
+    assert cli.state(WEB)["status"] == "running"
 
 
 def _wait_for_log(cli: Cli, sandbox_id: str, needle: str, timeout: float = 30) -> None:
@@ -210,39 +225,39 @@ def _wait_for_log(cli: Cli, sandbox_id: str, needle: str, timeout: float = 30) -
 
 def test_sandbox_killed_mid_checkpoint(cli: Cli, tmp_path: Path) -> None:
     stall = {"CKPT_FAULT": "checkpoint-stall:30"}
-    cli("run", "web", "--workload", "http", "--port", "0", env=stall)
+    cli("run", WEB, "--workload", "http", "--port", "0", env=stall)
     image = tmp_path / "img"
-    pending = cli.popen("checkpoint", "web", "--image-path", str(image))
-    _wait_for_log(cli, "web", "stalling")
-    psutil.Process(cli.state("web")["pid"]).kill()
+    pending = cli.popen("checkpoint", WEB, "--image-path", str(image))
+    _wait_for_log(cli, WEB, "stalling")
+    psutil.Process(cli.state(WEB)["pid"]).kill()
     _, stderr = pending.communicate(timeout=30)
     assert pending.returncode == 1 and stderr.startswith("error: ")
     assert "died" in " ".join(stderr.split())
     assert not image.exists()  # nothing that looks like a complete image
-    assert cli.state("web")["status"] == "stopped"
-    assert cgroup_dirs("web") == []
+    assert cli.state(WEB)["status"] == "stopped"
+    assert cgroup_dirs(WEB) == []
 
 
 def test_two_concurrent_checkpoints_second_is_busy(cli: Cli, tmp_path: Path) -> None:
-    cli("run", "web", "--workload", "http", "--port", "0", env={"CKPT_FAULT": "checkpoint-stall:2"})
-    first = cli.popen("checkpoint", "web", "--image-path", str(tmp_path / "a"), "--leave-running")
-    _wait_for_log(cli, "web", "stalling")
-    proc = cli("checkpoint", "web", "--image-path", str(tmp_path / "b"), check=False)
+    cli("run", WEB, "--workload", "http", "--port", "0", env={"CKPT_FAULT": "checkpoint-stall:2"})
+    first = cli.popen("checkpoint", WEB, "--image-path", str(tmp_path / "a"), "--leave-running")
+    _wait_for_log(cli, WEB, "stalling")
+    proc = cli("checkpoint", WEB, "--image-path", str(tmp_path / "b"), check=False)
     assert "busy" in _error_line(proc)
     first.communicate(timeout=60)
     assert first.returncode == 0
     assert (tmp_path / "a" / "checkpoint.img").exists() and not (tmp_path / "b").exists()
-    assert cli.state("web")["status"] == "running"
+    assert cli.state(WEB)["status"] == "running"
 
 
 def test_kill_then_delete(cli: Cli) -> None:
     st = _run_http(cli)
-    proc = cli("delete", "web", check=False)
+    proc = cli("delete", WEB, check=False)
     assert "kill" in _error_line(proc)
-    cli("kill", "web")
-    assert cli.state("web")["status"] == "stopped"
+    cli("kill", WEB)
+    assert cli.state(WEB)["status"] == "stopped"
     assert not psutil.pid_exists(st["pid"]) or psutil.Process(st["pid"]).status() == "zombie"
     listing = json.loads(cli("list", "--json").stdout)
-    assert [(s["id"], s["status"]) for s in listing] == [("web", "stopped")]
-    cli("delete", "web")
-    _assert_gone(cli, "web")
+    assert [(s["id"], s["status"]) for s in listing] == [(WEB, "stopped")]
+    cli("delete", WEB)
+    _assert_gone(cli, WEB)

@@ -41,4 +41,29 @@ def test_cycle_script_count_continues_and_cleans_up() -> None:
     assert len(counts) == 5
     assert counts == list(range(counts[0], counts[0] + 5))  # continues across the restore
     assert [b["restores"] for b in bodies] == [0, 0, 0, 1, 1]
-    assert cgroup_dirs("example") == []
+    sandbox_id = re.search(r"sandbox (example-\d+) running", proc.stdout)
+    assert sandbox_id is not None
+    assert cgroup_dirs(sandbox_id.group(1)) == []
+
+
+@pytest.mark.slow
+def test_demo_tours_and_cleans_up() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "requests before checkpoint: 3, after restore: 6; restores: 1; same address: True"
+        in proc.stdout
+    )
+    assert "checkpoint timings" in proc.stdout and "restore timings" in proc.stdout
+    assert "per-type state statistics" in proc.stdout
+    sandbox_id = re.search(r"sandbox (demo-\d+): pid", proc.stdout)
+    assert sandbox_id is not None
+    assert cgroup_dirs(sandbox_id.group(1)) == []
+    tmp = re.search(r"removed the sandbox, its cgroup and (\S+)", proc.stdout)
+    assert tmp is not None and not Path(tmp.group(1)).exists()
