@@ -181,9 +181,10 @@ def target_rows(
     for op in ("Save", "Load"):
         names = {r.name for r in stats if r.name.endswith(op)}
         for name in sorted(names):
-            value = harness.ratio(stats, name, "stats-on", "stats-off")
-            if value == value:
-                rows.append(_row(f"{name} stats on/off", value, STATS_TARGET))
+            for attr, label in (("wall_ns", "time"), ("cpu_ns", "CPU")):
+                value = harness.ratio(stats, name, "stats-on", "stats-off", attr)
+                if value == value:
+                    rows.append(_row(f"{name} {label} stats on/off", value, STATS_TARGET))
     return rows
 
 

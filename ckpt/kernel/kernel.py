@@ -329,12 +329,13 @@ class Kernel:
             return
         tg.exit_code = status
         tg.stopped = False
+        orphans = self._children_of(tg)  # before the threads that forked them are gone
         for task in list(tg.tasks):
             self._exit_task(task)
         self._close_group_resources(tg)
         leader = tg.leader
         assert leader is not None
-        for child in list(self._children_of(tg)):
+        for child in orphans:
             self._reparent(child)
         parent = leader.parent
         code = CLD_KILLED if status & 0x7F else CLD_EXITED

@@ -24,7 +24,7 @@ def test_suite_reports_times_sizes_and_targets():
     assert {row["target"] for row in res["targets"]} >= {
         "Decode time typed/reflect",
         "state file typed/reflect",
-        "Files200Load stats on/off",
+        "Files200Load time stats on/off",
     }
 
 

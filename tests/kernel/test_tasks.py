@@ -191,3 +191,13 @@ def test_sigterm_default_terminates_and_reports_the_signal():
     k.kill(init, child.tgid, SIGTERM)
     k.run_for(1)
     assert k.wait(init) == (child.tid, SIGTERM)
+
+
+def test_children_forked_by_a_thread_are_reparented_when_the_group_exits():
+    k, init = blank_kernel()
+    proc = k.fork(init, "proc")
+    thread = k.clone_thread(proc, "thr")
+    grandchild = k.fork(thread, "gc")
+    assert grandchild.parent is thread
+    k.exit(proc, 0)
+    assert grandchild.parent is init and grandchild in init.children
