@@ -72,7 +72,8 @@ def _write_stream(target: Path, data: bytes, opts: dict[str, Any]) -> int:
 
 
 def _read_stream(target: Path, key: bytes | None) -> int:
-    return len(open_image(target, key=key).read_state())
+    # What state.load does: read() the whole stream.
+    return len(open_image(target, key=key).state_reader().read())
 
 
 def _write_pages(target: Path, pages: list[tuple[int, bytes]], opts: dict[str, Any]) -> int:

@@ -5,33 +5,41 @@ contents), ``pages_meta.img`` (where each page lives) and, optionally, ``stats.j
 All integers are little-endian.  ``TAG`` is ``TAG_SIZE_KEYED`` (32) bytes of
 HMAC-SHA256 when the image is keyed, else ``TAG_SIZE_PLAIN`` (4) bytes of CRC-32.
 
-checkpoint.img — header first, object stream in chunks, metadata and footer last, so that
-callers can keep adding metadata until the image is committed and the stream is written
-once, in order, while it is produced::
+checkpoint.img — header first, then the chunks' bytes back to back, then the chunk
+table, metadata and footer.  The trailer comes last so that callers can keep adding
+metadata until the image is committed, and the stream is written once, in order, while
+it is produced.  The chunk bytes carry no framing, so a stream whose chunks are all
+stored raw is one contiguous run in the file and is read with one large read::
 
     +--------------------------------------------------------------------+ 0
-    | MAGIC "\\x89CKPTSF\\n" (8) | version u16 | flags u8 | codec u8       |
+    | MAGIC "\x89CKPTSF\n" (8) | version u16 | flags u8 | codec u8       |
     | chunk_size u32 | reserved u32 (0) | reserved u32 (0) | image_id (16)  |
     | header_tag   TAG = MAC(header[0:40])                               |
-    +--------------------------------------------------------------------+
-    | chunk 0: raw_len u32 | stored_len u32 | codec u8 | 3 x pad         |
-    |          stored bytes (stored_len)                                 |
-    |          tag_0 = MAC(tag_{-1} || MAC(index u64 || frame || data))  |
-    | chunk 1 ... chunk N-1  (tag_{-1} = header_tag: the chain)          |
+    +--------------------------------------------------------------------+ data_offset
+    | chunk 0 stored bytes | chunk 1 stored bytes | ... | chunk N-1      |
+    +--------------------------------------------------------------------+ table_offset
+    | chunk table, N entries:                                            |
+    |   frame = raw_len u32 | stored_len u32 | codec u8 | 3 x pad (0)    |
+    |   tag_i = MAC(tag_{i-1} || MAC(index u64 || frame || stored bytes)) |
+    |   (tag_{-1} = header_tag: the chain)                               |
     +--------------------------------------------------------------------+ metadata_offset
     | meta_len u32 | metadata JSON (utf-8, meta_len bytes)               |
     | meta_tag     TAG = MAC(header_tag || "meta" || meta_len || JSON)    |
     +--------------------------------------------------------------------+
-    | footer: metadata_offset u64 | chunk_count u64 | stream_len u64     |
+    | footer: table_offset u64 | metadata_offset u64 | chunk_count u64 |  |
+    |         stream_len u64                                             |
     | footer_tag   TAG = MAC(tag_{N-1} || meta_tag || footer fields)      |
-    | END_MAGIC "CKPTEND\\n" (8)                                          |
+    | END_MAGIC "CKPTEND\n" (8)                                          |
     +--------------------------------------------------------------------+ EOF
 
-The metadata has its own tag (chained from the header, not from the chunks) so that it
-can be verified and shown without reading the stream; the footer tag closes the chain
-over every chunk, so a dropped, reordered or truncated chunk fails it.  A reader hands
-out a chunk's bytes only after its tag checks, and the last chunk only after the footer
-tag checks too.
+Chunk i lives at data_offset + the stored lengths of the chunks before it; the stored
+lengths must add up to exactly table_offset - data_offset and the raw lengths to
+stream_len.  The metadata has its own tag (chained from the header, not the chunks) so
+it can be verified and shown without reading the stream.  The footer tag closes the
+chain over every chunk: it is checked on open (with the last table entry's tag), which
+authenticates the chunk count and stream length before anything is sized from them;
+each chunk's tag is checked against the chain before its bytes are decompressed or
+handed out, so a dropped, reordered, altered or truncated chunk is refused.
 
 pages.img — just a header and the stored runs back to back (the framing lives in
 pages_meta.img, so the page data is written in few, large writes)::
@@ -85,10 +93,10 @@ IMAGE_ID_SIZE = 16
 
 # checkpoint.img
 HEADER = struct.Struct("<8sHBBIII16s")  # magic, version, flags, codec, chunk_size, 0, 0, id
-CHUNK_FRAME = struct.Struct("<IIB3x")  # raw_len, stored_len, codec
+CHUNK_FRAME = struct.Struct("<IIB3x")  # raw_len, stored_len, codec (a chunk table entry)
 CHUNK_INDEX = struct.Struct("<Q")
 META_LEN = struct.Struct("<I")
-FOOTER = struct.Struct("<QQQ")  # metadata_offset, chunk_count, stream_len
+FOOTER = struct.Struct("<QQQQ")  # table_offset, metadata_offset, chunk_count, stream_len
 
 # pages.img
 PAGES_HEADER = struct.Struct("<8sH6x16s")

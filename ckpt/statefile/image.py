@@ -189,12 +189,12 @@ class ImageWriter:
 
     def open(self) -> None:
         """Create the temporary directory and start checkpoint.img and pages.img."""
-        self._check_target()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StatefileError(f"{self.path.parent}: cannot create: {exc.strerror}") from exc
-        clean_stale(self.path)
+        clean_stale(self.path)  # first: it may put back an image a dead writer moved aside
+        self._check_target()
         self._tmp = Path(
             tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-", dir=self.path.parent)
         )
@@ -282,13 +282,13 @@ class ImageWriter:
                 "image_id": self.image_id.hex(),
                 "integrity": self._sealer.algorithm,
             }
-            metadata_offset = f.tell()
             write_trailer(
                 f,
                 self._sealer,
                 self._header_tag,
                 last_tag,
-                metadata_offset,
+                f.tell(),
+                self._stream.table,
                 self._stream.chunk_count,
                 self._stream.stream_len,
                 encode_metadata(meta),
@@ -386,10 +386,6 @@ class Image:
     def read_state(self) -> bytes:
         """The whole object stream, every chunk verified and decompressed."""
         return self._reader.read_all()
-
-    def read_state_buffer(self) -> bytearray:
-        """The whole object stream in one buffer, filled in place (no second copy)."""
-        return self._reader.read_buffer()
 
     def state_reader(self) -> ChunkStream:
         """The object stream as a readable binary file (verified chunk by chunk)."""

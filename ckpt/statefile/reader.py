@@ -53,6 +53,7 @@ class Header:
     stream_len: int
     metadata_offset: int
     file_size: int
+    table_offset: int
 
 
 def read_exact(f: Any, n: int, path: Path, offset: int, what: str) -> bytes:
@@ -68,15 +69,17 @@ def read_exact(f: Any, n: int, path: Path, offset: int, what: str) -> bytes:
 
 @dataclass(frozen=True)
 class _Frame:
+    """One chunk table entry, with where the chunk's bytes are."""
+
     index: int
-    offset: int
-    frame: bytes
+    offset: int  # file offset of the stored bytes
+    frame: bytes  # the packed table entry fields (covered by the tag)
     raw_len: int
+    stored_len: int
     codec: int
-    stored: bytes | memoryview
     prev_tag: bytes
     tag: bytes
-    raw_off: int
+    raw_off: int  # offset in the stream
 
 
 class StatefileReader:
@@ -147,19 +150,20 @@ class StatefileReader:
             raise IntegrityError(
                 f"{p}: no end marker at offset {size - len(END_MAGIC)} (truncated or corrupt)"
             )
-        metadata_offset, chunk_count, stream_len = FOOTER.unpack_from(foot)
+        table_offset, metadata_offset, chunk_count, stream_len = FOOTER.unpack_from(foot)
         self.footer_fields = foot[: FOOTER.size]
         self.footer_tag = foot[FOOTER.size : FOOTER.size + tsize]
+        entry = CHUNK_FRAME.size + tsize
         max_meta_at = foot_at - META_LEN.size - tsize
-        if not self.data_offset <= metadata_offset <= max_meta_at:
+        if (
+            not self.data_offset <= table_offset <= metadata_offset <= max_meta_at
+            or chunk_count != (metadata_offset - table_offset) // entry
+            or (metadata_offset - table_offset) % entry
+            or chunk_count > table_offset - self.data_offset
+        ):
             raise IntegrityError(
-                f"{p}: footer at offset {foot_at} puts the metadata at {metadata_offset}, "
-                f"outside {self.data_offset}..{max_meta_at}"
-            )
-        per_chunk_min = CHUNK_FRAME.size + 1 + tsize
-        if chunk_count > (metadata_offset - self.data_offset) // per_chunk_min:
-            raise IntegrityError(
-                f"{p}: footer at offset {foot_at} claims {chunk_count} chunks, more than fit"
+                f"{p}: footer at offset {foot_at} is inconsistent (table at {table_offset}, "
+                f"metadata at {metadata_offset}, {chunk_count} chunks, file {size} bytes)"
             )
         if stream_len > chunk_count * chunk_size:
             raise IntegrityError(
@@ -186,16 +190,19 @@ class StatefileReader:
         )
         self.meta_tag = meta_tag
         self.tag_size = tsize
-        # The footer closes the chain with the last chunk's stored tag; checking it now
+
+        # Chunk table: its size was checked against the file above.
+        f.seek(table_offset)
+        table = read_exact(f, metadata_offset - table_offset, p, table_offset, "chunk table")
+        # The footer closes the chain with the last chunk's tag; checking it now
         # authenticates chunk_count and stream_len before anything is sized from them.
-        # (Each chunk's tag is checked against the chain as the chunk is read.)
-        if chunk_count:
-            f.seek(metadata_offset - tsize)
-            last_tag = read_exact(f, tsize, p, metadata_offset - tsize, "last chunk tag")
-        else:
-            last_tag = hdr_tag
+        # (Each chunk's own tag is checked against the chain when the chunk is read.)
+        last_tag = table[-tsize:] if chunk_count else hdr_tag
         footer_tag = self.sealer.mac((last_tag, meta_tag, self.footer_fields))
         self._check(footer_tag, self.footer_tag, f"{p}: footer (offset {foot_at})")
+        self.chunks_table = self._parse_table(
+            table, table_offset, chunk_count, chunk_size, stream_len
+        )
         try:
             metadata = json.loads(meta_json)
         except (UnicodeDecodeError, ValueError) as exc:
@@ -216,7 +223,42 @@ class StatefileReader:
             stream_len=stream_len,
             metadata_offset=metadata_offset,
             file_size=size,
+            table_offset=table_offset,
         )
+
+    def _parse_table(
+        self, table: bytes, table_offset: int, count: int, chunk_size: int, stream_len: int
+    ) -> list[_Frame]:
+        """Chunk table entries with their offsets; every length checked against the file."""
+        p, tsize = self.path, self.tag_size
+        entry = CHUNK_FRAME.size + tsize
+        frames: list[_Frame] = []
+        pos, raw_off = self.data_offset, 0
+        prev = self.header_tag
+        for i in range(count):
+            at = i * entry
+            frame = table[at : at + CHUNK_FRAME.size]
+            raw_len, stored_len, codec = CHUNK_FRAME.unpack(frame)
+            if (
+                not 0 < raw_len <= chunk_size
+                or not 0 < stored_len <= table_offset - pos
+                or raw_off + raw_len > stream_len
+            ):
+                raise IntegrityError(
+                    f"{p}: chunk {i} (table entry at offset {table_offset + at}) has bad "
+                    f"lengths: raw {raw_len}, stored {stored_len}"
+                )
+            tag = table[at + CHUNK_FRAME.size : at + entry]
+            frames.append(_Frame(i, pos, frame, raw_len, stored_len, codec, prev, tag, raw_off))
+            prev = tag
+            pos += stored_len
+            raw_off += raw_len
+        if pos != table_offset or raw_off != stream_len:
+            raise IntegrityError(
+                f"{p}: the chunk table (offset {table_offset}) accounts for {pos} of "
+                f"{table_offset} data bytes and {raw_off} of {stream_len} stream bytes"
+            )
+        return frames
 
     def _check(self, expected: bytes, got: bytes, what: str) -> None:
         if self.verify:
@@ -224,113 +266,55 @@ class StatefileReader:
 
     # -- the stream --------------------------------------------------------------
 
-    def _frames(self, f: Any, dest: memoryview | None = None) -> Iterator[_Frame]:
-        """Read chunk frames in order on the calling thread (lengths checked first).
+    def _stored(self, f: Any) -> Iterator[tuple[_Frame, bytes]]:
+        """Each chunk's stored bytes, read in order on the calling thread."""
+        f.seek(self.data_offset)
+        for fr in self.chunks_table:
+            yield fr, read_exact(f, fr.stored_len, self.path, fr.offset, f"chunk {fr.index}")
 
-        With ``dest`` (the whole stream's buffer), raw chunks are read straight into
-        their place in it: no intermediate copy.
-        """
-        p, h = self.path, self.header
-        tsize = self.tag_size
-        end = h.metadata_offset
-        pos = self.data_offset
-        raw_off = 0
-        prev = self.header_tag
-        f.seek(pos)
-        for i in range(h.chunk_count):
-            frame = read_exact(f, CHUNK_FRAME.size, p, pos, f"chunk {i} frame")
-            raw_len, stored_len, codec = CHUNK_FRAME.unpack(frame)
-            room = end - pos - CHUNK_FRAME.size - tsize
-            if (
-                not 0 < raw_len <= h.chunk_size
-                or not 0 < stored_len <= room
-                or raw_off + raw_len > h.stream_len
-            ):
-                raise IntegrityError(
-                    f"{p}: chunk {i} at offset {pos} has bad lengths (raw {raw_len}, stored "
-                    f"{stored_len}; chunk size {h.chunk_size}, {max(room, 0)} bytes left)"
-                )
-            data_at = pos + CHUNK_FRAME.size
-            stored: bytes | memoryview
-            if dest is not None and codec == CODEC_NONE and stored_len == raw_len:
-                stored = dest[raw_off : raw_off + raw_len]
-                read_exact_into(f, stored, p, data_at, f"chunk {i}")
-            else:
-                stored = read_exact(f, stored_len, p, data_at, f"chunk {i}")
-            tag = read_exact(f, tsize, p, data_at + stored_len, f"chunk {i} tag")
-            yield _Frame(i, pos, frame, raw_len, codec, stored, prev, tag, raw_off)
-            prev = tag
-            pos = data_at + stored_len + tsize
-            raw_off += raw_len
-        if pos != end:
-            raise IntegrityError(
-                f"{p}: {end - pos} unexpected bytes at offset {pos} before the metadata"
-            )
-        if raw_off != h.stream_len:
-            raise IntegrityError(
-                f"{p}: chunks hold {raw_off} bytes, the footer says {h.stream_len}"
-            )
-
-    def _open_chunk(self, fr: _Frame, dest: memoryview | None = None) -> Any:
+    def _open_chunk(self, fr: _Frame, stored: Any) -> Any:
         """Pool job: check the chunk's tag against the chain, then decompress it."""
         where = f"{self.path}: chunk {fr.index} at offset {fr.offset}"
         if self.verify:
             s = self.sealer
-            expected = s.chain(fr.prev_tag, s.digest(fr.index, fr.frame, fr.stored))
+            expected = s.chain(fr.prev_tag, s.digest(fr.index, fr.frame, stored))
             s.check(expected, fr.tag, where)
-        data = decompress_chunk(fr.stored, fr.codec, fr.raw_len, where)
-        if dest is not None and data is not fr.stored:
-            dest[fr.raw_off : fr.raw_off + fr.raw_len] = data
-        return data
+        return decompress_chunk(stored, fr.codec, fr.raw_len, where)
 
     def chunks(self) -> Iterator[bytes]:
-        """The stream's chunks in order, each verified before it is yielded.
-
-        The footer was verified on open; the frame reader's end checks (no bytes left
-        over, total length) run before the last chunk comes back from the pool.
-        """
+        """The stream's chunks in order, each verified before it is yielded."""
         with open(self.path, "rb", buffering=0) as f:
-            yield from map_ordered(self._open_chunk, self._frames(f))
+            yield from map_ordered(lambda item: self._open_chunk(*item), self._stored(f))
 
     def read_all(self) -> bytes:
-        """The whole verified stream as one bytes object."""
-        return b"".join(self.chunks())
+        """The whole verified stream as one ``bytes`` object, read the fastest way.
 
-    def read_buffer(self) -> bytearray:
-        """The whole verified stream in one preallocated buffer (the fastest read).
-
-        Raw chunks are read straight into place and compressed ones decompressed on the
-        pool and copied in, so the stream is never held twice.  ``stream_len`` was
-        checked against the chunk count and file size (and its tag) on open.
+        When every chunk is stored raw (compression none, or data zstd cannot shrink),
+        the chunks are one contiguous run of the file: it is read with one large read
+        into the result itself and verified in place on the pool, with no copy beyond
+        the read.  Otherwise chunks are verified and decompressed on the pool and joined.
         """
-        out = bytearray(self.header.stream_len)
-        dest = memoryview(out)
+        table = self.chunks_table
+        if not table or any(fr.codec != CODEC_NONE or fr.stored_len != fr.raw_len for fr in table):
+            return b"".join(self.chunks())
         with open(self.path, "rb", buffering=0) as f:
-            for _ in map_ordered(lambda fr: self._open_chunk(fr, dest), self._frames(f, dest)):
-                pass
-        dest.release()
-        return out
-
-
-def read_exact_into(f: Any, view: memoryview, path: Path, offset: int, what: str) -> None:
-    """Fill ``view`` from the file or raise a truncation error."""
-    got = 0
-    while got < len(view):
-        n = f.readinto(view[got:])
-        if not n:
-            raise IntegrityError(
-                f"{path}: truncated at offset {offset + got}: {what} needs {len(view)} bytes, "
-                f"{got} left"
-            )
-        got += n
+            f.seek(self.data_offset)
+            n = self.header.stream_len
+            data = read_exact(f, n, self.path, self.data_offset, "chunk data")
+        view = memoryview(data)
+        base = self.data_offset
+        items = ((fr, view[fr.offset - base : fr.offset - base + fr.stored_len]) for fr in table)
+        for _ in map_ordered(lambda item: self._open_chunk(*item), items):
+            pass
+        return data
 
 
 class ChunkStream(io.RawIOBase):
     """A readable binary file over verified chunks, for ``state.load``.
 
     Partial reads stream chunk by chunk (bounded memory).  Reading everything at once
-    (``read()``, ``readall()``), as ``state.load`` does, returns the stream in one
-    preallocated ``bytearray`` filled in place: no join, no second copy.
+    (``read()``, ``readall()``), as ``state.load`` does, takes the fastest path
+    (``StatefileReader.read_all``).
     """
 
     def __init__(self, reader: StatefileReader) -> None:
@@ -364,10 +348,10 @@ class ChunkStream(io.RawIOBase):
             self._pos += take
         return n
 
-    def readall(self) -> Any:
+    def readall(self) -> bytes:
         if self._chunks is None and not self._eof:
             self._eof = True
-            return self._reader.read_buffer()
+            return self._reader.read_all()
         if self._chunks is None:
             return b""
         rest = [bytes(self._cur[self._pos :])]
@@ -377,7 +361,7 @@ class ChunkStream(io.RawIOBase):
         self._cur, self._pos = memoryview(b""), 0
         return b"".join(rest)
 
-    def read(self, size: int = -1) -> Any:  # type: ignore[override]
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
         if size is None or size < 0:
             return self.readall()
         return super().read(size)

@@ -1,9 +1,10 @@
-"""Write checkpoint.img: header, the object stream in sealed chunks, metadata, footer.
+"""Write checkpoint.img: header, the object stream in sealed chunks, table, metadata, footer.
 
 ``StateStreamWriter`` is the binary file object handed to ``state.save``: it gathers
-writes into ~1 MiB chunks, compresses and tags them on the pool, and writes each chunk
-as one frame, in order.  Nothing is held beyond the chunks in flight, so the stream
-is never in memory twice.  See ``format.py`` for the layout.
+writes into ~1 MiB chunks, compresses and tags them on the pool, and writes each
+chunk's bytes in order (one large write each), keeping only its small table entry.
+Nothing is held beyond the chunks in flight, so the stream is never in memory twice.
+See ``format.py`` for the layout.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ class StateStreamWriter(io.BufferedIOBase):
         self._buf = bytearray()
         self._ordered = Ordered()
         self._finished = False
+        self._table: list[bytes] = []
         self.chunk_count = 0  # chunks submitted
         self.stream_len = 0  # raw bytes accepted
-        self.stored_len = 0  # bytes written to the file for chunk frames
+        self.stored_len = 0  # chunk bytes written to the file
 
     def writable(self) -> bool:
         return True
@@ -116,11 +118,14 @@ class StateStreamWriter(io.BufferedIOBase):
     def _emit(self, done: tuple[bytes, Any, bytes, int]) -> None:
         frame, stored, digest, _ = done
         self._tag = self._sealer.chain(self._tag, digest)
-        f = self._f
-        f.write(frame)
-        f.write(stored)
-        f.write(self._tag)
-        self.stored_len += len(frame) + len(stored) + len(self._tag)
+        self._f.write(stored)
+        self._table.append(frame + self._tag)
+        self.stored_len += len(stored)
+
+    @property
+    def table(self) -> bytes:
+        """The chunk table: one frame and tag per chunk written so far."""
+        return b"".join(self._table)
 
     def finish(self) -> bytes:
         """Write the last partial chunk and every queued one; return the last tag."""
@@ -160,14 +165,16 @@ def write_trailer(
     sealer: Sealer,
     header_tag: bytes,
     last_tag: bytes,
-    metadata_offset: int,
+    table_offset: int,
+    table: bytes,
     chunk_count: int,
     stream_len: int,
     metadata_json: bytes,
 ) -> None:
-    """Write the metadata block and the footer that closes the chain."""
+    """Write the chunk table, the metadata block and the footer that closes the chain."""
     mlen = META_LEN.pack(len(metadata_json))
     meta_tag = sealer.mac((header_tag, b"meta", mlen, metadata_json))
-    footer = FOOTER.pack(metadata_offset, chunk_count, stream_len)
+    metadata_offset = table_offset + len(table)
+    footer = FOOTER.pack(table_offset, metadata_offset, chunk_count, stream_len)
     footer_tag = sealer.mac((last_tag, meta_tag, footer))
-    f.write(b"".join((mlen, metadata_json, meta_tag, footer, footer_tag, END_MAGIC)))
+    f.write(b"".join((table, mlen, metadata_json, meta_tag, footer, footer_tag, END_MAGIC)))
