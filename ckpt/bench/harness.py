@@ -249,6 +249,7 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
         ("±", "right"),
         (f"vs {baseline}" if baseline else "ratio", "right"),
         ("cpu", "right"),
+        ("cpu ratio", "right"),
         ("peak mem", "right"),
         ("blocks", "right"),
         ("gc", "right"),
@@ -259,6 +260,9 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
     previous = None
     for r in results:
         t_ratio = ratio(results, r.name, r.variant, baseline) if baseline else float("nan")
+        c_ratio = (
+            ratio(results, r.name, r.variant, baseline, "cpu_ns") if baseline else float("nan")
+        )
         b_ratio = (
             ratio(results, r.name, r.variant, baseline, "out_bytes") if baseline else float("nan")
         )
@@ -269,6 +273,7 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
             f"{r.spread() * 100:.0f}%",
             "-" if t_ratio != t_ratio else f"{t_ratio:.2f}",
             _fmt_ns(r.cpu_ns),
+            "-" if c_ratio != c_ratio else f"{c_ratio:.2f}",
             _fmt_bytes(r.peak_bytes),
             f"{r.blocks:,.0f}",
             f"{r.gc_collections:.0f}",

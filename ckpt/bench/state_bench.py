@@ -81,7 +81,12 @@ def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> lis
             # Loads report the size of what they read, so bytes ratios show on both rows.
             size = len(data)
             cases.append(
-                Case(load_name, variant, (lambda ld=loads, d=data: ld(d)), bytes_of=lambda _r, n=size: n)
+                Case(
+                    load_name,
+                    variant,
+                    (lambda ld=loads, d=data: ld(d)),
+                    bytes_of=lambda _r, n=size: n,
+                )
             )
     return cases
 

@@ -64,6 +64,12 @@ class Holder:
     items: list[Any] = field(default_factory=list)
 
 
+@state.savable(name="bench.FieldsHolder")
+@dataclass(eq=False)
+class FieldsHolder:
+    items: list[Fields] = field(default_factory=list)
+
+
 @state.savable(name="bench.Ptr")
 @dataclass(eq=False)
 class Ptr:
@@ -146,9 +152,9 @@ class GraphRoot:
     leaves: list[GLeaf] = field(default_factory=list)
 
 
-def make_fields() -> Holder:
+def make_fields() -> FieldsHolder:
     rng = random.Random(1)
-    return Holder(
+    return FieldsHolder(
         [
             Fields(
                 i0=i,
@@ -175,11 +181,11 @@ def make_fields() -> Holder:
     )
 
 
-def make_ptr() -> Holder:
+def make_ptr() -> Ptr:
     head = None
     for i in range(N):
         head = Ptr(i, head)
-    return Holder([head])
+    return head
 
 
 def make_map() -> MapHolder:

@@ -252,6 +252,9 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
         if bigint and _has_int(kind.args[0]):
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({e}, __ckpt_obj)")
         return
+    if tag is K.OPT and kind.args[0].tag in SCALARS and not (bigint and kind.args[0].tag is K.INT):
+        src.add(2, f"{e} = {v}")
+        return
     if tag is K.OPT:
         enc = src.const(f"enc{i}", elem_encoder(kind.args[0], bigint))
         src.add(2, f"{e} = None if {v} is None else {enc}({v}, __ckpt_obj, __ckpt_ctx)")
@@ -396,6 +399,12 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
         return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
     if tag in SCALARS:
         return _with_default(src, spec, raw, raw)
+    if tag is K.OPT and kind.args[0].tag in SCALARS and not (bigint and kind.args[0].tag is K.INT):
+        return raw
+    if tag is K.TUPLE and all(
+        a.tag in SCALARS and not (bigint and a.tag is K.INT) for a in kind.args
+    ):
+        return _with_default(src, spec, raw, f"tuple({raw})")
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
         return f"__ckpt_oget({raw})"
     if tag is K.ANY:

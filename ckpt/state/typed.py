@@ -111,6 +111,7 @@ def save(root: Any, stats: Stats | None, bigint: bool = False) -> tuple[list, gr
     ctx = SaveCtx(walk, bigint)
     root_enc = ctx.dyn(root, graph.ROOT_OWNER)
     pending, rows, types = walk.pending, walk.rows, walk.types
+    savers: list = []
     progressed = True
     while progressed:
         progressed = False
@@ -118,15 +119,18 @@ def save(root: Any, stats: Stats | None, bigint: bool = False) -> tuple[list, gr
         while t < len(types):
             batch = pending[t]
             if batch:
-                pending[t] = []
-                sch = types[t]
-                fn = saver(sch, bigint)
+                # The generated loop iterates the pending list itself, so objects of
+                # this type discovered meanwhile (a chain) are handled in the same call.
+                while len(savers) <= t:
+                    entry = types[len(savers)]
+                    savers.append(saver(entry, bigint) if isinstance(entry, Schema) else None)
                 if stats is None:
-                    fn(batch, rows[t].append, ctx)
+                    savers[t](batch, rows[t].append, ctx)
                 else:
                     start = stats.clock()
-                    fn(batch, rows[t].append, ctx)
-                    stats.add(sch.name, stats.clock() - start, len(batch))
+                    savers[t](batch, rows[t].append, ctx)
+                    stats.add(types[t].name, stats.clock() - start, len(batch))
+                pending[t] = []
                 progressed = True
             t += 1
     return walk.payload(ENGINE, w.COMPACT, root, root_enc), walk
