@@ -41,7 +41,7 @@ def write_header(
 
 
 def _seal_chunk(
-    sealer: Sealer, index: int, raw: bytes, codec: int, level: int
+    sealer: Sealer, index: int, raw: bytes | bytearray | memoryview, codec: int, level: int
 ) -> tuple[bytes, Any, bytes, int]:
     """Pool job: compress one chunk and compute its digest."""
     used, stored = compress_chunk(raw, codec, level)
@@ -86,6 +86,11 @@ class StateStreamWriter(io.BufferedIOBase):
         if self._finished:
             raise StatefileError("the image's state stream is already finished")
         mv = memoryview(b).cast("B")
+        # Whole chunks of an immutable buffer (state.save writes one bytes object) are
+        # compressed straight from it; anything the caller could change is copied.
+        immutable = isinstance(b, bytes) or (
+            isinstance(b, memoryview) and b.readonly and isinstance(b.obj, bytes)
+        )
         n = len(mv)
         pos = 0
         cs = self._chunk_size
@@ -94,10 +99,11 @@ class StateStreamWriter(io.BufferedIOBase):
             self._buf += mv[:take]
             pos = take
             if len(self._buf) == cs:
-                self._submit(bytes(self._buf))
-                self._buf.clear()
+                full, self._buf = self._buf, bytearray()  # hand it over, no copy
+                self._submit(full)
         while n - pos >= cs:
-            self._submit(bytes(mv[pos : pos + cs]))
+            piece = mv[pos : pos + cs]
+            self._submit(piece if immutable else bytes(piece))
             pos += cs
         if pos < n:
             self._buf += mv[pos:]
@@ -107,7 +113,7 @@ class StateStreamWriter(io.BufferedIOBase):
     def flush(self) -> None:
         """Chunks are cut by size, not by flushes: a flush writes nothing early."""
 
-    def _submit(self, raw: bytes) -> None:
+    def _submit(self, raw: bytes | bytearray | memoryview) -> None:
         index = self.chunk_count
         self.chunk_count += 1
         for done in self._ordered.submit(
@@ -132,8 +138,8 @@ class StateStreamWriter(io.BufferedIOBase):
         if not self._finished:
             self._finished = True
             if self._buf:
-                self._submit(bytes(self._buf))
-                self._buf.clear()
+                full, self._buf = self._buf, bytearray()
+                self._submit(full)
             for done in self._ordered.drain():
                 self._emit(done)
         return self._tag

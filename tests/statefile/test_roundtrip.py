@@ -191,3 +191,13 @@ def test_write_after_finish_is_refused(tmp_path: Path) -> None:
         f.write(b"abc")
     with pytest.raises(StatefileError, match="finished"):
         f.write(b"more")
+
+
+def test_caller_may_reuse_its_buffer_after_write(tmp_path: Path) -> None:
+    buf = bytearray(b"a" * 3000)
+    with statefile.ImageWriter(tmp_path / "img", chunk_size=1024) as img:
+        img.state_file.write(buf)
+        buf[:] = b"b" * 3000  # the writer must have copied what it kept
+        img.state_file.write(memoryview(buf)[:10])
+        buf[:10] = b"c" * 10
+    assert statefile.open_image(tmp_path / "img").read_state() == b"a" * 3000 + b"b" * 10
