@@ -1,0 +1,194 @@
+"""Timer system calls (setitimer, timer_create, timerfd) and the step loop that fires them.
+
+A mixin of ``Kernel`` (``ckpt/kernel/kernel.py``): the methods use the kernel's fields
+(``self.pidns``, ``self.vfs``, ``self.memory_file``...) and each other across mixins.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from ckpt.errors import KernelError, SyscallError
+from ckpt.kernel.abi import SI_TIMER
+from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
+from ckpt.kernel.task import ITIMER_SIGNALS, SigInfo, Task, TaskState, ThreadGroup
+from ckpt.kernel.timers import ITIMER_PROF, ITIMER_REAL, ITIMER_VIRTUAL, PosixTimer, TimerFD
+from ckpt.kernel.vfs import O_RDONLY
+
+QUANTUM_NS = 1_000_000  # step size while some task is using CPU
+
+
+class TimerCalls:
+    """Timer system calls and the step loop, mixed into ``Kernel``."""
+
+    # -- timers -------------------------------------------------------------------------
+    def setitimer(self, task: Task, which: int, value_ns: int, interval_ns: int = 0) -> None:
+        if which not in ITIMER_SIGNALS:
+            raise SyscallError(errno.EINVAL, f"bad itimer {which}")
+        tg = task.tg
+        base = {ITIMER_REAL: self.now, ITIMER_VIRTUAL: tg.utime_ns, ITIMER_PROF: tg.cpu_ns}[which]
+        tg.itimers[which].arm(base, value_ns, interval_ns)
+
+    def getitimer(self, task: Task, which: int) -> tuple[int, int]:
+        tg = task.tg
+        base = {ITIMER_REAL: self.now, ITIMER_VIRTUAL: tg.utime_ns, ITIMER_PROF: tg.cpu_ns}[which]
+        it = tg.itimers[which]
+        return it.remaining(base), it.interval_ns
+
+    def timer_create(
+        self, task: Task, clock: int = CLOCK_MONOTONIC, signo: int = 14, *, thread: bool = False
+    ) -> int:
+        if clock not in (CLOCK_MONOTONIC, CLOCK_REALTIME):
+            raise SyscallError(errno.EINVAL, f"unsupported clock {clock}")
+        tg = task.tg
+        timer_id = tg.next_timer_id
+        tg.next_timer_id += 1
+        tg.posix_timers[timer_id] = PosixTimer(
+            timer_id, clock, signo, target_tid=task.tid if thread else 0
+        )
+        return timer_id
+
+    def _posix_timer(self, task: Task, timer_id: int) -> PosixTimer:
+        timer = task.tg.posix_timers.get(timer_id)
+        if timer is None:
+            raise SyscallError(errno.EINVAL, f"no timer {timer_id}")
+        return timer
+
+    def timer_settime(self, task: Task, timer_id: int, value_ns: int, interval_ns: int = 0) -> None:
+        timer = self._posix_timer(task, timer_id)
+        timer.arm(self.timekeeper.now(timer.clock), value_ns, interval_ns)
+
+    def timer_gettime(self, task: Task, timer_id: int) -> tuple[int, int]:
+        timer = self._posix_timer(task, timer_id)
+        return timer.remaining(self.timekeeper.now(timer.clock)), timer.interval_ns
+
+    def timer_getoverrun(self, task: Task, timer_id: int) -> int:
+        return self._posix_timer(task, timer_id).overrun
+
+    def timer_delete(self, task: Task, timer_id: int) -> None:
+        self._posix_timer(task, timer_id)
+        del task.tg.posix_timers[timer_id]
+
+    def timerfd_create(self, task: Task, clock: int = CLOCK_MONOTONIC) -> int:
+        tfd = TimerFD(self.uid(), O_RDONLY, clock=clock)
+        self.timerfds.append(tfd)
+        return self._table(task).install(tfd)
+
+    def timerfd_settime(self, task: Task, fd: int, value_ns: int, interval_ns: int = 0) -> None:
+        tfd = self._file(task, fd)
+        if not isinstance(tfd, TimerFD):
+            raise SyscallError(errno.EINVAL, f"fd {fd} is not a timerfd")
+        tfd.arm(self.timekeeper.now(tfd.clock), value_ns, interval_ns)
+
+    def timerfd_gettime(self, task: Task, fd: int) -> tuple[int, int]:
+        tfd = self._file(task, fd)
+        if not isinstance(tfd, TimerFD):
+            raise SyscallError(errno.EINVAL, f"fd {fd} is not a timerfd")
+        return tfd.remaining(self.timekeeper.now(tfd.clock)), tfd.interval_ns
+
+    # -- the step loop --------------------------------------------------------------------
+    def run_for(self, ns: int) -> None:
+        """Run the kernel for ``ns`` nanoseconds of simulated time, deterministically."""
+        if self.paused:
+            raise KernelError("the kernel is paused; resume it before running it")
+        if ns < 0:
+            raise KernelError(f"cannot run for a negative time ({ns} ns)")
+        target = self.now + ns
+        self._settle()
+        while self.now < target:
+            next_t = min(target, self._next_event())
+            if self._busy_tasks():
+                next_t = min(next_t, self.now + QUANTUM_NS)
+            next_t = max(next_t, self.now + 1)
+            self._account_cpu(next_t - self.now)
+            self.timekeeper.advance(next_t - self.now)
+            self._fire_timers()
+            self._settle()
+        self.steps += 1
+
+    def _settle(self) -> None:
+        for _ in range(1000):
+            delivered = self._deliver_signals()
+            ran = self._run_due_programs()
+            if not delivered and not ran:
+                return
+
+    def _run_due_programs(self) -> bool:
+        ran = False
+        now = self.now
+        for task in self.tasks():
+            program = task.program
+            if (
+                program is None
+                or program.wake_ns is None
+                or program.wake_ns > now
+                or task.state in (TaskState.STOPPED, TaskState.ZOMBIE)
+                or task.blocked_on is not None
+            ):
+                continue
+            program.wake_ns = None
+            program.step(self, task)
+            if program.wake_ns is not None and program.wake_ns <= now:
+                program.wake_ns = now + 1
+            ran = True
+        return ran
+
+    def _busy_tasks(self) -> list[Task]:
+        return [
+            t
+            for t in self.tasks()
+            if t.state is TaskState.RUNNING and t.program is not None and t.program.busy
+        ]
+
+    def _account_cpu(self, dt: int) -> None:
+        for task in self._busy_tasks():
+            task.utime_ns += dt
+            task.tg.utime_ns += dt
+            task.tg.stime_ns += dt // 8  # the syscalls a busy task makes
+
+    def _next_event(self) -> int:
+        """The monotonic time of the next timer expiry or program wake-up."""
+        now, real = self.now, self.timekeeper.realtime_ns
+        best = 1 << 62
+        for tg in self.thread_groups():
+            if tg.exit_code is not None:
+                continue
+            real_it = tg.itimers[ITIMER_REAL]
+            if real_it.expiry_ns:
+                best = min(best, real_it.expiry_ns)
+            for timer in tg.posix_timers.values():
+                if timer.expiry_ns:
+                    at = (
+                        timer.expiry_ns
+                        if timer.clock == CLOCK_MONOTONIC
+                        else timer.expiry_ns - real + now
+                    )
+                    best = min(best, at)
+        for tfd in self.timerfds:
+            if tfd.expiry_ns:
+                at = tfd.expiry_ns if tfd.clock == CLOCK_MONOTONIC else tfd.expiry_ns - real + now
+                best = min(best, at)
+        for task in self.pidns.tasks.values():
+            if task.program is not None and task.program.wake_ns is not None:
+                best = min(best, task.program.wake_ns)
+        return best
+
+    def _fire_timers(self) -> None:
+        for tg in self.thread_groups():
+            if tg.exit_code is not None:
+                continue
+            bases = (self.now, tg.utime_ns, tg.cpu_ns)
+            for which, it in enumerate(tg.itimers):
+                if it.expiry_ns and it.expire(bases[which]):
+                    self.send_signal(tg, SigInfo(ITIMER_SIGNALS[which], 0x80))
+            for timer in list(tg.posix_timers.values()):
+                if timer.expiry_ns and timer.expire(self.timekeeper.now(timer.clock)):
+                    info = SigInfo(timer.signo, SI_TIMER, timer_id=timer.id)
+                    target: ThreadGroup | Task = tg
+                    if timer.target_tid and timer.target_tid in self.pidns.tasks:
+                        target = self.pidns.tasks[timer.target_tid]
+                    if not self.send_signal(target, info, timer=True):
+                        timer.delivered()  # discarded (ignored): nothing stays queued
+        for tfd in self.timerfds:
+            if tfd.expiry_ns:
+                tfd.expire(self.timekeeper.now(tfd.clock))
