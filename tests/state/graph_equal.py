@@ -38,10 +38,45 @@ def render_path(path: Path) -> str:
     return "$" + "".join(reversed(parts))
 
 
-def _has_identity(x: Any) -> bool:
-    return isinstance(x, _IDENTITY_CONTAINERS) or (
-        dataclasses.is_dataclass(x) and not isinstance(x, type)
-    )
+_ABSENT = object()
+# How to compare a value of a given type, decided once per type.
+_SCALAR, _FLOAT, _ENUM, _TUPLE, _FROZENSET, _CONTAINER, _DATACLASS, _OTHER = (
+    "scalar",
+    "float",
+    "enum",
+    "tuple",
+    "frozenset",
+    "container",
+    "dataclass",
+    "other",
+)
+_HOW: dict[type, str] = {}
+_FIELDS: dict[type, list[str]] = {}
+
+
+def _how(t: type) -> str:
+    if t in _SCALARS:
+        return _SCALAR
+    if t is float:
+        return _FLOAT
+    if issubclass(t, enum.Enum):
+        return _ENUM
+    if t is tuple:
+        return _TUPLE
+    if t is frozenset:
+        return _FROZENSET
+    if t in _IDENTITY_CONTAINERS:
+        return _CONTAINER
+    if dataclasses.is_dataclass(t):
+        return _DATACLASS
+    return _OTHER
+
+
+def _compared_fields(t: type) -> list[str]:
+    names = _FIELDS.get(t)
+    if names is None:
+        names = _FIELDS[t] = [f.name for f in dataclasses.fields(t) if f.compare]
+    return names
 
 
 def _value_key(x: Any) -> Any:
@@ -88,8 +123,8 @@ class _Matcher:
                 return err
         return None
 
-    def _pair(self, a: Any, b: Any, path: Path) -> str | bool | None:
-        """Pair two identity-bearing objects; True when they were already paired."""
+    def _pair(self, a: Any, b: Any, path: Path) -> str | bool:
+        """Pair two identity-bearing objects: False when new, True when already paired."""
         seen = self.fwd.get(id(a))
         if seen is not None:
             if seen is b:
@@ -114,39 +149,52 @@ class _Matcher:
                 f"{render_path(path)}: type differs: {ta.__qualname__} {a!r:.80} "
                 f"vs {tb.__qualname__} {b!r:.80}"
             )
-        if ta in _SCALARS:
+        how = _HOW.get(ta)
+        if how is None:
+            how = _HOW[ta] = _how(ta)
+        if how is _SCALAR:
             if a != b:
                 return f"{render_path(path)}: value differs: {a!r:.120} vs {b!r:.120}"
             return None
-        if ta is float:
+        if how is _DATACLASS:
+            paired = self._pair(a, b, path)
+            if paired is False:
+                for name in reversed(_compared_fields(ta)):
+                    va, vb = getattr(a, name, _ABSENT), getattr(b, name, _ABSENT)
+                    if (va is _ABSENT) != (vb is _ABSENT):
+                        return f"{render_path(path)}.{name}: attribute set on only one side"
+                    if va is not _ABSENT:
+                        self.stack.append((va, vb, (path, f".{name}")))
+                return None
+            return paired if isinstance(paired, str) else None
+        if how is _FLOAT:
             if _value_key(a) != _value_key(b):
                 return f"{render_path(path)}: float differs: {a!r} vs {b!r}"
             return None
-        if isinstance(a, enum.Enum):
+        if how is _ENUM:
             if a is not b:
                 return f"{render_path(path)}: enum member differs: {a!r} vs {b!r}"
             return None
-        if ta is tuple:
+        if how is _TUPLE:
             if len(a) != len(b):
                 return f"{render_path(path)}: tuple length differs: {len(a)} vs {len(b)}"
             for i in range(len(a) - 1, -1, -1):
                 self.stack.append((a[i], b[i], (path, f"[{i}]")))
             return None
-        if ta is frozenset:
+        if how is _FROZENSET:
             self.deferred.append((a, b, path))
             return None
-        if _has_identity(a):
+        if how is _CONTAINER:
             paired = self._pair(a, b, path)
-            if isinstance(paired, str):
-                return paired
-            if paired:
-                return None
-            return self._contents(a, b, path)
+            if paired is False:
+                return self._contents(a, b, path)
+            return paired if isinstance(paired, str) else None
         if a != b:
             return f"{render_path(path)}: {ta.__qualname__} differs: {a!r:.80} vs {b!r:.80}"
         return None
 
     def _contents(self, a: Any, b: Any, path: Path) -> str | None:
+        """Compare a list, dict, set or bytearray just paired with its counterpart."""
         ta = type(a)
         if ta is bytearray:
             if a != b:
@@ -168,18 +216,7 @@ class _Matcher:
                 self.stack.append((va, vb, (path, label)))
                 self.stack.append((ka, kb, (path, f".<key #{i}>")))
             return None
-        if ta is set:
-            self.deferred.append((a, b, path))
-            return None
-        # A dataclass instance (the types are already known to be equal).
-        fields = [f for f in dataclasses.fields(a) if f.compare]
-        for f in reversed(fields):
-            missing = object()
-            va, vb = getattr(a, f.name, missing), getattr(b, f.name, missing)
-            if (va is missing) != (vb is missing):
-                return f"{render_path(path)}.{f.name}: attribute set on only one side"
-            if va is not missing:
-                self.stack.append((va, vb, (path, f".{f.name}")))
+        self.deferred.append((a, b, path))  # a set: matched once everything else is paired
         return None
 
     def _match_sets(self, a: Any, b: Any, path: Path) -> str | None:
@@ -188,23 +225,20 @@ class _Matcher:
             return f"{render_path(path)}: {type(a).__name__} size differs: {len(a)} vs {len(b)}"
         pure_a: Counter = Counter()
         pure_b: Counter = Counter()
+        shown: dict[Any, Any] = {}  # key -> an element, for messages
         rest_a: list[Any] = []
         rest_b: list[Any] = []
-        for x in a:
-            key = _value_key(x)
-            if key is None:
-                rest_a.append(x)
-            else:
-                pure_a[key] += 1
-        for y in b:
-            key = _value_key(y)
-            if key is None:
-                rest_b.append(y)
-            else:
-                pure_b[key] += 1
+        for elements, pure, rest in ((a, pure_a, rest_a), (b, pure_b, rest_b)):
+            for x in elements:
+                key = _value_key(x)
+                if key is None:
+                    rest.append(x)
+                else:
+                    pure[key] += 1
+                    shown.setdefault(key, x)
         if pure_a != pure_b:
-            extra = list((pure_a - pure_b).elements())[:3]
-            missing = list((pure_b - pure_a).elements())[:3]
+            extra = [shown[k] for k in (pure_a - pure_b).elements()][:3]
+            missing = [shown[k] for k in (pure_b - pure_a).elements()][:3]
             return (
                 f"{render_path(path)}: {type(a).__name__} values differ: original only "
                 f"{extra!r:.120}, loaded only {missing!r:.120}"

@@ -195,7 +195,7 @@ def graphs(draw: st.DrawFn) -> GGraph:
     return GGraph(nodes=list(order), loose=value(3))
 
 
-@settings(max_examples=80)
+@settings(max_examples=70)
 @given(graph=graphs())
 def test_random_graph_round_trips_through_every_engine_pair(graph: GGraph) -> None:
     streams = {engine: state.dumps(graph, engine=engine) for engine in state.ENGINES}
@@ -205,7 +205,7 @@ def test_random_graph_round_trips_through_every_engine_pair(graph: GGraph) -> No
         assert diff is None, f"{save_with} -> {load_with}: {diff}"
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(graph=graphs())
 def test_random_graph_as_plain_data_root(graph: GGraph) -> None:
     root = {"graph": graph, "nodes": graph.nodes, "loose": [graph.loose, graph.loose]}
@@ -215,7 +215,7 @@ def test_random_graph_as_plain_data_root(graph: GGraph) -> None:
         assert diff is None, f"{save_with} -> {load_with}: {diff}"
 
 
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(graph=graphs())
 def test_helper_agrees_with_pickle(graph: GGraph) -> None:
     """pickle preserves identity and structure, so the helper must call its copy equal."""
@@ -223,7 +223,7 @@ def test_helper_agrees_with_pickle(graph: GGraph) -> None:
     assert graph_diff(graph, copied) is None
 
 
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(graph=graphs(), data=st.data())
 def test_helper_sees_a_change_in_a_pickled_copy(graph: GGraph, data: st.DataObject) -> None:
     copied = pickle.loads(pickle.dumps(graph, protocol=5))

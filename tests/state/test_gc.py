@@ -1,0 +1,88 @@
+"""No cyclic garbage collection during a typed save or load (and GC state is restored)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ckpt import state
+
+from .graph_equal import assert_graph_equal
+from .models import Leaf, Node, Pair
+
+
+def _graph(n: int = 4000) -> list[Any]:
+    nodes = [Node(i, f"n{i}", payload={"i": [i, (i,)]}) for i in range(n)]
+    for i, node in enumerate(nodes):
+        node.next = nodes[(i * 7 + 1) % n]
+        node.kids = [nodes[(i + 3) % n], nodes[(i * 5) % n]]
+    return [nodes, [Pair(Leaf(i), [i]) for i in range(n // 4)]]
+
+
+@pytest.fixture
+def collections() -> Iterator[list[int]]:
+    starts: list[int] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            starts.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(on_gc)
+    try:
+        yield starts
+    finally:
+        gc.callbacks.remove(on_gc)
+
+
+def test_the_counter_sees_collections(collections: list[int]) -> None:
+    """Control: building a graph this size does trigger collections when GC is on."""
+    assert gc.isenabled()
+    _graph()
+    assert collections, "building 4000 nodes ran no collection: the GC test proves nothing"
+
+
+def test_no_collection_during_typed_save(collections: list[int]) -> None:
+    graph = _graph()
+    collections.clear()
+    data = state.dumps(graph, engine="typed")
+    assert collections == []
+    assert_graph_equal(graph, state.loads(data, engine="typed"))
+
+
+def test_no_collection_during_typed_load(collections: list[int]) -> None:
+    graph = _graph()
+    data = state.dumps(graph, engine="typed")
+    gc.collect()
+    collections.clear()
+    loaded = state.loads(data, engine="typed")
+    assert collections == []
+    assert len(loaded[0]) == 4000
+
+
+@pytest.mark.parametrize("engine", state.ENGINES)
+def test_gc_state_is_restored(engine: str) -> None:
+    assert gc.isenabled()
+    data = state.dumps(_graph(50), engine=engine)
+    assert gc.isenabled()
+    state.loads(data, engine=engine)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        state.loads(state.dumps(_graph(50), engine=engine), engine=engine)
+        assert not gc.isenabled(), "the engine turned GC on although the caller had it off"
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("engine", state.ENGINES)
+def test_gc_state_is_restored_after_a_failure(engine: str) -> None:
+    with pytest.raises(state.StateError):
+        state.dumps([Leaf(), object()], engine=engine)
+    assert gc.isenabled()
+    with pytest.raises(state.StateError):
+        state.loads(b"garbage" * 30, engine=engine)
+    assert gc.isenabled()
