@@ -143,13 +143,20 @@ class Server:
             try:
                 self.busy_with = method
                 reply = self._call(method, handler, params)
-                self._send(conn, reply)
                 callbacks, self._after_reply = self._after_reply, []
-            finally:
+            except BaseException:
                 self.busy_with = None
                 self.lock.release()
-            for fn in callbacks:
-                fn()
+                raise
+            if callbacks:  # e.g. exit after checkpoint: stay busy until then
+                self._send(conn, reply)
+                for fn in callbacks:
+                    fn()
+                return
+            # release before replying, so the client's next request never finds us busy
+            self.busy_with = None
+            self.lock.release()
+            self._send(conn, reply)
 
     def _call(self, method: str, handler: Handler, params: dict[str, Any]) -> dict[str, Any]:
         try:
