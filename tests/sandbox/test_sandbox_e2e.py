@@ -261,3 +261,44 @@ def test_kill_then_delete(cli: Cli) -> None:
     assert [(s["id"], s["status"]) for s in listing] == [(WEB, "stopped")]
     cli("delete", WEB)
     _assert_gone(cli, WEB)
+
+
+def test_cycle_json_reports_every_phase_and_keeps_serving(cli: Cli, tmp_path: Path) -> None:
+    _run_http(cli)
+    before = cli.get(WEB)["requests"]
+    ok, _reason = quota_allowed()
+    quota = "0.5" if ok else "uncapped"
+    out = cli(
+        "cycle",
+        WEB,
+        "--image-path",
+        str(tmp_path / "cyc"),
+        "--count",
+        "1",
+        "--cpu",
+        quota,
+        "--engines",
+        "reflect,typed",
+        "--json",
+        timeout=180,
+    )
+    report = json.loads(out.stdout)
+    assert report["baseline"] == "reflect" and report["quotas"] == [quota]
+    assert [s["engine"] for s in report["samples"]] == ["reflect", "typed"]
+    phases = {(r["phase"], r["engine"]) for r in report["rows"]}
+    for phase in (
+        "Checkpoint",
+        "SuspendTotal",
+        "SandboxCreate",
+        "Restore",
+        "ResumeTotal",
+        "CPUPerCycle",
+    ):
+        assert {(phase, "reflect"), (phase, "typed")} <= phases
+    typed = [r for r in report["rows"] if r["engine"] == "typed"]
+    assert all(r["ratio"] is not None and r["ratio"] > 0 for r in typed)
+    st = cli.state(WEB)
+    assert st["status"] == "running" and st["cpu"] == (0.5 if ok else None)
+    body = cli.get(WEB)
+    assert body["requests"] == before + 1 and body["restores"] == 2
+    assert not any((tmp_path / "cyc").iterdir())  # cycle images are removed as it goes
