@@ -8,6 +8,7 @@ qualname, so registering the second replaces the first under the same stream nam
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 import pytest
@@ -181,3 +182,44 @@ def test_unchanged_version_still_loads_after_reregistration(engines: tuple[str, 
     new_cls, loaded = _evolve("evo.Same", fields, fields, lambda cls: cls(a=1, b=[2]), engines)
     assert type(loaded) is new_cls
     assert (loaded.a, loaded.b) == (1, [2])
+
+
+def _enum_version(members: dict[str, int]) -> type:
+    made = enum.Enum("EvoEnum", members, module=__name__, qualname="EvoEnum")
+    globals()["EvoEnum"] = made  # annotations resolve through the module
+    return made
+
+
+@PAIRS
+@pytest.mark.parametrize("slot", ["typed", "polymorphic"])
+def test_removed_enum_member_is_a_state_error_naming_the_enum(
+    engines: tuple[str, str], slot: str
+) -> None:
+    def fields(enum_cls: type) -> list[Any]:
+        return [
+            ("typed", enum_cls, dataclasses.field(default=enum_cls.A)),
+            ("polymorphic", object, dataclasses.field(default=None)),
+        ]
+
+    old = _enum_version({"A": 1, "B": 2})
+    stream_name = f"evo.EnumHolder.{slot}"
+    old_cls = _version(stream_name, fields(old))
+    data = state.dumps(old_cls(**{slot: old.B}), engine=engines[0])
+    new = _enum_version({"A": 1})
+    _version(stream_name, fields(new))
+    with pytest.raises(state.StateError, match="EvoEnum"):
+        state.loads(data, engine=engines[1])
+
+
+@PAIRS
+def test_enum_redefined_with_the_same_members_loads_the_new_members(
+    engines: tuple[str, str],
+) -> None:
+    def fields(enum_cls: type) -> list[Any]:
+        return [("c", enum_cls, dataclasses.field(default=enum_cls.A))]
+
+    old = _enum_version({"A": 1, "B": 2})
+    data = state.dumps(_version("evo.EnumSame", fields(old))(old.B), engine=engines[0])
+    new = _enum_version({"A": 1, "B": 2})
+    _version("evo.EnumSame", fields(new))
+    assert state.loads(data, engine=engines[1]).c is new.B
