@@ -23,7 +23,6 @@ from ckpt.kernel.vfs import (
     EpollFD,
     FileDescription,
     Inode,
-    InodeKind,
     PipeFD,
     RegularFD,
 )
@@ -73,23 +72,24 @@ def _file(k: Kernel, f: FileDescription) -> dict[str, Any]:
     return out
 
 
-def _inode(k: Kernel, inode: Inode, frame_hash: dict[int, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "ino": inode.ino,
-        "kind": inode.kind.name,
-        "mode": inode.mode,
-        "uid": inode.uid,
-        "gid": inode.gid,
-        "nlink": inode.nlink,
-        "size": inode.size,
-        "mtime": inode.mtime_ns,
-    }
-    if inode.kind is InodeKind.REGULAR:
-        out["pages"] = [[p, _frame(k, f, frame_hash)] for p, f in sorted(inode.pages.items())]
-    elif inode.kind is InodeKind.SYMLINK:
-        out["target"] = inode.target
+def _inode(k: Kernel, inode: Inode, frame_hash: dict[int, str]) -> list[Any]:
+    """[ino, kind, mode, uid, gid, nlink, size, mtime, data pages?, target?, locks?]."""
+    out: list[Any] = [
+        inode.ino,
+        inode.kind.value,
+        inode.mode,
+        inode.uid,
+        inode.gid,
+        inode.nlink,
+        inode.size,
+        inode.mtime_ns,
+    ]
+    if inode.pages:
+        out.append([[p, _frame(k, f, frame_hash)] for p, f in sorted(inode.pages.items())])
+    if inode.target:
+        out.append(inode.target)
     if inode.locks is not None:
-        out["locks"] = {"bsd": _lockset(inode.locks.bsd), "posix": _lockset(inode.locks.posix)}
+        out.append({"bsd": _lockset(inode.locks.bsd), "posix": _lockset(inode.locks.posix)})
     return out
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from ckpt import state
 from ckpt.errors import KernelError, SyscallError
@@ -181,8 +182,8 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
         """A canonical digest of everything a process could observe."""
         from ckpt.kernel.fingerprint import visible_state
 
-        blob = json.dumps(visible_state(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        blob = msgspec.json.encode(visible_state(self), order="sorted")
+        return hashlib.sha256(blob).hexdigest()
 
     def visible_state(self) -> dict[str, Any]:
         """The data ``fingerprint`` digests, for diffing two kernels in tests."""

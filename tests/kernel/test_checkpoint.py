@@ -95,3 +95,19 @@ def test_describe_reports_tasks_files_and_memory():
     text = k.describe()
     assert "workload=nginx" in text and "frames" in text and "locked inodes" in text
     assert text.count("nginx [S]") == 5
+
+
+def test_a_restored_kernel_checkpoints_and_restores_again(engine):
+    k = kernel.build_workload("nginx", rootfs="minimal")
+    k.run_for(300 * MS)
+    r1, _ = checkpoint(k, engine)
+    resume_same_instant(k, r1)
+    for kk in (k, r1):
+        kk.run_for(450 * MS)
+    r2, _ = checkpoint(r1, engine)  # r1's pages are still partly in the first page file
+    k.pause()
+    resume_same_instant(k, r2)
+    for kk in (k, r2):
+        kk.run_for(450 * MS)
+    assert_same_state(k, r2)
+    assert dict(r2.memory_file.pages()) == dict(k.memory_file.pages())
