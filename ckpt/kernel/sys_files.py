@@ -36,6 +36,8 @@ from ckpt.kernel.vfs import (
     RegularFD,
 )
 
+DEV_ZERO, DEV_FULL, DEV_RANDOM, DEV_URANDOM = 0x105, 0x107, 0x108, 0x109
+
 
 class FileCalls:
     """File and file-lock system calls, mixed into ``Kernel``."""
@@ -149,6 +151,8 @@ class FileCalls:
             raise SyscallError(errno.EBADF, f"fd {fd} is not open for reading")
         if isinstance(file, RegularFD):
             assert file.inode is not None
+            if file.inode.kind is InodeKind.CHARDEV:
+                return self._device_read(file.inode.rdev, n)
             data = file.inode.read(self.memory_file, file.offset, n)
             file.offset += len(data)
             return data
@@ -168,6 +172,10 @@ class FileCalls:
             raise SyscallError(errno.EBADF, f"fd {fd} is not open for writing")
         if isinstance(file, RegularFD):
             assert file.inode is not None
+            if file.inode.kind is InodeKind.CHARDEV:
+                if file.inode.rdev == DEV_FULL:
+                    raise SyscallError(errno.ENOSPC, "/dev/full is always full")
+                return len(data)  # /dev/null and friends discard what is written
             if file.flags & O_APPEND:
                 file.offset = file.inode.size
             written = file.inode.write(self.memory_file, file.offset, data)
@@ -181,6 +189,15 @@ class FileCalls:
             assert file.sock is not None
             return file.sock.deliver(data)
         raise SyscallError(errno.EINVAL, f"fd {fd} ({file.describe()}) cannot be written")
+
+    def _device_read(self, rdev: int, n: int) -> bytes:
+        """/dev/zero and /dev/full read zeros, /dev/(u)random the kernel's seeded stream."""
+        if rdev in (DEV_ZERO, DEV_FULL):
+            return bytes(n)
+        if rdev in (DEV_RANDOM, DEV_URANDOM):
+            words = [self.random().to_bytes(8, "little") for _ in range((n + 7) // 8)]
+            return b"".join(words)[:n]
+        return b""  # /dev/null and terminals: end of file
 
     def lseek(self, task: Task, fd: int, offset: int, whence: int = SEEK_SET) -> int:
         file = self._file(task, fd)

@@ -195,3 +195,17 @@ def test_symlinks_resolve_and_loops_fail():
     with pytest.raises(SyscallError) as exc:
         k.vfs.lookup("/tmp/loop")
     assert exc.value.errno == errno.ELOOP
+
+
+def test_character_devices_discard_give_zeros_and_fill_up():
+    k, init = blank_kernel()
+    null = k.open(init, "/dev/null", O_RDWR)
+    assert k.write(init, null, b"gone") == 4 and k.read(init, null, 10) == b""
+    assert k.vfs.lookup("/dev/null").inode.size == 0
+    assert k.read(init, k.open(init, "/dev/zero", O_RDONLY), 5) == bytes(5)
+    rnd = k.open(init, "/dev/urandom", O_RDONLY)
+    a, b = k.read(init, rnd, 16), k.read(init, rnd, 16)
+    assert len(a) == 16 and a != b
+    with pytest.raises(SyscallError) as exc:
+        k.write(init, k.open(init, "/dev/full", O_WRONLY), b"x")
+    assert exc.value.errno == errno.ENOSPC
