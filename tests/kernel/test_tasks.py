@@ -7,6 +7,7 @@ import errno
 import pytest
 
 from ckpt.errors import SyscallError
+from ckpt.kernel.programs import SignalCounter
 from ckpt.kernel.task import (
     SIG_IGN,
     SIGCHLD,
@@ -19,7 +20,6 @@ from ckpt.kernel.task import (
     SIGUSR2,
     TaskState,
 )
-from ckpt.kernel.workloads import SignalCounter
 
 from .conftest import blank_kernel, checkpoint, resume_same_instant
 

@@ -6,9 +6,9 @@ import pytest
 
 from ckpt.errors import KernelError, SyscallError
 from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
+from ckpt.kernel.programs import Spinner
 from ckpt.kernel.task import SIGALRM, SIGPROF, SIGUSR1, SIGVTALRM
 from ckpt.kernel.timers import ITIMER_PROF, ITIMER_REAL, ITIMER_VIRTUAL, expirations
-from ckpt.kernel.workloads import Spinner
 
 from .conftest import MS, blank_kernel, checkpoint, resume_same_instant
 

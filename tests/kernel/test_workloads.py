@@ -6,8 +6,8 @@ import pytest
 
 from ckpt import kernel, state
 from ckpt.errors import KernelError
+from ckpt.kernel.programs import NginxWorker
 from ckpt.kernel.task import TaskState
-from ckpt.kernel.workloads import NginxWorker
 
 MS = 1_000_000
 
