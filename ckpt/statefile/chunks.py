@@ -47,6 +47,17 @@ def pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_after_fork() -> None:
+    # A forked child has none of the parent's threads: a pool inherited from the
+    # parent would accept work and never run it.  The child builds its own.
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def default_inflight() -> int:
     """Chunks queued at once: enough to keep every worker busy while one is written."""
     return 2 * workers() + 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,3 +203,28 @@ def test_caller_may_reuse_its_buffer_after_write(tmp_path: Path) -> None:
         img.state_file.write(memoryview(buf)[:10])
         buf[:10] = b"c" * 10
     assert statefile.open_image(tmp_path / "img").read_state() == b"a" * 3000 + b"b" * 10
+
+
+def test_works_in_a_forked_child(tmp_path: Path) -> None:
+    # The chunk pool is made in this process first; a forked child must get its own.
+    with statefile.ImageWriter(tmp_path / "a") as img:
+        img.state_file.write(os.urandom(3 << 20))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 1
+        try:
+            with statefile.ImageWriter(tmp_path / "b") as img:
+                img.state_file.write(b"child" * 500_000)
+            code = (
+                0 if statefile.open_image(tmp_path / "b").read_state() == b"child" * 500_000 else 2
+            )
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:  # a child stuck on a dead pool: fail, don't hang
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung writing an image")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
