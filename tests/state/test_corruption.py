@@ -124,6 +124,22 @@ def _replaced(payload: Any, path: tuple, value: Any) -> Any:
 
 
 HOSTILE = [None, -1, 0, 2**31, 2**63 - 1, -(2**63), 1.5, "", "x", b"", [], [0] * 3, {}, {0: 0}]
+# Self-describing values are maps {tag: payload} (ckpt/state/wire.py): malformed ones of each
+# tag, plus unknown tags and maps with more than one key.
+HOSTILE_TAGGED = [
+    *({0: v} for v in (1, 10**6, -1, 2**63, "1", None, [1])),
+    *({1: v} for v in (None, 5, [[]], {0: 1})),
+    *({2: v} for v in ([[]], [{}], [{0: 1}], None)),
+    *({3: v} for v in ([[1]], 7)),
+    *({4: v} for v in ([[1], []], [[[]], [1]], [[{2: []}], [1]], [1, 2], None, [[1, 2]])),
+    *({5: v} for v in ("text", 2**31, -1, [1, 2], None)),
+    *({6: v} for v in ([0, 1], [999, 1], [-1, 0], [0], None, "x")),
+    *({7: v} for v in ("x", "9" * 5000, "", 5, None, "1e5")),
+    {99: 1},
+    {0: 1, 1: [2]},
+    {"k": 1},
+    {None: 1},
+]
 
 
 @pytest.mark.parametrize("saved_with", ENGINES)
@@ -138,17 +154,26 @@ def test_hostile_value_at_every_position(
     payload = wire.unframe(STREAMS[saved_with])
     paths = list(_leaf_paths(payload))
     assert len(paths) > 20
+    failures: list[tuple[str, str]] = []
     for path in paths:
-        for value in HOSTILE:
-            data = wire.frame(_replaced(payload, path, value))
+        for value in HOSTILE + HOSTILE_TAGGED:
             try:
-                state.loads(data, engine=engine)
+                state.loads(wire.frame(_replaced(payload, path, value)), engine=engine)
             except state.StateError:
                 pass
             except Exception as exc:
-                raise AssertionError(
-                    f"replacing {path} with {value!r} raised {type(exc).__name__}: {exc}"
-                ) from exc
+                failures.append((type(exc).__name__, f"{path} := {value!r:.40}: {exc}"[:160]))
+    assert failures == [], _summary(failures)
+
+
+def _summary(failures: list[tuple[str, str]]) -> str:
+    """A few examples of each exception type raised instead of StateError."""
+    by_type: dict[str, list[str]] = {}
+    for kind, line in failures:
+        by_type.setdefault(kind, []).append(line)
+    examples = [f"{kind}: {line}" for kind, lines in by_type.items() for line in lines[:3]]
+    counts = ", ".join(f"{kind} x{len(lines)}" for kind, lines in by_type.items())
+    return f"non-StateError failures ({counts}), e.g.\n" + "\n".join(examples)
 
 
 @pytest.mark.parametrize("saved_with", ENGINES)
@@ -157,9 +182,9 @@ def test_inspect_hostile_value_at_every_position(
 ) -> None:
     """inspect_stream(...).verify() on the same damaged frames: StateError or success."""
     payload = wire.unframe(STREAMS[saved_with])
-    failures = []
+    failures: list[tuple[str, str]] = []
     for path in _leaf_paths(payload):
-        for value in HOSTILE:
+        for value in HOSTILE + HOSTILE_TAGGED:
             try:
                 view = state.inspect_stream(wire.frame(_replaced(payload, path, value)))
                 view.verify()
@@ -167,10 +192,8 @@ def test_inspect_hostile_value_at_every_position(
             except state.StateError:
                 pass
             except Exception as exc:
-                failures.append(f"{path} := {value!r}: {type(exc).__name__}: {exc}"[:160])
-    assert failures == [], f"{len(failures)} non-StateError failures, e.g.\n" + "\n".join(
-        failures[:5]
-    )
+                failures.append((type(exc).__name__, f"{path} := {value!r:.40}: {exc}"[:160]))
+    assert failures == [], _summary(failures)
 
 
 def test_inspect_truncated_at_every_length(watchdog: None) -> None:
