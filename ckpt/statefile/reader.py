@@ -2,10 +2,11 @@
 
 Every length read from the file is checked against the file's size before anything is
 allocated, and every error names the file and the offset.  Tags are checked before the
-bytes they cover are parsed or handed out: the header and metadata on open, each chunk
-on a pool thread before it is decompressed, and the footer (which closes the chain)
-before the last chunk is handed out.  ``StatefileReader(..., verify=False)`` skips the
-tag checks (structure is still checked); only ``open_image_unverified`` uses it.
+bytes they cover are parsed or handed out: the header, metadata and footer (which closes
+the chain with the last chunk's tag, authenticating the chunk count and stream length)
+on open, and each chunk on a pool thread before it is decompressed or handed out.
+``StatefileReader(..., verify=False)`` skips the tag checks (structure and lengths are
+still checked); only ``open_image_unverified`` uses it.
 """
 
 from __future__ import annotations
