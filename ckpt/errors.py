@@ -59,3 +59,7 @@ class SyscallError(KernelError):
         self.errno = errno_value
         name = _errno.errorcode.get(errno_value, str(errno_value))
         super().__init__(f"{name}: {message}")
+
+
+class SandboxGone(SandboxError):
+    """The sandbox process went away in the middle of a request (killed or crashed)."""
