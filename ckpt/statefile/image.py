@@ -44,6 +44,7 @@ from ckpt.statefile.pages import LoadedPages, PagesMeta, PageSummary, PageWriter
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
+IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON))
 WRITE_BUFFER = 1 << 20  # small frame headers and tags coalesce; big chunks go straight out
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
@@ -174,8 +175,17 @@ class ImageWriter:
         if t.exists() or t.is_symlink():
             if not t.is_dir() or t.is_symlink():
                 raise StatefileError(f"{t}: exists and is not a directory; choose another path")
-            if not self.force and not _is_empty_dir(t):
+            if _is_empty_dir(t):
+                return
+            if not self.force:
                 raise ImageExistsError(f"{t}: already holds an image; use --force to replace it")
+            # --force replaces an image, never an arbitrary directory (say, $HOME).
+            foreign = sorted(p.name for p in t.iterdir() if p.name not in IMAGE_FILES)
+            if foreign:
+                raise StatefileError(
+                    f"{t}: is not an image directory (it holds {', '.join(foreign[:3])}); "
+                    "refusing to replace it even with --force"
+                )
 
     def __enter__(self) -> ImageWriter:
         self.open()

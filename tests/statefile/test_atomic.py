@@ -146,3 +146,13 @@ def test_live_writers_leftovers_are_kept(tmp_path: Path) -> None:
     other.mkdir()
     assert statefile.clean_stale(tmp_path / "img") == [dead]
     assert mine.exists() and other.exists()
+
+
+def test_force_never_replaces_a_foreign_directory(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    with pytest.raises(StatefileError, match="not an image directory"):
+        write_image(home, NEW, force=True)
+    assert (home / "notes.txt").read_text() == "precious"
+    assert leftovers(tmp_path) == []
