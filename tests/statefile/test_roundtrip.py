@@ -228,3 +228,20 @@ def test_works_in_a_forked_child(tmp_path: Path) -> None:
             pytest.fail("the forked child hung writing an image")
         time.sleep(0.05)
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_state_reader_partial_reads(make_image) -> None:
+    stream = os.urandom(2000) + b"r" * 3000
+    target = make_image("img", stream, chunk_size=700)
+    reader = statefile.open_image(target).state_reader()
+    parts = []
+    while part := reader.read(333):
+        parts.append(part)
+    assert b"".join(parts) == stream
+    assert reader.read() == b""
+    reader = statefile.open_image(target).state_reader()
+    head = reader.read(1000)
+    assert head + reader.read() == stream  # the rest after a partial read
+    buf = bytearray(10)
+    reader = statefile.open_image(target).state_reader()
+    assert reader.readinto(buf) == 10 and bytes(buf) == stream[:10]
