@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from ckpt.errors import CgroupError, CkptError, SandboxError
+from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone
 from ckpt.sandbox import rpc
 from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
 from ckpt.sandbox.timings import (
@@ -41,6 +41,7 @@ from ckpt.sandbox.timings import (
 
 READY_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 10.0
+REAP_TIMEOUT_S = 3.0
 ENGINES = ("typed", "reflect")
 
 _children: dict[int, subprocess.Popen] = {}  # reaped on liveness checks (long-lived callers)
@@ -103,6 +104,19 @@ def _kill_pid(pid: int, start: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         _wait_dead(pid, start, EXIT_TIMEOUT_S)
+
+
+def _wait_reaped(pid: int, start: float, timeout: float) -> None:
+    """Wait until a dead sandbox's zombie is reaped (by init: it is not our child), so
+    ``statefile.clean_stale`` sees its writer gone and removes the half-written image."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if abs(psutil.Process(pid).create_time() - start) > 0.05:
+                return  # the pid was reused: ours is gone
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.01)
 
 
 def _log_tail(path: Path, lines: int = 3) -> str:
@@ -497,10 +511,13 @@ def checkpoint(
                 Path(st.socket), "checkpoint", params, timeout=None, what=f"sandbox {sandbox_id}"
             )
     except CkptError as exc:
+        if isinstance(exc, SandboxGone):  # EOF can come a moment before the exit shows
+            _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S)
         if not _alive(st.pid, st.pid_start):
             refresh(root, sandbox_id)
             from ckpt import statefile
 
+            _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
             statefile.clean_stale(Path(params["image"]))
             raise SandboxError(
                 f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc}); "

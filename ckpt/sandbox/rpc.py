@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 from ckpt import errors
-from ckpt.errors import CkptError, SandboxBusy, SandboxError
+from ckpt.errors import CkptError, SandboxBusy, SandboxError, SandboxGone
 
 MAX_MESSAGE = 1 << 20
 Handler = Callable[[dict[str, Any]], Any]
@@ -209,7 +209,7 @@ def call(
     finally:
         sock.close()
     if not line:
-        raise SandboxError(f"{what} exited during {method} without answering")
+        raise SandboxGone(f"{what} exited during {method} without answering")
     try:
         reply = json.loads(line)
     except ValueError as exc:
@@ -222,4 +222,4 @@ def call(
     raise kind(str(reply.get("error")))
 
 
-__all__ = ["SandboxBusy", "Server", "call"]
+__all__ = ["SandboxBusy", "SandboxGone", "Server", "call"]

@@ -234,6 +234,7 @@ def test_sandbox_killed_mid_checkpoint(cli: Cli, tmp_path: Path) -> None:
     assert pending.returncode == 1 and stderr.startswith("error: ")
     assert "died" in " ".join(stderr.split())
     assert not image.exists()  # nothing that looks like a complete image
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]  # no temp dir left
     assert cli.state(WEB)["status"] == "stopped"
     assert cgroup_dirs(WEB) == []
 
@@ -302,3 +303,15 @@ def test_cycle_json_reports_every_phase_and_keeps_serving(cli: Cli, tmp_path: Pa
     body = cli.get(WEB)
     assert body["requests"] == before + 1 and body["restores"] == 2
     assert not any((tmp_path / "cyc").iterdir())  # cycle images are removed as it goes
+
+
+def test_failed_run_leaves_nothing(cli: Cli) -> None:
+    proc = cli("run", WEB, "--workload", "bogus", check=False)
+    assert "unknown workload 'bogus'" in _error_line(proc)
+    _assert_gone(cli, WEB)
+    st = _run_http(cli, WEB2)
+    port = st["address"].rpartition(":")[2]
+    proc = cli("run", WEB, "--workload", "http", "--port", port, check=False)
+    assert "Address already in use" in _error_line(proc)
+    _assert_gone(cli, WEB)
+    assert cli.state(WEB2)["status"] == "running"
