@@ -193,7 +193,10 @@ def bench_statefile_cmd(
         int, typer.Option("--size-mib", min=1, help="MiB of stream data per shape.")
     ] = 100,
     pages_mib: Annotated[
-        int | None, typer.Option("--pages-mib", min=1, help="MiB of pages (default 64).")
+        int | None,
+        typer.Option(
+            "--pages-mib", min=1, help="MiB of pages (default 64, less if --size-mib < 100)."
+        ),
     ] = None,
     memory: Annotated[
         bool, typer.Option("--memory/--no-memory", help="Measure peak traced memory.")
