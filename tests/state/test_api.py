@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import threading
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from ckpt import state
 
-from .graph_equal import assert_graph_equal
+from .graph_equal import assert_graph_equal, graph_diff
 from .models import Circle, Color, Everything, Leaf, Node, Pair, SLeaf
 
 
@@ -144,3 +145,23 @@ def test_inspect_stream_of_damaged_input(engine: str) -> None:
         state.inspect_stream(bytes(data)).verify()
     with pytest.raises(state.StateError):
         state.inspect_stream(b"not a stream").verify()
+
+
+def test_dumps_leaves_the_graph_untouched(engine: str) -> None:
+    graph = _graph()
+    before = pickle.loads(pickle.dumps(graph))
+    attrs_before = [sorted(vars(obj)) for obj in (graph[0], graph[1], graph[2])]
+    state.dumps(graph, engine=engine)
+    assert graph_diff(before, graph) is None
+    assert [sorted(vars(obj)) for obj in (graph[0], graph[1], graph[2])] == attrs_before
+
+
+def test_two_streams_in_one_file_load_one_at_a_time(engines: tuple[str, str]) -> None:
+    """Like pickle.dump/load: a stream's frame says where it ends, so load reads just it."""
+    first, second = _graph(), [Leaf(9)]
+    buf = io.BytesIO()
+    state.save(first, buf, engine=engines[0])
+    state.save(second, buf, engine=engines[0])
+    buf.seek(0)
+    assert_graph_equal(first, state.load(buf, engine=engines[1]))
+    assert_graph_equal(second, state.load(buf, engine=engines[1]))

@@ -199,3 +199,44 @@ def test_wait_cycle_of_one_type(engines: tuple[str, str]) -> None:
     data = state.dumps(waiters, engine=engines[0])
     with pytest.raises(state.StateError, match="Waiter"):
         state.loads(data, engine=engines[1])
+
+
+def test_after_load_sees_shared_containers_filled(engines: tuple[str, str]) -> None:
+    """Containers restored as shared (one list, several holders) are full before hooks run."""
+    a, b, c = Counted(1), Counted(2), Counted(3)
+    friends = [c, b]
+    a.friends = b.friends = friends
+    extra = {"shared": [c]}
+    a.extra = b.extra = extra
+    loaded = roundtrip([a, b, extra], engines)
+    for obj in loaded[:2]:
+        assert obj.seen["friends"] == [3, 2]
+        assert obj.seen["friends_stamped"] == ["stamped-3", "stamped-2"]
+    assert loaded[0].friends is loaded[1].friends
+    assert loaded[0].extra is loaded[2]
+
+
+@state.savable(name="tests.state.hooks.Nested")
+@dataclass(eq=False)
+class Nested:
+    """Hooks that save and load other graphs: the engine must be re-entrant."""
+
+    inner: object = None
+    blob: bytes = b""
+    back: Any = state.field(nosave=True, default=None)
+
+    def __before_save__(self) -> None:
+        self.blob = state.dumps(self.inner, engine="typed")
+
+    def __after_load__(self) -> None:
+        self.back = state.loads(self.blob, engine="reflect")
+
+
+def test_hooks_may_save_and_load_other_graphs(engines: tuple[str, str]) -> None:
+    inner = [Leaf(1), {"k": Leaf(2)}]
+    nested = Nested(inner)
+    loaded = roundtrip([nested, Quiet(Counted(5))], engines)
+    assert loaded[0].back[0].value == 1
+    assert loaded[0].back[1]["k"].value == 2
+    assert loaded[0].back[0] is not loaded[0].inner[0]
+    assert loaded[1].peer.seen["other_ident"] is None
