@@ -379,6 +379,10 @@ class Task:
     def runnable(self) -> bool:
         return self.state is TaskState.RUNNING
 
+    def runnable_or_idle(self) -> bool:
+        """Able to make a system call now: not stopped, exited, or blocked on a lock."""
+        return self.state in (TaskState.RUNNING, TaskState.SLEEPING) and self.blocked_on is None
+
 
 @state.savable
 @dataclass(eq=False)

@@ -10,6 +10,7 @@ accept-mutex lock file held through FileLocks, logs, timers and several MiB of m
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import random
 from collections.abc import Callable
@@ -27,11 +28,13 @@ from ckpt.kernel.task import (
     SIG_IGN,
     SIGALRM,
     SIGCHLD,
+    SIGCONT,
     SIGHUP,
     SIGINT,
     SIGIO,
     SIGPIPE,
     SIGQUIT,
+    SIGSTOP,
     SIGTERM,
     SIGUSR1,
     SIGUSR2,
@@ -328,7 +331,12 @@ def build_files(n: int, seed: int = 0, id: str | None = None, rootfs: str = "ful
 
 
 def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
-    """A random but deterministic kernel of about ``n`` operations, for tests."""
+    """A random but deterministic kernel of about ``n`` operations, for tests.
+
+    Each step picks a live, runnable task and one of ``GRAPH_OPS`` (fork, thread, files,
+    pipes, FIFOs, unlink, locks (some blocking), timers, mappings, mprotect, dup,
+    sockets, sessions, stop/continue, exit, running the clock).
+    """
     if not 1 <= n <= 100_000:
         raise KernelError(f"graph:N needs 1 <= N <= 100000, not {n}")
     k, rng = new_kernel(f"graph:{n}", seed, id, rootfs)
@@ -340,62 +348,134 @@ def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "min
         k.sigaction(init, signo, 0x40_1000 + signo * 16)
     live = [init]
     for step in range(n):
-        task = rng.choice([t for t in live if t.state.value != "Z"])
-        op = rng.randrange(12)
-        try:
-            if op == 0 and len(live) < 64:
-                child = k.fork(task, f"p{step}", share_files=rng.random() < 0.2)
-                child.program = rng.choice([Program(), SignalCounter()])
-                live.append(child)
-            elif op == 1 and len(live) < 64:
-                live.append(k.clone_thread(task, f"t{step}"))
-            elif op == 2:
-                fd = k.open(
-                    task,
-                    f"/tmp/g{rng.randrange(n)}",
-                    O_RDWR | O_CREAT | (O_CLOEXEC if rng.random() < 0.3 else 0),
-                )
-                k.write(task, fd, rng.randbytes(rng.randrange(1, 6000)))
-            elif op == 3:
-                _r, w = k.pipe(task)
-                k.write(task, w, rng.randbytes(rng.randrange(1, 300)))
-            elif op == 4:
-                fds = _regular_fds(task)
-                if fds:
-                    fd = rng.choice(fds)
-                    start = rng.randrange(0, 1000)
-                    kind = rng.choice([LockType.READ, LockType.WRITE])
-                    cmd = rng.choice([LockCmd.SETLK, LockCmd.OFD_SETLK])
-                    k.fcntl_lock(task, fd, cmd, kind, start, rng.randrange(0, 500))
-            elif op == 5:
-                fds = _regular_fds(task)
-                if fds:
-                    k.flock(task, rng.choice(fds), rng.choice([LOCK_SH, LOCK_EX]))
-            elif op == 6:
-                tid = k.timer_create(task, rng.choice([CLOCK_MONOTONIC, CLOCK_REALTIME]), SIGUSR1)
-                k.timer_settime(task, tid, rng.randrange(1, 50) * MS, rng.choice([0, 7 * MS]))
-            elif op == 7:
-                addr = k.mmap(
-                    task,
-                    rng.randrange(1, 8) * 4096,
-                    PROT_READ | PROT_WRITE,
-                    rng.choice([MapKind.ANON_PRIVATE, MapKind.ANON_SHARED]),
-                )
-                k.mem_write(task, addr, rng.randbytes(rng.randrange(1, 9000)))
-            elif op == 8:
-                fds = sorted(task.fd_table.entries) if task.fd_table else []
-                if len(fds) > 3:
-                    k.dup(task, rng.choice(fds[3:]))
-            elif op == 9:
-                a, _b = k.socketpair(task)
-                k.write(task, a, rng.randbytes(rng.randrange(1, 200)))
-            elif op == 10:
-                k.setitimer(task, ITIMER_REAL, rng.randrange(1, 30) * MS, rng.choice([0, 11 * MS]))
-            elif op == 11:
-                k.run_for(rng.randrange(1, 20) * MS)
-        except SyscallError:
-            pass
+        ready = [t for t in live if t.runnable_or_idle()]
+        if not ready:
+            break
+        task = rng.choice(ready)
+        op = rng.choice(GRAPH_OPS)
+        with contextlib.suppress(SyscallError):  # calls fail as on Linux (EAGAIN, EDEADLK)
+            op(k, task, rng, live, step)
     return k
+
+
+def _g_fork(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    if len(live) < 64:
+        child = k.fork(task, f"p{step}", share_files=rng.random() < 0.2)
+        child.program = rng.choice([Program(), SignalCounter()])
+        live.append(child)
+
+
+def _g_thread(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    if len(live) < 64:
+        live.append(k.clone_thread(task, f"t{step}"))
+
+
+def _g_file(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    flags = O_RDWR | O_CREAT | (O_CLOEXEC if rng.random() < 0.3 else 0)
+    fd = k.open(task, f"/tmp/g{rng.randrange(40)}", flags)
+    k.write(task, fd, rng.randbytes(rng.randrange(1, 6000)))
+    if rng.random() < 0.2:
+        k.unlink(task, k.vfs.path_of(k._file(task, fd).dentry))  # type: ignore[attr-defined]
+
+
+def _g_pipe(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    _r, w = k.pipe(task)
+    k.write(task, w, rng.randbytes(rng.randrange(1, 300)))
+
+
+def _g_fifo(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    path = f"/tmp/fifo{step}"
+    k.mkfifo(task, path)
+    k.open(task, path, O_RDONLY)
+    k.write(task, k.open(task, path, O_WRONLY), rng.randbytes(rng.randrange(1, 100)))
+
+
+def _g_lock(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    fds = _regular_fds(task)
+    if fds:
+        kind = rng.choice([LockType.READ, LockType.WRITE])
+        blocking = [LockCmd.SETLKW] if task.tgid != 1 else []  # init never sleeps on a lock
+        cmd = rng.choice([LockCmd.SETLK, LockCmd.OFD_SETLK, *blocking])
+        k.fcntl_lock(task, rng.choice(fds), cmd, kind, rng.randrange(1000), rng.randrange(500))
+
+
+def _g_flock(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    fds = _regular_fds(task)
+    if fds:
+        block = task.tgid != 1 and rng.random() < 0.3
+        k.flock(task, rng.choice(fds), rng.choice([LOCK_SH, LOCK_EX]), block=block)
+
+
+def _g_timer(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    tid = k.timer_create(task, rng.choice([CLOCK_MONOTONIC, CLOCK_REALTIME]), SIGUSR1)
+    k.timer_settime(task, tid, rng.randrange(1, 50) * MS, rng.choice([0, 7 * MS]))
+
+
+def _g_itimer(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    k.setitimer(task, ITIMER_REAL, rng.randrange(1, 30) * MS, rng.choice([0, 11 * MS]))
+
+
+def _g_mmap(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    kind = rng.choice([MapKind.ANON_PRIVATE, MapKind.ANON_SHARED])
+    addr = k.mmap(task, rng.randrange(1, 8) * 4096, PROT_READ | PROT_WRITE, kind)
+    k.mem_write(task, addr, rng.randbytes(rng.randrange(1, 9000)))
+    if rng.random() < 0.3:
+        k.mprotect(task, addr, 4096, PROT_READ)
+
+
+def _g_dup(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    fds = sorted(task.fd_table.entries) if task.fd_table else []
+    if len(fds) > 3:
+        k.dup(task, rng.choice(fds[3:]), cloexec=rng.random() < 0.5)
+
+
+def _g_socket(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    a, _b = k.socketpair(task)
+    k.write(task, a, rng.randbytes(rng.randrange(1, 200)))
+
+
+def _g_session(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    if rng.random() < 0.5:
+        k.setsid(task)
+    else:
+        k.setpgid(task)
+
+
+def _g_stop(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    target = rng.choice(live)
+    if target is not task and target.tgid != 1:
+        k.kill(task, target.tgid, rng.choice([SIGSTOP, SIGCONT, SIGUSR1]))
+
+
+def _g_exit(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    if task.tgid != 1 and rng.random() < 0.5:
+        k.exit(task, rng.randrange(256))
+
+
+def _g_run(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    k.run_for(rng.randrange(1, 20) * MS)
+
+
+GRAPH_OPS: list[Callable[[Kernel, Task, random.Random, list[Task], int], None]] = [
+    _g_fork,
+    _g_thread,
+    _g_file,
+    _g_file,
+    _g_pipe,
+    _g_fifo,
+    _g_lock,
+    _g_flock,
+    _g_timer,
+    _g_itimer,
+    _g_mmap,
+    _g_dup,
+    _g_socket,
+    _g_session,
+    _g_stop,
+    _g_exit,
+    _g_run,
+    _g_run,
+]
 
 
 def _regular_fds(task: Task) -> list[int]:
