@@ -21,7 +21,7 @@ def test_workload_restores_to_the_same_fingerprint_and_runs_in_lockstep(workload
     assert_same_state(k, r)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_graph_restores_and_runs_in_lockstep(seed, engine):
     k = kernel.build_workload("graph:150", seed=seed)
     r, _ = checkpoint(k, engine)
