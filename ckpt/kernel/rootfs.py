@@ -210,6 +210,7 @@ def build_rootfs(k: Kernel, rng: random.Random, *, minimal: bool = False) -> Non
     _write_new(k, "/usr/share/nginx/html/index.html", b"<html><body>hello</body></html>\n", 0o644)
     if not minimal:
         _cold_tree(k, rng)
+    _stamp_times(k, rng)
     _write_new(k, "/srv/www/index.html", b"<html><body>ckpt http</body></html>\n", 0o644)
 
 
@@ -257,3 +258,15 @@ def _cold_tree(k: Kernel, rng: random.Random) -> None:
         for ext in ("list", "md5sums"):
             dentry = vfs.create(f"/var/lib/dpkg/info/pkg{i:03d}.{ext}", 0o644, now)
             dentry.inode.size = rng.randrange(50, 9000)
+
+
+def _stamp_times(k: Kernel, rng: random.Random) -> None:
+    """Give every file the varied timestamps of a real image (built over two years)."""
+    now = k.timekeeper.realtime_ns
+    two_years = 2 * 365 * 86400 * 10**9
+    for _, dentry in k.vfs.walk():
+        inode = dentry.inode
+        born = now - rng.randrange(two_years)
+        inode.btime_ns = born
+        inode.mtime_ns = inode.ctime_ns = born + rng.randrange(max(1, now - born))
+        inode.atime_ns = inode.mtime_ns + rng.randrange(max(1, now - inode.mtime_ns))
