@@ -147,6 +147,7 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any) -> tuple[int, float, int]:
             proc = subprocess.Popen(
                 [
                     sys.executable,
+                    "-S",
                     "-m",
                     "ckpt.sandbox.process",
                     "--id",
@@ -162,6 +163,7 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any) -> tuple[int, float, int]:
                 pass_fds=(w,),
                 start_new_session=True,
                 cwd="/",
+                env=_child_env(),
                 preexec_fn=join_cgroup if procs_fds else None,
             )
     except (OSError, subprocess.SubprocessError) as exc:
@@ -191,6 +193,18 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any) -> tuple[int, float, int]:
         _kill_pid(proc.pid, start)
         raise CgroupError(f"sandbox process {proc.pid} did not join cgroup {mgr.name}")
     return proc.pid, start, create_ns
+
+
+def _child_env() -> dict[str, str]:
+    """The sandbox runs with ``python -S``: no ``site`` and no ``.pth`` processing, which
+    is most of interpreter start-up on hosts with many ``.pth`` hooks.  Our resolved
+    ``sys.path`` (and the directory holding ``ckpt``) is handed over in PYTHONPATH
+    instead, so it imports exactly what this process would."""
+    import ckpt
+
+    here = str(Path(ckpt.__file__).resolve().parent.parent)
+    entries = [here, *(p for p in sys.path if p and p != here and os.path.isdir(p))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
 
 
 def _read_ready(fd: int, timeout: float) -> bytes:
