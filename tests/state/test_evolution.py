@@ -223,3 +223,42 @@ def test_enum_redefined_with_the_same_members_loads_the_new_members(
     new = _enum_version({"A": 1, "B": 2})
     _version("evo.EnumSame", fields(new))
     assert state.loads(data, engine=engines[1]).c is new.B
+
+
+@PAIRS
+def test_field_that_became_nosave_takes_its_default(engines: tuple[str, str]) -> None:
+    _, loaded = _evolve(
+        "evo.BecameNosave",
+        [("x", int, dataclasses.field(default=0)), ("y", int, dataclasses.field(default=0))],
+        [
+            ("x", int, state.field(nosave=True, default=-1)),
+            ("y", int, dataclasses.field(default=0)),
+        ],
+        lambda cls: cls(5, 6),
+        engines,
+    )
+    assert (loaded.x, loaded.y) == (-1, 6)
+
+
+@PAIRS
+def test_field_that_was_nosave_takes_its_default(engines: tuple[str, str]) -> None:
+    _, loaded = _evolve(
+        "evo.WasNosave",
+        [("x", int, state.field(nosave=True, default=0)), ("y", int, dataclasses.field(default=0))],
+        [("x", int, dataclasses.field(default=9)), ("y", int, dataclasses.field(default=0))],
+        lambda cls: cls(5, 6),
+        engines,
+    )
+    assert (loaded.x, loaded.y) == (9, 6)
+
+
+@PAIRS
+@pytest.mark.parametrize("direction", ["to-save-through", "from-save-through"])
+def test_switching_to_or_from_save_through_is_a_kind_change(
+    engines: tuple[str, str], direction: str
+) -> None:
+    plain = ("x", int, dataclasses.field(default=0))
+    through = ("x", int, state.field(save=str, load=int, default=0))
+    old, new = (plain, through) if direction == "to-save-through" else (through, plain)
+    with pytest.raises(state.StateError, match=r"\bx\b"):
+        _evolve(f"evo.Through.{direction}", [old], [new], lambda cls: cls(5), engines)

@@ -235,3 +235,14 @@ def test_lone_surrogate_string_is_saved_or_refused_cleanly(engines: tuple[str, s
     except state.StateError:
         return
     assert_graph_equal(obj, loaded)
+
+
+def test_container_shared_with_a_nosave_field(engines: tuple[str, str]) -> None:
+    """Sharing with a nosave field does not drag the container's content out of the stream."""
+    shared = [1, 2]
+    obj = WithNosave(kept=1, cache=shared)  # type: ignore[arg-type]
+    holder = Poly([shared, shared])
+    loaded = roundtrip([obj, holder], engines)
+    assert loaded[0].cache == {"fresh": 1}
+    assert loaded[1].value[0] == [1, 2]
+    assert loaded[1].value[0] is loaded[1].value[1]
