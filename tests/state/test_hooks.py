@@ -240,3 +240,32 @@ def test_hooks_may_save_and_load_other_graphs(engines: tuple[str, str]) -> None:
     assert loaded[0].back[1]["k"].value == 2
     assert loaded[0].back[0] is not loaded[0].inner[0]
     assert loaded[1].peer.seen["other_ident"] is None
+
+
+@state.savable(name="tests.state.hooks.Silent")
+@dataclass(eq=False, slots=True)
+class Silent:
+    """No __after_load__ of its own, but it waits on a Waiter."""
+
+    dep: Waiter | None = state.field(wait=True, default=None)
+
+
+@state.savable(name="tests.state.hooks.WaitsOnSilent")
+@dataclass(eq=False)
+class WaitsOnSilent:
+    dep: Silent | None = state.field(wait=True, default=None)
+
+    def __after_load__(self) -> None:
+        EVENTS.append(("after_load", "WaitsOnSilent", 99))
+
+
+def test_wait_is_transitive_through_an_object_without_a_hook(engines: tuple[str, str]) -> None:
+    """top waits on a hookless middle object that waits on bottom: bottom's hook runs first
+    (gVisor completes an object only when everything it waits on has completed)."""
+    bottom = Waiter("1")
+    middle = Silent(bottom)
+    top = WaitsOnSilent(middle)
+    roundtrip([top, middle, bottom], engines)
+    order = [e[2] for e in EVENTS]
+    assert sorted(order) == [1, 99]
+    assert order == [1, 99], f"after_load order {order}: top ran before what it waits on"
