@@ -93,6 +93,11 @@ def _poly_samples() -> list[Any]:
     ]
 
 
+def _poly_samples_as_lists() -> list[Any]:
+    """Every polymorphic sample inside a list, then all of them in one list."""
+    return [[], *([v] for v in _poly_samples()), _poly_samples()]
+
+
 KINDS: list[Kind] = [
     Kind("bool", bool, lambda: [False, True], default=True, zero=False),
     Kind(
@@ -300,6 +305,72 @@ KINDS: list[Kind] = [
         lambda: [(), (Leaf(1), Leaf(2))],
         default=(),
         zero=(),
+    ),
+    # Optional containers: None and the empty container are different values.
+    Kind(
+        "opt_list",
+        list[int] | None,
+        lambda: [None, [], [1], [0, 2**70]],
+        default_factory=lambda: [1],
+        zero=None,
+    ),
+    Kind("opt_dict", dict[str, int] | None, lambda: [None, {}, {"a": 1}], default=None, zero=None),
+    Kind("opt_var_tuple", tuple[int, ...] | None, lambda: [None, (), (1,)], default=(), zero=None),
+    Kind(
+        "opt_bytearray",
+        bytearray | None,
+        lambda: [None, bytearray(), bytearray(b"x")],
+        default=None,
+        zero=None,
+    ),
+    Kind(
+        "list_opt_list",
+        list[list[int] | None],
+        lambda: [[], [None, [], [1]]],
+        default_factory=lambda: [None],
+        zero=list,
+    ),
+    # Containers of polymorphic values.
+    Kind(
+        "list_union",
+        list[Leaf | int | None],
+        lambda: [[], [None, 0, Leaf(1), 2**70, Leaf(0)]],
+        default_factory=lambda: [0],
+        zero=list,
+    ),
+    Kind(
+        "dict_str_base",
+        dict[str, Shape],
+        lambda: [{}, {"s": Shape("s"), "c": Circle("c", 0.5), "q": Square("q", 1, Color.RED)}],
+        default_factory=dict,
+        zero=dict,
+    ),
+    Kind(
+        "tuple_base_int",
+        tuple[Shape, int],
+        lambda: [(Shape(""), 0), (Circle("c", 1.0), -1)],
+        default_factory=lambda: (Shape("d"), 1),
+    ),
+    Kind(
+        "set_union",
+        set[int | str],
+        lambda: [set(), {1, "1", 2**70, ""}],
+        default_factory=lambda: {1},
+        zero=set,
+    ),
+    Kind(
+        "list_object",
+        list[object],
+        _poly_samples_as_lists,
+        default_factory=lambda: [None],
+        zero=list,
+    ),
+    Kind(
+        "dict_any_any",
+        dict[Any, Any],
+        lambda: [{}, {1: "a", "b": [2], (3, "c"): {4}, None: b"", 1.5: Leaf(1), b"k": False}],
+        default_factory=dict,
+        zero=dict,
     ),
     Kind(
         "poly_base",

@@ -136,6 +136,10 @@ def test_inspect_stream_without_classes(engine: str) -> None:
     assert by_id[leaf_ref.id].type == "tests.state.Leaf"
     assert by_id[leaf_ref.id].fields["value"] == 1
     view.verify()
+    data = state.dumps(graph, engine=engine)
+    assert all(t.nbytes >= 0 for t in view.types)
+    assert sum(t.nbytes for t in view.types) <= len(data)
+    assert next(t for t in view.types if t.name == "tests.state.Node").nbytes > 0
 
 
 def test_inspect_stream_of_damaged_input(engine: str) -> None:

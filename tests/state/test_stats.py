@@ -129,3 +129,11 @@ def test_rich_rendering_names_the_types() -> None:
     console.print(stats)
     text = console.export_text()
     assert "tests.state.Node" in text
+
+
+def test_rows_are_sorted_by_total_time(engine: str) -> None:
+    stats = state.Stats()
+    state.dumps([_graph() for _ in range(5)], engine=engine, stats=stats)
+    totals = [row["total_ns"] for row in stats.as_dict()["types"]]
+    assert len(totals) >= 4
+    assert totals == sorted(totals, reverse=True)
