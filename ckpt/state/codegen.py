@@ -234,7 +234,14 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
         src.add(3, f"{e} = __ckpt_discover({v})")
         return
     if tag is K.ANY:
-        src.add(2, f"{e} = __ckpt_dyn({v}, __ckpt_obj)")
+        # Polymorphic fields mostly hold None or an object already met: resolve those
+        # inline (only savable objects and None are in the id table) and leave the
+        # rest to the self-describing encoder.
+        src.add(2, f"if {v} is None:")
+        src.add(3, f"{e} = None")
+        src.add(2, "else:")
+        src.add(3, f"{e} = __ckpt_ids_get(id({v}))")
+        src.add(3, f"{e} = __ckpt_dyn({v}, __ckpt_obj) if {e} is None else {{{w.T_REF}: {e}}}")
         return
     if tag is K.SAVE:
         fn = src.const(f"save{i}", spec.opts.save)
