@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
@@ -18,9 +19,7 @@ from rich.console import Console
 
 from ckpt import __version__
 from ckpt.errors import CkptError
-from ckpt.sandbox import lifecycle as sandbox_lifecycle
 from ckpt.sandbox import paths as sandbox_paths
-from ckpt.sandbox import render as sandbox_render
 
 app = typer.Typer(
     name="ckpt",
@@ -324,6 +323,19 @@ def _sandbox_root() -> sandbox_paths.Root:
     return sandbox_paths.Root(Globals.root or default_root())
 
 
+def _lifecycle() -> ModuleType:
+    """``ckpt.sandbox.lifecycle``, imported on use (psutil) so other commands start fast."""
+    from ckpt.sandbox import lifecycle
+
+    return lifecycle
+
+
+def _render() -> ModuleType:
+    from ckpt.sandbox import render
+
+    return render
+
+
 def _print_json(data: object) -> None:
     out.print_json(json.dumps(data))
 
@@ -360,11 +372,11 @@ def run_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Start a detached sandbox running WORKLOAD; returns when it is ready."""
-    res = sandbox_lifecycle.run(
+    res = _lifecycle().run(
         _sandbox_root(),
         sandbox_id,
         workload,
-        cpus=sandbox_lifecycle.parse_cpu(cpu),
+        cpus=_lifecycle().parse_cpu(cpu),
         port=port,
         engine=engine,
         ignore_cgroups=ignore_cgroups,
@@ -381,37 +393,37 @@ def run_cmd(
 @app.command("list")
 def list_cmd(json_out: JsonOpt = False) -> None:
     """List sandboxes under the root."""
-    states = sandbox_lifecycle.list_sandboxes(_sandbox_root())
+    states = _lifecycle().list_sandboxes(_sandbox_root())
     if json_out:
         _print_json([st.to_json() for st in states])
     else:
-        out.print(sandbox_render.sandboxes_table(states))
+        out.print(_render().sandboxes_table(states))
 
 
 @app.command("state")
 def state_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address)."""
-    _print_json(sandbox_lifecycle.state(_sandbox_root(), sandbox_id).to_json())
+    _print_json(_lifecycle().state(_sandbox_root(), sandbox_id).to_json())
 
 
 @app.command("pause")
 def pause_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Freeze a sandbox's kernel and cgroup; HTTP requests wait until resume."""
-    sandbox_lifecycle.pause(_sandbox_root(), sandbox_id)
+    _lifecycle().pause(_sandbox_root(), sandbox_id)
     out.print(f"sandbox {sandbox_id} paused", markup=False)
 
 
 @app.command("resume")
 def resume_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Thaw a paused sandbox."""
-    sandbox_lifecycle.resume(_sandbox_root(), sandbox_id)
+    _lifecycle().resume(_sandbox_root(), sandbox_id)
     out.print(f"sandbox {sandbox_id} running", markup=False)
 
 
 @app.command("kill")
 def kill_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """SIGKILL a sandbox and free its cgroup (its state stays, as stopped)."""
-    sandbox_lifecycle.kill(_sandbox_root(), sandbox_id)
+    _lifecycle().kill(_sandbox_root(), sandbox_id)
     out.print(f"sandbox {sandbox_id} stopped", markup=False)
 
 
@@ -421,7 +433,7 @@ def delete_cmd(
     force: Annotated[bool, typer.Option("--force", help="Kill it first if running.")] = False,
 ) -> None:
     """Remove a sandbox: its process (with --force), cgroup and files."""
-    sandbox_lifecycle.delete(_sandbox_root(), sandbox_id, force=force)
+    _lifecycle().delete(_sandbox_root(), sandbox_id, force=force)
     out.print(f"sandbox {sandbox_id} deleted", markup=False)
 
 
@@ -443,7 +455,7 @@ def checkpoint_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
 ) -> None:
     """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
-    res = sandbox_lifecycle.checkpoint(
+    res = _lifecycle().checkpoint(
         _sandbox_root(),
         sandbox_id,
         image_path,
@@ -452,7 +464,7 @@ def checkpoint_cmd(
         level=compression_level,
         engine=engine,
         stats=stats,
-        key=sandbox_lifecycle.read_key(key_file),
+        key=_lifecycle().read_key(key_file),
         force=force,
     )
     if json_out:
@@ -470,9 +482,9 @@ def checkpoint_cmd(
         f"checkpoint of {sandbox_id} written to {res.image} (sandbox {res.state.status})",
         markup=False,
     )
-    out.print(sandbox_render.timings_table("checkpoint timings", res.timings))
+    out.print(_render().timings_table("checkpoint timings", res.timings))
     if stats:
-        out.print(sandbox_render.stats_renderable(res.stats, res.stats_text))
+        out.print(_render().stats_renderable(res.stats, res.stats_text))
 
 
 @app.command("restore")
@@ -493,15 +505,15 @@ def restore_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
 ) -> None:
     """Restore an image into a new sandbox process under an optional CPU quota."""
-    res = sandbox_lifecycle.restore(
+    res = _lifecycle().restore(
         _sandbox_root(),
         sandbox_id,
         image_path,
-        cpus=sandbox_lifecycle.parse_cpu(cpu),
+        cpus=_lifecycle().parse_cpu(cpu),
         engine=engine,
         stats=stats,
         background=background,
-        key=sandbox_lifecycle.read_key(key_file),
+        key=_lifecycle().read_key(key_file),
         port=port,
         ignore_cgroups=ignore_cgroups,
     )
@@ -512,9 +524,9 @@ def restore_cmd(
         return
     where = f", serving http://{res.state.address}/" if res.state.address else ""
     out.print(f"sandbox {sandbox_id} restored (pid {res.state.pid}{where})", markup=False)
-    out.print(sandbox_render.timings_table("restore timings", res.timings))
+    out.print(_render().timings_table("restore timings", res.timings))
     if stats:
-        out.print(sandbox_render.stats_renderable(res.stats, res.stats_text))
+        out.print(_render().stats_renderable(res.stats, res.stats_text))
 
 
 @app.command("cycle")
