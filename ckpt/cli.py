@@ -95,7 +95,7 @@ def main() -> None:
     except CkptError as exc:
         if Globals.debug:
             err.print_exception()
-        err.print(f"error: {exc}", markup=False)
+        err.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

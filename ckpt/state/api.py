@@ -87,7 +87,9 @@ def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, graph.S
 
 def dumps(root: Any, engine: str = "typed", stats: Stats | None = None) -> bytes:
     """Serialize the graph reachable from ``root`` into a self-contained stream."""
-    return _encode(root, engine, stats)[0]
+    data, walk = _encode(root, engine, stats)
+    walk.release()
+    return data
 
 
 def save(
@@ -95,8 +97,10 @@ def save(
 ) -> SaveResult:
     """Serialize into a writable binary file; one large write."""
     data, walk = _encode(root, engine, stats)
+    result = SaveResult(objects=len(walk.objects) - 1, types=len(walk.types), bytes=len(data))
+    walk.release()
     binary_file.write(data)
-    return SaveResult(objects=len(walk.objects) - 1, types=len(walk.types), bytes=len(data))
+    return result
 
 
 def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:

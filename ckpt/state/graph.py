@@ -81,6 +81,18 @@ class SaveWalk:
         self.shared[id(container)] = container
         return None
 
+    def release(self) -> None:
+        """Drop the walk's tables once the stream is framed.
+
+        The self-describing encoder is a recursive closure, so it sits in a reference
+        cycle with this walk; clearing the tables means that cycle holds nothing big
+        while it waits for the cyclic GC.
+        """
+        for table in (self.ids, self.cmemo, self.shared):
+            table.clear()
+        for seq in (self.objects, self.type_seq, self.rows, self.pending):
+            seq.clear()
+
     def type_table(self) -> list:
         table = []
         for entry in self.types:

@@ -152,6 +152,7 @@ def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
     root = ctx.dyn(loaded.root)
     graph.apply_shared(loaded, objs, root)
     graph.run_after_load(objs, graph.hooked_classes(loaded))
+    objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
     return root
 
 
