@@ -282,6 +282,13 @@ def _remove_cgroup(name: str | None) -> None:
         raise CgroupError(f"cannot remove cgroup {name}: {exc}") from exc
 
 
+def _freezable(mgr: Any) -> Any:
+    """``mgr`` if its group has a freezer; without one, pause freezes the kernel only."""
+    if mgr is None or getattr(mgr, "freezer_backend", "none") == "none":
+        return None
+    return mgr
+
+
 def _cpu_usec(mgr: Any) -> int | None:
     if mgr is None:
         return None
@@ -436,9 +443,15 @@ def pause(root: Root, sandbox_id: str) -> SandboxState:
     if st.status == PAUSED:
         return st
     rpc.call(Path(st.socket), "pause", what=f"sandbox {sandbox_id}")
-    mgr = _open_cgroup(st.cgroup)
+    mgr = _freezable(_open_cgroup(st.cgroup))
     if mgr is not None:
-        mgr.freeze()
+        try:
+            mgr.freeze()
+        except CgroupError:  # leave it as it was: thawed and running
+            with contextlib.suppress(CgroupError):
+                mgr.thaw()
+            rpc.call(Path(st.socket), "resume", what=f"sandbox {sandbox_id}")
+            raise
     st.status = PAUSED
     root.write(st)
     return st
@@ -449,7 +462,7 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
     st = _running(root, sandbox_id, "resume")
     if st.status == RUNNING:
         return st
-    mgr = _open_cgroup(st.cgroup)
+    mgr = _freezable(_open_cgroup(st.cgroup))
     if mgr is not None:
         mgr.thaw()
     rpc.call(Path(st.socket), "resume", what=f"sandbox {sandbox_id}")
@@ -505,8 +518,9 @@ def checkpoint(
     engine = engine or st.engine
     mgr = _open_cgroup(st.cgroup)
     was_paused = st.status == PAUSED
-    if was_paused and mgr is not None:
-        mgr.thaw()  # the kernel stays frozen; the process must run to write the image
+    freezer = _freezable(mgr)
+    if was_paused and freezer is not None:
+        freezer.thaw()  # the kernel stays frozen; the process must run to write the image
     cpu0 = _cpu_usec(mgr)
     timings = Timings()
     params = {
@@ -537,8 +551,8 @@ def checkpoint(
                 f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc}); "
                 f"no image was committed at {image}"
             ) from exc
-        if was_paused and mgr is not None:
-            mgr.freeze()
+        if was_paused and freezer is not None:
+            freezer.freeze()
         raise
     if reply.get("stopping"):
         if not _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S):
@@ -549,8 +563,8 @@ def checkpoint(
         st.address = None
     else:
         cpu1 = _cpu_usec(mgr)
-        if was_paused and mgr is not None:
-            mgr.freeze()
+        if was_paused and freezer is not None:
+            freezer.freeze()
     timings.phases_ns[SUSPEND_TOTAL] = time.perf_counter_ns() - t0
     if cpu0 is not None and cpu1 is not None:
         timings.cpu_usec, timings.cpu_source = cpu1 - cpu0, "cgroup"

@@ -145,6 +145,8 @@ def test_pause_holds_requests_until_resume(cli: Cli, tmp_path: Path) -> None:
     host, _, port = cli.state(WEB)["address"].rpartition(":")
     cli("pause", WEB)
     assert cli.state(WEB)["status"] == "paused"
+    freeze_files = [d / "cgroup.freeze" for d in cgroup_dirs(WEB) if (d / "cgroup.freeze").exists()]
+    assert all(f.read_text().strip() == "1" for f in freeze_files)  # the cgroup is frozen too
     got: list = []
     t = threading.Thread(target=lambda: got.append(get_json(host, int(port), timeout=30)))
     t.start()
@@ -155,6 +157,7 @@ def test_pause_holds_requests_until_resume(cli: Cli, tmp_path: Path) -> None:
     assert cli.state(WEB)["status"] == "paused"
     assert got == []
     cli("resume", WEB)
+    assert all(f.read_text().strip() == "0" for f in freeze_files)
     t.join(30)
     assert got and got[0][1]["requests"] == before + 1
     assert cli.state(WEB)["status"] == "running"
