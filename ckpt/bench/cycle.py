@@ -35,6 +35,16 @@ PHASES = (CHECKPOINT, SUSPEND_TOTAL, SANDBOX_CREATE, RESTORE, RESUME_TOTAL, CPU_
 # typed/reflect targets from the issue; SandboxCreate is checked against python start-up.
 TARGETS = {CHECKPOINT: 0.50, RESTORE: 0.60, CPU_PER_CYCLE: 0.67}
 SANDBOX_CREATE_TARGET = 3.0
+# in-sandbox counters kept per cycle, to show where Checkpoint and ResumeTotal go
+BREAKDOWN = (
+    "state_dump_time_ms",
+    "memdump_memwrite_time_ms",
+    "commit_time_ms",
+    "frozen_time_ms",
+    "import_ms",
+    "restore_state_ms",
+    "restore_pages_ms",
+)
 
 
 def quota_label(quota: float | None) -> str:
@@ -86,6 +96,8 @@ class Sample:
     quota: str
     engine: str
     values_ns: dict[str, float]
+    # where the time went inside the sandbox (ms): state dump/load, pages, module import
+    breakdown_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -288,7 +300,12 @@ def run(root: Root, plan: Plan, console: Any = None) -> Report:
                 values.update({k: float(v) for k, v in rs.timings.phases_ns.items()})
                 if ck.timings.cpu_usec is not None and rs.timings.cpu_usec is not None:
                     values[CPU_PER_CYCLE] = float(ck.timings.cpu_usec + rs.timings.cpu_usec) * 1e3
-                report.samples.append(Sample(label, engine, values))
+                breakdown = {
+                    k: float(v)
+                    for k, v in {**ck.timings.counters, **rs.timings.counters}.items()
+                    if k in BREAKDOWN and isinstance(v, int | float)
+                }
+                report.samples.append(Sample(label, engine, values, breakdown))
                 if progress is not None:
                     progress.advance(task)
                 if plan.hold:
@@ -349,6 +366,7 @@ def render(report: Report) -> Any:
             )
             previous = r.phase
         parts.append(table)
+        parts.append(_breakdown_text(report, quota))
         ratio = report.sandbox_create_ratio(quota)
         if ratio is not None:
             ok = ratio <= SANDBOX_CREATE_TARGET
@@ -361,6 +379,25 @@ def render(report: Report) -> Any:
                 )
             )
     return Group(*parts)
+
+
+def _breakdown_text(report: Report, quota: str) -> Any:
+    """One dim line: median in-sandbox state dump / load and module import per engine."""
+    from rich.text import Text
+
+    items = []
+    for engine in report.plan.engines:
+        vals = [s.breakdown_ms for s in report.samples if s.quota == quota and s.engine == engine]
+
+        def med(key: str, vals: list[dict[str, float]] = vals) -> str:
+            xs = [v[key] for v in vals if key in v]
+            return f"{statistics.median(xs):.1f}" if xs else "-"
+
+        items.append(
+            f"{engine}: state dump {med('state_dump_time_ms')} ms, state load "
+            f"{med('restore_state_ms')} ms, module import {med('import_ms')} ms"
+        )
+    return Text("inside the sandbox (medians): " + "; ".join(items), style="dim")
 
 
 def go_lines(report: Report) -> list[str]:
