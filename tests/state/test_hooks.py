@@ -269,3 +269,33 @@ def test_wait_is_transitive_through_an_object_without_a_hook(engines: tuple[str,
     order = [e[2] for e in EVENTS]
     assert sorted(order) == [1, 99]
     assert order == [1, 99], f"after_load order {order}: top ran before what it waits on"
+
+
+SAVES: list[int] = []
+
+
+@state.savable(name="tests.state.hooks.BigCounter")
+@dataclass(eq=False)
+class BigCounter:
+    n: int = 0
+    nums: list[int] = field(default_factory=list)
+
+    def __before_save__(self) -> None:
+        SAVES.append(self.n)
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        pytest.param(lambda: [BigCounter(1), BigCounter(2**70)], id="big-int-field"),
+        pytest.param(lambda: [BigCounter(1, [-(2**65)])], id="big-int-in-list"),
+        pytest.param(lambda: [BigCounter(1), BigCounter(2)], id="small-ints"),
+    ],
+)
+def test_before_save_runs_once_even_with_ints_beyond_64_bits(graph: Any, engine: str) -> None:
+    SAVES.clear()
+    objects = graph()
+    data = state.dumps(objects, engine=engine)
+    assert sorted(SAVES) == sorted(obj.n for obj in objects), f"hooks ran for {SAVES}"
+    loaded = state.loads(data, engine=engine)
+    assert [(o.n, o.nums) for o in loaded] == [(o.n, o.nums) for o in objects]

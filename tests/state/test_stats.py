@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -137,3 +138,16 @@ def test_rows_are_sorted_by_total_time(engine: str) -> None:
     totals = [row["total_ns"] for row in stats.as_dict()["types"]]
     assert len(totals) >= 4
     assert totals == sorted(totals, reverse=True)
+
+
+@state.savable(name="tests.state.stats.Big")
+@dataclass(eq=False)
+class Big:
+    n: int = 0
+
+
+def test_counts_with_ints_beyond_64_bits(engine: str) -> None:
+    """A typed writer that re-encodes for big ints must not count objects twice."""
+    stats = state.Stats()
+    state.dumps([Big(1), Big(2**70), Big(3)], engine=engine, stats=stats)
+    assert _counts(stats)["tests.state.stats.Big"] == 3
