@@ -11,7 +11,7 @@ import pytest
 from ckpt import state
 from ckpt.state import wire
 
-from .models import Color, Leaf, Node, Pair
+from .models import Circle, Color, Everything, Leaf, Node, Pair
 
 TYPES = 3  # index of the type table in the top-level array (documented; the rest is opaque)
 
@@ -97,3 +97,24 @@ def test_enum_name_rewritten_to_an_unknown_type(engines: tuple[str, str]) -> Non
     _rename(payload, enum_names[0], "os.system")
     with pytest.raises(state.StateError, match=r"os\.system"):
         state.loads(wire.frame(payload), engine=engines[1])
+
+
+def test_type_names_swapped_between_entries(engines: tuple[str, str]) -> None:
+    """Any entry renamed to any other registered name (dataclass <-> enum included) either
+    loads or is a StateError: registered names never lead to crashes by type confusion."""
+    root = [Everything(color=Color.GREEN, leaf=Leaf(2), shape=Circle("c", 1.0)), Pair(Leaf(1))]
+    payload = _stream(root, engines[0])
+    names = [entry[0] for entry in payload[TYPES]]
+    assert len(names) >= 4
+    failures = []
+    for i, _ in enumerate(names):
+        for other in names:
+            edited = wire.unframe(wire.frame(payload))
+            edited[TYPES][i][0] = other
+            try:
+                state.loads(wire.frame(edited), engine=engines[1])
+            except state.StateError:
+                pass
+            except Exception as exc:
+                failures.append(f"{names[i]} -> {other}: {type(exc).__name__}: {exc}"[:200])
+    assert failures == [], "\n".join(failures[:5])
