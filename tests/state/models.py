@@ -43,6 +43,14 @@ class SLeaf:
     label: str = ""
 
 
+@state.savable(name="tests.state.PlainOverSlots")
+@dataclass(eq=False)
+class PlainOverSlots(SLeaf):
+    """A plain (``__dict__``) class whose base keeps its fields in slots."""
+
+    note: str = ""
+
+
 @state.savable(name="tests.state.Shape")
 @dataclass(eq=False)
 class Shape:

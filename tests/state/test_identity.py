@@ -10,7 +10,18 @@ from ckpt import state
 
 from .conftest import roundtrip
 from .graph_equal import assert_graph_equal
-from .models import Color, Containers, Leaf, Node, Pair, RefPair, SLeaf, SlotsSquare, SNode
+from .models import (
+    Color,
+    Containers,
+    Leaf,
+    Node,
+    Pair,
+    PlainOverSlots,
+    RefPair,
+    SLeaf,
+    SlotsSquare,
+    SNode,
+)
 
 
 def test_shared_object_through_typed_refs(engines: tuple[str, str]) -> None:
@@ -229,4 +240,13 @@ def test_slots_subclass_of_a_plain_base(engines: tuple[str, str]) -> None:
     loaded = roundtrip([original, Pair(original, None)], engines)
     assert type(loaded[0]) is SlotsSquare
     assert (loaded[0].name, loaded[0].side, loaded[0].color) == ("sq", 3, Color.GREEN)
+    assert loaded[1].x is loaded[0]
+
+
+def test_plain_subclass_of_a_slots_base(engines: tuple[str, str]) -> None:
+    """Inherited fields live in slots, the subclass's own in __dict__; both must load."""
+    original = PlainOverSlots(4, "label", "note")
+    loaded = roundtrip([original, Pair(original, None)], engines)
+    assert type(loaded[0]) is PlainOverSlots
+    assert (loaded[0].value, loaded[0].label, loaded[0].note) == (4, "label", "note")
     assert loaded[1].x is loaded[0]
