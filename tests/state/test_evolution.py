@@ -262,3 +262,33 @@ def test_switching_to_or_from_save_through_is_a_kind_change(
     old, new = (plain, through) if direction == "to-save-through" else (through, plain)
     with pytest.raises(state.StateError, match=r"\bx\b"):
         _evolve(f"evo.Through.{direction}", [old], [new], lambda cls: cls(5), engines)
+
+
+@PAIRS
+def test_a_changed_default_does_not_change_saved_values(engines: tuple[str, str]) -> None:
+    """Fields saved holding the old default load as that value, not the new default.
+
+    (A writer that encodes default-valued fields as Nil must make Nil mean the value it
+    saw, e.g. by recording defaults in the stream, or Nil only kind zero values.)
+    """
+    _, loaded = _evolve(
+        "evo.ChangedDefault2",
+        [
+            ("label", str, dataclasses.field(default="old")),
+            ("count", int, dataclasses.field(default=7)),
+            ("ratio", float, dataclasses.field(default=0.5)),
+            ("flag", bool, dataclasses.field(default=True)),
+            ("items", list[int], dataclasses.field(default_factory=lambda: [1])),
+        ],
+        [
+            ("label", str, dataclasses.field(default="new")),
+            ("count", int, dataclasses.field(default=8)),
+            ("ratio", float, dataclasses.field(default=0.25)),
+            ("flag", bool, dataclasses.field(default=False)),
+            ("items", list[int], dataclasses.field(default_factory=lambda: [2])),
+        ],
+        lambda cls: cls(),
+        engines,
+    )
+    saved = ("old", 7, 0.5, True, [1])
+    assert (loaded.label, loaded.count, loaded.ratio, loaded.flag, loaded.items) == saved
