@@ -292,3 +292,19 @@ def test_a_changed_default_does_not_change_saved_values(engines: tuple[str, str]
     )
     saved = ("old", 7, 0.5, True, [1])
     assert (loaded.label, loaded.count, loaded.ratio, loaded.flag, loaded.items) == saved
+
+
+@PAIRS
+def test_a_removed_default_does_not_change_saved_values(engines: tuple[str, str]) -> None:
+    """The new class has no default at all: the saved value must still load (not None)."""
+    _, loaded = _evolve(
+        "evo.RemovedDefault",
+        [
+            ("count", int, dataclasses.field(default=7)),
+            ("label", str, dataclasses.field(default="x")),
+        ],
+        [("count", int), ("label", str)],
+        lambda cls: cls(),
+        engines,
+    )
+    assert (loaded.count, loaded.label) == (7, "x")
