@@ -169,3 +169,18 @@ def test_two_streams_in_one_file_load_one_at_a_time(engines: tuple[str, str]) ->
     buf.seek(0)
     assert_graph_equal(first, state.load(buf, engine=engines[1]))
     assert_graph_equal(second, state.load(buf, engine=engines[1]))
+
+
+def test_inspect_never_shows_a_saved_value_as_none(engine: str) -> None:
+    """A default-valued field written as Nil must not look like a field holding None
+    (inspect has no classes, so it cannot know the default, but it can say 'default')."""
+    obj = Everything(maybe=None, leaf=None)  # flag=False, big=2**80, ratio=0.5 ... defaults
+    view = state.inspect_stream(state.dumps(obj, engine=engine))
+    (fields,) = [o.fields for o in view.objects() if o.type == "tests.state.Everything"]
+    shown_as_none = [
+        name
+        for name in ("flag", "small", "big", "ratio", "text", "blob", "nums", "color", "level")
+        if fields[name] is None
+    ]
+    assert shown_as_none == [], f"{engine} stream shows {shown_as_none} as None"
+    assert fields["maybe"] is None and fields["leaf"] is None
