@@ -69,14 +69,20 @@ def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, graph.S
     module = _engine(engine)
     try:
         with _GcPaused(module is typed):
-            payload, walk = module.save(root, stats)
-            try:
-                data = w.frame(payload)
-            except OverflowError:
-                if module is not typed:
-                    raise
-                # A compact int field holds an int beyond 64 bits: redo with checks.
-                payload, walk = typed.save(root, stats, bigint=True)
+            if module is typed:
+                hooked: set[int] = set()
+                try:
+                    payload, walk = typed.save(root, stats, hooked=hooked)
+                    data = w.frame(payload)
+                except (typed.NeedsTagged, OverflowError):
+                    # A scalar slot holds an int beyond 64 bits, an enum member or a
+                    # subclass instance: save again with self-describing scalars.
+                    if stats is not None:
+                        stats.__init__()
+                    payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
+                    data = w.frame(payload)
+            else:
+                payload, walk = module.save(root, stats)
                 data = w.frame(payload)
     except StateError as exc:
         raise StateError(f"{engine} save failed: {exc}") from exc
@@ -119,5 +125,11 @@ def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
 
 
 def load(binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None) -> Any:
-    """Rebuild the graph from a readable binary file holding one stream."""
-    return loads(binary_file.read(), engine, stats)
+    """Rebuild the graph from the next stream in a readable binary file.
+
+    Reads exactly one frame (header, then the length it declares), so streams written
+    back to back load one at a time.
+    """
+    header = binary_file.read(w.HEADER_SIZE)
+    body = binary_file.read(w.payload_length(header))
+    return loads(header + body, engine, stats)

@@ -24,9 +24,28 @@ from typing import Any
 from ckpt.errors import StateError
 from ckpt.state import wire as w
 from ckpt.state.schema import SCALARS, K, Kind, Schema
-from ckpt.state.wire import T_BIGINT
 
 _EMPTY_FACTORIES = {list: "[]", dict: "{}", set: "set()"}
+_NONE = type(None)
+# What MessagePack round-trips exactly in a slot of each scalar kind.  Anything else
+# (an IntEnum in an int field, a str subclass, an int beyond 64 bits) makes the typed
+# writer start again in "tagged" mode, where scalar slots may hold tagged values.
+OK_TYPES = {
+    K.BOOL: frozenset({bool, _NONE}),
+    K.INT: frozenset({int, bool, _NONE}),
+    K.FLOAT: frozenset({float, int, bool, _NONE}),
+    K.STR: frozenset({str, _NONE}),
+    K.BYTES: frozenset({bytes, _NONE}),
+}
+
+
+def _passes(kind: Kind, tagged: bool) -> bool:
+    """A scalar that is its own encoding (checked, not converted) in this mode."""
+    return kind.tag in SCALARS and not tagged
+
+
+def _ok_types(kinds: Any) -> frozenset:
+    return frozenset().union(*(OK_TYPES[k.tag] for k in kinds))
 
 
 def compile_function(
@@ -50,13 +69,20 @@ def _ident(name: str) -> str:
 # --- element codecs for nested kinds (closures; used below the first level) ---------
 
 
-def elem_encoder(kind: Kind, bigint: bool) -> Callable[[Any, Any, Any], Any]:
+def elem_encoder(kind: Kind, tagged: bool) -> Callable[[Any, Any, Any], Any]:
     """``enc(value, owner, ctx)`` for a value of ``kind`` nested inside a container."""
     tag = kind.tag
     if tag in SCALARS:
-        if tag is K.INT and bigint:
-            return lambda v, owner, ctx: ctx.int(v)
-        return lambda v, owner, ctx: v
+        if tagged:
+            return lambda v, owner, ctx: ctx.scalar(v)
+        ok = OK_TYPES[tag]
+
+        def exact(v: Any, owner: Any, ctx: Any) -> Any:
+            if type(v) not in ok:
+                ctx.untyped(v)
+            return v
+
+        return exact
     if tag is K.REF:
 
         def ref(v: Any, owner: Any, ctx: Any) -> Any:
@@ -69,13 +95,13 @@ def elem_encoder(kind: Kind, bigint: bool) -> Callable[[Any, Any, Any], Any]:
     if tag is K.ENUM:
         return lambda v, owner, ctx: v._value_
     if tag is K.OPT:
-        inner = elem_encoder(kind.args[0], bigint)
+        inner = elem_encoder(kind.args[0], tagged)
         return lambda v, owner, ctx: None if v is None else inner(v, owner, ctx)
     if tag in (K.VARTUPLE, K.FROZENSET):
-        inner = elem_encoder(kind.args[0], bigint)
+        inner = elem_encoder(kind.args[0], tagged)
         return lambda v, owner, ctx: [inner(x, owner, ctx) for x in v]
     if tag is K.TUPLE:
-        inners = [elem_encoder(a, bigint) for a in kind.args]
+        inners = [elem_encoder(a, tagged) for a in kind.args]
 
         def fixed(v: Any, owner: Any, ctx: Any) -> Any:
             if len(v) != len(inners):
@@ -84,7 +110,7 @@ def elem_encoder(kind: Kind, bigint: bool) -> Callable[[Any, Any, Any], Any]:
 
         return fixed
     if tag in (K.LIST, K.SET, K.DICT, K.BYTEARRAY):
-        body = _container_body(kind, bigint)
+        body = _container_body(kind, tagged)
 
         def tracked(v: Any, owner: Any, ctx: Any) -> Any:
             k = id(v)
@@ -97,18 +123,18 @@ def elem_encoder(kind: Kind, bigint: bool) -> Callable[[Any, Any, Any], Any]:
     raise StateError(f"no encoder for field kind {kind.descriptor}")
 
 
-def _container_body(kind: Kind, bigint: bool) -> Callable[[Any, Any, Any], Any]:
+def _container_body(kind: Kind, tagged: bool) -> Callable[[Any, Any, Any], Any]:
     tag = kind.tag
     if tag is K.BYTEARRAY:
         return lambda v, owner, ctx: bytes(v)
     if tag is K.DICT:
-        kenc = elem_encoder(kind.args[0], bigint)
-        venc = elem_encoder(kind.args[1], bigint)
+        kenc = elem_encoder(kind.args[0], tagged)
+        venc = elem_encoder(kind.args[1], tagged)
         return lambda v, owner, ctx: [
             [kenc(x, owner, ctx) for x in v],
             [venc(x, owner, ctx) for x in v.values()],
         ]
-    inner = elem_encoder(kind.args[0], bigint)
+    inner = elem_encoder(kind.args[0], tagged)
     return lambda v, owner, ctx: [inner(x, owner, ctx) for x in v]
 
 
@@ -116,9 +142,7 @@ def elem_decoder(kind: Kind) -> Callable[[Any, Any], Any]:
     """``dec(raw, ctx)`` for a value of ``kind`` nested inside a container."""
     tag = kind.tag
     if tag in SCALARS:
-        if tag is K.INT:
-            return lambda raw, ctx: ctx.dyn(raw) if type(raw) is dict else raw
-        return lambda raw, ctx: raw
+        return lambda raw, ctx: ctx.dyn(raw) if type(raw) is dict else raw
     if tag is K.REF:
         return lambda raw, ctx: ctx.oget(raw)
     if tag is K.ANY:
@@ -180,7 +204,7 @@ class _Source:
         return "\n".join(self.lines) + "\n"
 
 
-def build_save(sch: Schema, bigint: bool) -> tuple[str, dict, str]:
+def build_save(sch: Schema, tagged: bool) -> tuple[str, dict, str]:
     """Source of ``save_<Class>(batch, rows_append, ctx)``: encode a batch of objects."""
     fname = f"save_{_ident(sch.cls.__qualname__)}"
     src = _Source()
@@ -192,15 +216,19 @@ def build_save(sch: Schema, bigint: bool) -> tuple[str, dict, str]:
     src.add(1, "__ckpt_seen_again = __ckpt_ctx.seen_again")
     src.add(1, "__ckpt_fix_refs = __ckpt_ctx.fix_refs")
     src.add(1, "__ckpt_dyn = __ckpt_ctx.dyn")
-    src.add(1, "__ckpt_int = __ckpt_ctx.int")
+    src.add(1, "__ckpt_scalar = __ckpt_ctx.scalar")
+    src.add(1, "__ckpt_untyped = __ckpt_ctx.untyped")
     src.add(1, "for __ckpt_obj in __ckpt_batch:")
     if sch.before_save:
-        src.add(2, "__ckpt_obj.__before_save__()")
+        # A save redone in tagged mode must not run a hook twice.
+        src.add(2, "if id(__ckpt_obj) not in __ckpt_ctx.hooked:")
+        src.add(3, "__ckpt_ctx.hooked.add(id(__ckpt_obj))")
+        src.add(3, "__ckpt_obj.__before_save__()")
     outs = []
     for spec in sch.fields:
         i = spec.index
         src.add(2, f"_v{i} = __ckpt_obj.{spec.name}")
-        _emit_save_field(src, spec, i, bigint)
+        _emit_save_field(src, spec, i, tagged)
         outs.append(f"_e{i}")
     src.add(2, f"__ckpt_rows_append([{', '.join(outs)}])")
     return src.text(), src.globs, fname
@@ -213,7 +241,7 @@ def _elide_immutable(src: _Source, spec: Any, i: int, value: str) -> None:
         src.add(3, f"{value} = None")
 
 
-def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
+def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
     kind, tag, v, e = spec.kind, spec.kind.tag, f"_v{i}", f"_e{i}"
     if tag in SCALARS or tag is K.ENUM:
         if tag is K.ENUM:
@@ -223,10 +251,13 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
                 src.add(3, f"{e} = None")
             return
         src.add(2, f"{e} = {v}")
+        if not tagged:
+            src.add(2, f"if type({v}) not in {src.const(f'ok{i}', OK_TYPES[tag])}:")
+            src.add(3, f"__ckpt_untyped({v})")
         _elide_immutable(src, spec, i, e)
-        if tag is K.INT and bigint:
+        if tagged:
             src.add(2, f"if {e} is not None:")
-            src.add(3, f"{e} = __ckpt_int({e})")
+            src.add(3, f"{e} = __ckpt_scalar({e})")
         return
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
         src.add(2, f"{e} = __ckpt_ids_get(id({v}))")
@@ -256,23 +287,27 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
             src.add(3, f"{e} = {fn}({v})")
         else:
             src.add(2, f"{e} = {fn}({v})")
-        if bigint and _has_int(kind.args[0]):
+        if tagged and _has_scalar(kind.args[0]):
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({e}, __ckpt_obj)")
         return
-    if tag is K.OPT and kind.args[0].tag in SCALARS and not (bigint and kind.args[0].tag is K.INT):
+    if tag is K.OPT and _passes(kind.args[0], tagged):
         src.add(2, f"{e} = {v}")
+        src.add(2, f"if type({v}) not in {src.const(f'ok{i}', OK_TYPES[kind.args[0].tag])}:")
+        src.add(3, f"__ckpt_untyped({v})")
         return
     if tag is K.OPT:
-        enc = src.const(f"enc{i}", elem_encoder(kind.args[0], bigint))
+        enc = src.const(f"enc{i}", elem_encoder(kind.args[0], tagged))
         src.add(2, f"{e} = None if {v} is None else {enc}({v}, __ckpt_obj, __ckpt_ctx)")
         return
     if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
         inner = kind.args
-        if all(a.tag in SCALARS and not (bigint and a.tag is K.INT) for a in inner):
+        if all(_passes(a, tagged) for a in inner):
             # MessagePack encodes a tuple as an array; a frozenset needs a list.
             src.add(2, f"{e} = {v}" if tag is not K.FROZENSET else f"{e} = [*{v}]")
+            src.add(2, f"if not {src.const(f'ok{i}', _ok_types(inner))}.issuperset(map(type, {v})):")
+            src.add(3, f"__ckpt_untyped({v})")
         else:
-            enc = src.const(f"enc{i}", elem_encoder(kind, bigint))
+            enc = src.const(f"enc{i}", elem_encoder(kind, tagged))
             src.add(2, f"{e} = {enc}({v}, __ckpt_obj, __ckpt_ctx)")
         _elide_immutable(src, spec, i, e)
         return
@@ -283,7 +318,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
     src.add(3, f"{e} = __ckpt_seen_again({v})")
     src.add(2, "else:")
     src.add(3, f"__ckpt_cmemo[_k{i}] = __ckpt_obj")
-    body = _container_expr(src, kind, i, v, bigint)
+    body = _container_expr(src, kind, i, v, tagged)
     if elide_empty:
         src.add(3, f"if {v}:")
         for line in body:
@@ -295,7 +330,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, bigint: bool) -> None:
             src.add(3, line)
 
 
-def _container_expr(src: _Source, kind: Kind, i: int, v: str, bigint: bool) -> list[str]:
+def _container_expr(src: _Source, kind: Kind, i: int, v: str, tagged: bool) -> list[str]:
     """Statements that set ``_e{i}`` to the compact encoding of container ``v``."""
     e = f"_e{i}"
     tag = kind.tag
@@ -303,21 +338,26 @@ def _container_expr(src: _Source, kind: Kind, i: int, v: str, bigint: bool) -> l
         return [f"{e} = bytes({v})"]
     if tag in (K.LIST, K.SET):
         inner = kind.args[0]
-        return _seq_expr(src, inner, i, v, e, bigint, copy=tag is K.SET)
+        return _seq_expr(src, inner, i, v, e, tagged, copy=tag is K.SET)
     # dict: [keys, values]
     kk, vk = kind.args
-    lines = _seq_expr(src, kk, f"{i}k", v, f"_ek{i}", bigint, copy=True)
-    lines += _seq_expr(src, vk, f"{i}v", f"{v}.values()", f"_ev{i}", bigint, copy=True)
+    lines = _seq_expr(src, kk, f"{i}k", v, f"_ek{i}", tagged, copy=True)
+    lines += _seq_expr(src, vk, f"{i}v", f"{v}.values()", f"_ev{i}", tagged, copy=True)
     lines.append(f"{e} = [_ek{i}, _ev{i}]")
     return lines
 
 
 def _seq_expr(
-    src: _Source, inner: Kind, i: Any, v: str, e: str, bigint: bool, copy: bool
+    src: _Source, inner: Kind, i: Any, v: str, e: str, tagged: bool, copy: bool
 ) -> list[str]:
-    if inner.tag in SCALARS and not (bigint and inner.tag is K.INT):
+    if _passes(inner, tagged):
         # The list itself is already its compact encoding; sets and views need a list.
-        return [f"{e} = [*{v}]" if copy else f"{e} = {v}"]
+        ok = src.const(f"ok{i}", OK_TYPES[inner.tag])
+        return [
+            f"{e} = [*{v}]" if copy else f"{e} = {v}",
+            f"if not {ok}.issuperset(map(type, {e})):",
+            f"    __ckpt_untyped({v})",
+        ]
     if inner.tag is K.REF or (inner.tag is K.OPT and inner.args[0].tag is K.REF):
         return [
             f"{e} = [*map(__ckpt_ids_get, map(id, {v}))]",
@@ -326,14 +366,14 @@ def _seq_expr(
         ]
     if inner.tag is K.ENUM:
         return [f"{e} = [x._value_ for x in {v}]"]
-    enc = src.const(f"enc{i}", elem_encoder(inner, bigint))
+    enc = src.const(f"enc{i}", elem_encoder(inner, tagged))
     return [f"{e} = [*map({enc}, {v}, __ckpt_repeat(__ckpt_obj), __ckpt_repeat(__ckpt_ctx))]"]
 
 
 # --- the load function of a stream layout -------------------------------------------
 
 
-def build_load(plan: Any, encoding: str, bigint: bool) -> tuple[str, dict, str]:
+def build_load(plan: Any, encoding: str, tagged: bool) -> tuple[str, dict, str]:
     """Source of ``load_<Class>(shells, rows, ctx)``: fill a type's objects from its rows."""
     sch = plan.schema
     fname = f"load_{_ident(sch.cls.__qualname__)}"
@@ -357,7 +397,7 @@ def build_load(plan: Any, encoding: str, bigint: bool) -> tuple[str, dict, str]:
         elif encoding == w.DYN:
             values.append((spec.name, _dyn_load_expr(src, spec, f"_r{source}")))
         else:
-            values.append((spec.name, _load_expr(src, spec, f"_r{source}", bigint)))
+            values.append((spec.name, _load_expr(src, spec, f"_r{source}", tagged)))
     for spec in sch.unsaved:
         values.append((spec.name, _default_expr(src, spec)))
     if sch.has_dict:
@@ -399,17 +439,16 @@ def _dyn_load_expr(src: _Source, spec: Any, raw: str) -> str:
     return _with_default(src, spec, raw, expr)
 
 
-def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
+def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
     kind, tag = spec.kind, spec.kind.tag
-    if tag is K.INT and bigint:
-        dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
-        return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
+    if tag in SCALARS and tagged:
+        return _with_default(src, spec, raw, f"(__ckpt_dyn({raw}) if type({raw}) is dict else {raw})")
     if tag in SCALARS:
         return _with_default(src, spec, raw, raw)
-    if tag is K.OPT and kind.args[0].tag in SCALARS and not (bigint and kind.args[0].tag is K.INT):
+    if tag is K.OPT and _passes(kind.args[0], tagged):
         return raw
     if tag is K.TUPLE and all(
-        a.tag in SCALARS and not (bigint and a.tag is K.INT) for a in kind.args
+        _passes(a, tagged) for a in kind.args
     ):
         return _with_default(src, spec, raw, f"tuple({raw})")
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
@@ -418,7 +457,7 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
         return f"__ckpt_dyn({raw})"
     if tag is K.SAVE:
         load = src.const(f"load_{spec.name}", spec.opts.load)
-        if not kind.args or (bigint and _has_int(kind.args[0])):
+        if not kind.args or (tagged and _has_scalar(kind.args[0])):
             return f"{load}(__ckpt_dyn({raw}))"
         plain = kind.args[0].tag
         conv = f"tuple({raw})" if plain in (K.TUPLE, K.VARTUPLE) else raw
@@ -429,7 +468,7 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
     if tag in (K.LIST, K.SET, K.FROZENSET, K.VARTUPLE):
         inner = kind.args[0]
         build = {K.LIST: "", K.SET: "set", K.FROZENSET: "frozenset", K.VARTUPLE: "tuple"}[tag]
-        if inner.tag in SCALARS and not (bigint and inner.tag is K.INT):
+        if _passes(inner, tagged):
             expr = f"{build}({raw})" if build else raw
         elif inner.tag is K.REF or (inner.tag is K.OPT and inner.args[0].tag is K.REF):
             expr = f"{build}(map(__ckpt_oget, {raw}))" if build else f"[*map(__ckpt_oget, {raw})]"
@@ -444,8 +483,8 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
         return expr
     if tag is K.DICT:
         kk, vk = kind.args
-        simple_key = kk.tag in SCALARS and not (bigint and kk.tag is K.INT)
-        if simple_key and vk.tag in SCALARS and not (bigint and vk.tag is K.INT):
+        simple_key = _passes(kk, tagged)
+        if simple_key and _passes(vk, tagged):
             expr = f"dict(zip({raw}[0], {raw}[1], strict=True))"
         elif simple_key and vk.tag is K.REF:
             expr = f"dict(zip({raw}[0], map(__ckpt_oget, {raw}[1]), strict=True))"
@@ -466,11 +505,22 @@ def _load_expr(src: _Source, spec: Any, raw: str, bigint: bool) -> str:
     return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
 
 
-def _has_int(kind: Kind) -> bool:
-    return kind.tag is K.INT or any(_has_int(a) for a in kind.args)
+def _has_scalar(kind: Kind) -> bool:
+    return kind.tag in SCALARS or any(_has_scalar(a) for a in kind.args)
 
 
-def bigint_encode(v: Any) -> Any:
-    if type(v) is int and not (w.INT_MIN <= v < w.INT_LIMIT):
-        return {T_BIGINT: str(v)}
-    return v
+def scalar_encoder(walk: Any) -> Callable[[Any], Any]:
+    """Tagged mode: a scalar slot's value as itself when MessagePack keeps it exactly,
+    else self-describing (a big int, an enum member, a subclass instance)."""
+    from ckpt.state import dyn
+
+    plain = dyn.make_encoder(walk, track=False)
+    exact = frozenset({bool, float, str, bytes, _NONE})
+
+    def scalar(v: Any) -> Any:
+        t = type(v)
+        if t in exact or (t is int and w.INT_MIN <= v < w.INT_LIMIT):
+            return v
+        return plain(v, None)
+
+    return scalar

@@ -41,7 +41,7 @@ class SaveWalk:
         self.pending: list[list] = []
         self.cmemo: dict[int, Any] = {}  # id(container) -> owner object
         self.shared: dict[int, Any] = {}  # id(container) -> container, reached twice
-        self.bigint = False
+        self.tagged = False
 
     def add_type(self, cls: type) -> int:
         sch = schema.schema_of(cls)  # raises StateError for an unregistered class
@@ -104,7 +104,7 @@ class SaveWalk:
 
     def payload(self, engine: str, encoding: str, root: Any, root_enc: Any) -> list:
         shared = locate_shared(self, root) if self.shared else []
-        flags = {"bigint": True} if self.bigint else {}
+        flags = {"tagged": True} if self.tagged else {}
         return [
             w.FORMAT_VERSION,
             engine,
@@ -199,7 +199,7 @@ class Loaded:
     rows: list[list]
     root: Any
     shared: list
-    bigint: bool
+    tagged: bool
 
 
 def validate(payload: list) -> Loaded:
@@ -267,7 +267,7 @@ def validate(payload: list) -> Loaded:
         rows=rows,
         root=root,
         shared=shared,
-        bigint=bool(flags.get("bigint")),
+        tagged=bool(flags.get("tagged")),
     )
 
 

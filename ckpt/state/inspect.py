@@ -188,7 +188,7 @@ class StreamView:
         if (
             tag is K.ANY
             or (tag is K.SAVE and not kind.args)
-            or (isinstance(raw, dict) and tag in (K.INT, K.SAVE))
+            or (isinstance(raw, dict) and (tag in SCALARS or tag is K.SAVE))
         ):
             return self._dyn(raw)
         if tag is K.SAVE:

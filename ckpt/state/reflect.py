@@ -18,7 +18,7 @@ from typing import Any
 from ckpt.errors import StateError
 from ckpt.state import dyn, graph
 from ckpt.state import wire as w
-from ckpt.state.schema import K, Kind
+from ckpt.state.schema import SCALARS, K, Kind
 from ckpt.state.stats import Stats
 
 ENGINE = "reflect"
@@ -139,9 +139,7 @@ def _compact_field(objs: list, decode: Any) -> Any:
             if tag is K.OPT:
                 return None
             return _empty(kind)
-        if tag in (K.BOOL, K.FLOAT, K.STR, K.BYTES):
-            return raw
-        if tag is K.INT:
+        if tag in SCALARS:
             return decode(raw) if type(raw) is dict else raw
         if tag is K.OPT:
             return value(kind.args[0], raw)

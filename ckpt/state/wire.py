@@ -22,7 +22,8 @@ The payload array, by index::
     6 ROOT      the root value, self-describing
     7 SHARED    mutable containers reachable from more than one place:
                 [[content location, other location, ...], ...]
-    8 FLAGS     {"bigint": true} when compact int fields may hold tagged big ints
+    8 FLAGS     {"tagged": true} when compact scalar slots may hold self-describing
+                values (ints beyond 64 bits, enum members, subclass instances)
 
 Self-describing ("dyn") values: None, bool, int (64-bit), float, str and bytes are
 MessagePack scalars; a list is an array; every other value is a map with exactly one
@@ -92,6 +93,15 @@ def encode_body(payload: Any) -> bytes:
 
 def frame_body(body: bytes) -> bytes:
     return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(body), len(body)) + body
+
+
+def payload_length(header: bytes) -> int:
+    """The payload length a frame header declares (0 for a short or foreign header,
+    which ``check_frame`` then rejects with the precise reason)."""
+    if len(header) < HEADER_SIZE:
+        return 0
+    magic, _version, _crc, length = _HEADER.unpack_from(header)
+    return length if magic == MAGIC else 0
 
 
 def check_frame(data: Any) -> memoryview:
