@@ -50,78 +50,77 @@ def _engine(name: str) -> Any:
     return module
 
 
-class _GcPaused:
-    """Pause cyclic GC for the typed engine (restored even when the walk fails)."""
+def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, int, int]:
+    """Frame the graph; returns the stream and its object and type counts.
 
-    def __init__(self, active: bool) -> None:
-        self.active = active and PAUSE_GC and gc.isenabled()
-
-    def __enter__(self) -> None:
-        if self.active:
-            gc.disable()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.active:
-            gc.enable()
-
-
-def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, graph.SaveWalk]:
+    GC is switched off before anything is allocated and back on only after the walk's
+    tables are released, so no collection can start anywhere inside a typed save.
+    """
     module = _engine(engine)
+    paused = module is typed and PAUSE_GC and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
-        with _GcPaused(module is typed):
-            if module is typed:
-                hooked: set[int] = set()
-                try:
-                    payload, walk = typed.save(root, stats, hooked=hooked)
-                    data = w.frame(payload)
-                except (typed.NeedsTagged, OverflowError):
-                    # A scalar slot holds an int beyond 64 bits, an enum member or a
-                    # subclass instance: save again with self-describing scalars.
-                    if stats is not None:
-                        stats.__init__()
-                    payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
-                    data = w.frame(payload)
-            else:
-                payload, walk = module.save(root, stats)
+        if module is typed:
+            hooked: set[int] = set()
+            try:
+                payload, walk = typed.save(root, stats, hooked=hooked)
                 data = w.frame(payload)
+            except (typed.NeedsTagged, OverflowError):
+                # A scalar slot holds an int beyond 64 bits, an enum member or a
+                # subclass instance: save again with self-describing scalars.
+                if stats is not None:
+                    stats.__init__()
+                payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
+                data = w.frame(payload)
+        else:
+            payload, walk = module.save(root, stats)
+            data = w.frame(payload)
+        counts = (len(walk.objects) - 1, len(walk.types))
+        del payload
+        walk.release()
+        return data, *counts
     except StateError as exc:
         raise StateError(f"{engine} save failed: {exc}") from exc
     except _INPUT_ERRORS as exc:
         raise StateError(f"{engine} save failed: {type(exc).__name__}: {exc}") from exc
-    return data, walk
+    finally:
+        if paused:
+            gc.enable()
 
 
 def dumps(root: Any, engine: str = "typed", stats: Stats | None = None) -> bytes:
     """Serialize the graph reachable from ``root`` into a self-contained stream."""
-    data, walk = _encode(root, engine, stats)
-    walk.release()
-    return data
+    return _encode(root, engine, stats)[0]
 
 
 def save(
     root: Any, binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None
 ) -> SaveResult:
     """Serialize into a writable binary file; one large write."""
-    data, walk = _encode(root, engine, stats)
-    result = SaveResult(objects=len(walk.objects) - 1, types=len(walk.types), bytes=len(data))
-    walk.release()
+    data, objects, types = _encode(root, engine, stats)
     binary_file.write(data)
-    return result
+    return SaveResult(objects=objects, types=types, bytes=len(data))
 
 
 def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
     """Rebuild the graph from a stream written by either engine."""
     module = _engine(engine)
+    paused = module is typed and PAUSE_GC and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
-        with _GcPaused(module is typed):
-            loaded = graph.validate(w.unframe(data))
-            return module.load(loaded, stats)
+        loaded = graph.validate(w.unframe(data))
+        return module.load(loaded, stats)
     except StateError as exc:
         raise StateError(f"{engine} load failed: {exc}") from exc
     except _INPUT_ERRORS as exc:
         raise StateError(
             f"{engine} load failed: the stream is malformed ({type(exc).__name__}: {exc})"
         ) from exc
+    finally:
+        if paused:
+            gc.enable()
 
 
 def load(binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None) -> Any:

@@ -23,10 +23,12 @@ from typing import Any
 
 from ckpt.errors import StateError
 from ckpt.state import wire as w
-from ckpt.state.schema import SCALARS, K, Kind, Schema
+from ckpt.state.dyn import EnumMembers
+from ckpt.state.schema import IMMUTABLE_ZEROS, SCALARS, ZERO_LITERALS, K, Kind, Schema
 
 _EMPTY_FACTORIES = {list: "[]", dict: "{}", set: "set()"}
 _NONE = type(None)
+_NO_ZERO = object()
 # What MessagePack round-trips exactly in a slot of each scalar kind.  Anything else
 # (an IntEnum in an int field, a str subclass, an int beyond 64 bits) makes the typed
 # writer start again in "tagged" mode, where scalar slots may hold tagged values.
@@ -148,13 +150,13 @@ def elem_decoder(kind: Kind) -> Callable[[Any, Any], Any]:
     if tag is K.ANY:
         return lambda raw, ctx: ctx.dyn(raw)
     if tag is K.ENUM:
-        members = {m._value_: m for m in kind.enum_cls}
+        members = EnumMembers(kind.enum_cls)
         return lambda raw, ctx: members[raw]
     if tag is K.OPT:
         inner = elem_decoder(kind.args[0])
         return lambda raw, ctx: None if raw is None else inner(raw, ctx)
     if tag is K.BYTEARRAY:
-        return lambda raw, ctx: bytearray() if raw is None else bytearray(raw)
+        return lambda raw, ctx: bytearray() if raw is None else ctx.bytearray(raw)
     if tag is K.DICT:
         kdec = elem_decoder(kind.args[0])
         vdec = elem_decoder(kind.args[1])
@@ -235,9 +237,11 @@ def build_save(sch: Schema, tagged: bool) -> tuple[str, dict, str]:
 
 
 def _elide_immutable(src: _Source, spec: Any, i: int, value: str) -> None:
-    if spec.elidable and spec.default is not MISSING:
-        d = src.const(f"d{i}", spec.default)
-        src.add(2, f"if {value} is {d}:")
+    """Write Nil for the kind's zero value, recognised by identity (CPython keeps one
+    0, False, "", b"" and ())."""
+    zero = IMMUTABLE_ZEROS.get(spec.kind.tag, _NO_ZERO)
+    if zero is not _NO_ZERO:
+        src.add(2, f"if {value} is {src.const(f'z{i}', zero)}:")
         src.add(3, f"{value} = None")
 
 
@@ -246,9 +250,6 @@ def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
     if tag in SCALARS or tag is K.ENUM:
         if tag is K.ENUM:
             src.add(2, f"{e} = {v}._value_")
-            if spec.elidable and spec.default is not MISSING:
-                src.add(2, f"if {v} is {src.const(f'd{i}', spec.default)}:")
-                src.add(3, f"{e} = None")
             return
         src.add(2, f"{e} = {v}")
         if not tagged:
@@ -280,13 +281,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
             return
         # The return annotation says plain data: the saved value is its own encoding.
-        if spec.elidable:
-            src.add(2, f"if {v} is {src.const(f'd{i}', spec.default)}:")
-            src.add(3, f"{e} = None")
-            src.add(2, "else:")
-            src.add(3, f"{e} = {fn}({v})")
-        else:
-            src.add(2, f"{e} = {fn}({v})")
+        src.add(2, f"{e} = {fn}({v})")
         if tagged and _has_scalar(kind.args[0]):
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({e}, __ckpt_obj)")
         return
@@ -304,7 +299,9 @@ def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
         if all(_passes(a, tagged) for a in inner):
             # MessagePack encodes a tuple as an array; a frozenset needs a list.
             src.add(2, f"{e} = {v}" if tag is not K.FROZENSET else f"{e} = [*{v}]")
-            src.add(2, f"if not {src.const(f'ok{i}', _ok_types(inner))}.issuperset(map(type, {v})):")
+            src.add(
+                2, f"if not {src.const(f'ok{i}', _ok_types(inner))}.issuperset(map(type, {v})):"
+            )
             src.add(3, f"__ckpt_untyped({v})")
         else:
             enc = src.const(f"enc{i}", elem_encoder(kind, tagged))
@@ -312,7 +309,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
         _elide_immutable(src, spec, i, e)
         return
     # Mutable containers: identity-tracked, elided when empty and the default is empty.
-    elide_empty = spec.elidable and spec.factory in _EMPTY_FACTORIES
+    elide_empty = spec.elidable
     src.add(2, f"_k{i} = id({v})")
     src.add(2, f"if _k{i} in __ckpt_cmemo:")
     src.add(3, f"{e} = __ckpt_seen_again({v})")
@@ -425,10 +422,9 @@ def _default_expr(src: _Source, spec: Any) -> str:
 
 
 def _with_default(src: _Source, spec: Any, raw: str, expr: str) -> str:
+    """``expr``, or the kind's zero value where the writer put Nil."""
     if spec.elidable:
-        if expr == raw:
-            return f"({_default_expr(src, spec)} if {raw} is None else {raw})"
-        return f"({_default_expr(src, spec)} if {raw} is None else {expr})"
+        return f"({ZERO_LITERALS[spec.kind.tag]} if {raw} is None else {expr})"
     return expr
 
 
@@ -442,14 +438,14 @@ def _dyn_load_expr(src: _Source, spec: Any, raw: str) -> str:
 def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
     kind, tag = spec.kind, spec.kind.tag
     if tag in SCALARS and tagged:
-        return _with_default(src, spec, raw, f"(__ckpt_dyn({raw}) if type({raw}) is dict else {raw})")
+        return _with_default(
+            src, spec, raw, f"(__ckpt_dyn({raw}) if type({raw}) is dict else {raw})"
+        )
     if tag in SCALARS:
         return _with_default(src, spec, raw, raw)
     if tag is K.OPT and _passes(kind.args[0], tagged):
         return raw
-    if tag is K.TUPLE and all(
-        _passes(a, tagged) for a in kind.args
-    ):
+    if tag is K.TUPLE and all(_passes(a, tagged) for a in kind.args):
         return _with_default(src, spec, raw, f"tuple({raw})")
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
         return f"__ckpt_oget({raw})"
@@ -461,9 +457,9 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
             return f"{load}(__ckpt_dyn({raw}))"
         plain = kind.args[0].tag
         conv = f"tuple({raw})" if plain in (K.TUPLE, K.VARTUPLE) else raw
-        return _with_default(src, spec, raw, f"{load}({conv})")
+        return f"{load}({conv})"
     if tag is K.ENUM:
-        members = src.const(f"members_{spec.name}", {m._value_: m for m in kind.enum_cls})
+        members = src.const(f"members_{spec.name}", EnumMembers(kind.enum_cls))
         return _with_default(src, spec, raw, f"{members}[{raw}]")
     if tag in (K.LIST, K.SET, K.FROZENSET, K.VARTUPLE):
         inner = kind.args[0]
@@ -475,12 +471,8 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
         else:
             dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
             return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
-        if spec.elidable:
-            return _with_default(src, spec, raw, expr)
-        if tag is K.LIST or tag is K.SET:  # a shared container's other place holds None
-            empty = "[]" if tag is K.LIST else "set()"
-            return f"({empty} if {raw} is None else {expr})"
-        return expr
+        # Nil: an empty container, or a shared container's other place (patched later).
+        return _with_default(src, spec, raw, expr)
     if tag is K.DICT:
         kk, vk = kind.args
         simple_key = _passes(kk, tagged)
@@ -491,15 +483,9 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
         else:
             dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
             return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
-        if spec.elidable:
-            return _with_default(src, spec, raw, expr)
-        return f"({{}} if {raw} is None else {expr})"
+        return _with_default(src, spec, raw, expr)
     if tag is K.BYTEARRAY:
-        return (
-            _with_default(src, spec, raw, f"bytearray({raw})")
-            if spec.elidable
-            else (f"(bytearray() if {raw} is None else bytearray({raw}))")
-        )
+        return _with_default(src, spec, raw, f"__ckpt_ctx.bytearray({raw})")
     # OPT of a non-reference kind, TUPLE, and anything nested: a decoder closure.
     dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
     return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")

@@ -96,6 +96,27 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
     return encode
 
 
+def as_bytearray(raw: Any) -> bytearray:
+    """``bytearray(raw)`` for bytes only: ``bytearray(2**31)`` would allocate 2 GiB."""
+    if type(raw) is not bytes:
+        raise StateError(f"a bytearray must be stored as bytes, not {type(raw).__name__}")
+    return bytearray(raw)
+
+
+class EnumMembers(dict):
+    """value -> member of one enum; a value the enum no longer has is a StateError."""
+
+    def __init__(self, cls: type) -> None:
+        super().__init__((m._value_, m) for m in cls)
+        self.cls = cls
+
+    def __missing__(self, value: Any) -> Any:
+        raise StateError(
+            f"enum {self.cls.__module__}.{self.cls.__qualname__} has no member with value "
+            f"{value!r} (was it removed or renumbered?)"
+        )
+
+
 def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Callable[[Any], Any]:
     """A decoder bound to one load: references resolve into ``objs`` (index = object id)."""
     nobjs = len(objs)
@@ -127,13 +148,19 @@ def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Cal
         if tag == T_FROZENSET:
             return frozenset(map(decode, payload))
         if tag == T_BYTEARRAY:
-            return bytearray(payload)
+            return as_bytearray(payload)
         if tag == T_ENUM:
             index, value = payload
             cls = enums[index] if 0 <= index < len(enums) else None
             if cls is None:
                 raise StateError(f"enum value refers to type #{index}, which is not an enum type")
-            return cls(decode(value))
+            try:
+                return cls(decode(value))
+            except ValueError as exc:
+                raise StateError(
+                    f"enum {cls.__module__}.{cls.__qualname__} has no member with value "
+                    f"{value!r} (was it removed or renumbered?)"
+                ) from exc
         if tag == T_BIGINT:
             return int(payload)
         raise StateError(f"unknown value tag {tag!r}")

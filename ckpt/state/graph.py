@@ -138,11 +138,6 @@ def locate_shared(walk: SaveWalk, root: Any) -> list:
                     done.add(k)
                     found[k][0] = path
                 else:
-                    if in_tuple:
-                        raise StateError(
-                            "a mutable container shared by several places sits inside a "
-                            "tuple, which cannot be restored as shared; use a list"
-                        )
                     found[k].append(path)
                     return  # not the content location: nothing was encoded below here
             if t is list:
@@ -381,6 +376,12 @@ def _assign(loaded: Loaded, objs: list, root: Any, loc: list, value: Any) -> Non
             parent[key] = value
         elif type(parent) is list:
             parent[last] = value
+        elif type(parent) is tuple:
+            # Tuples are immutable: rebuild this one and put it where it was.
+            if not 0 <= last < len(parent):
+                raise StateError(f"shared-container location {loc!r} is out of range")
+            rebuilt = (*parent[:last], value, *parent[last + 1 :])
+            _assign(loaded, objs, root, [oid, findex, *steps[:-1]], rebuilt)
         else:
             raise StateError("shared-container location points inside an immutable value")
     except (ValueError, TypeError, IndexError, AttributeError) as exc:
@@ -388,12 +389,13 @@ def _assign(loaded: Loaded, objs: list, root: Any, loc: list, value: Any) -> Non
 
 
 def run_after_load(objs: list, hooked: list[type]) -> None:
-    """Call ``__after_load__`` once per object, after its ``wait=True`` dependencies'.
+    """Call ``__after_load__`` once per object, after everything it waits on.
 
-    ``hooked`` is the set of classes that define the hook.  Dependencies come from
-    fields declared ``state.field(wait=True)``; a cycle of them is an error naming the
-    types involved.  Depth-first with an explicit stack, so long chains cannot hit the
-    recursion limit.
+    ``hooked`` lists the classes that define the hook.  Dependencies come from fields
+    declared ``state.field(wait=True)`` and are followed through objects without a hook
+    too (gVisor completes an object only when all it waits on has completed).  A cycle
+    of them is an error naming the types involved.  Depth-first with an explicit stack,
+    so long chains cannot hit the recursion limit.
     """
     hooked_set = set(hooked)
     if not hooked_set:
@@ -407,29 +409,31 @@ def run_after_load(objs: list, hooked: list[type]) -> None:
         while stack:
             obj, deps = stack[-1]
             for dep in deps:
-                if type(dep) not in hooked_set:
-                    continue
+                if registry.type_info(type(dep)) is None:
+                    continue  # plain data: nothing to wait for
                 st = state.get(id(dep))
                 if st == 2:
                     continue
                 if st == 1:
-                    cycle = [type(o).__qualname__ for o, _ in stack]
                     start = next(i for i, (o, _) in enumerate(stack) if o is dep)
-                    names = " -> ".join([*cycle[start:], type(dep).__qualname__])
+                    names = " -> ".join(
+                        [*(type(o).__qualname__ for o, _ in stack[start:]), type(dep).__qualname__]
+                    )
                     raise StateError(f"wait=True dependencies form a cycle: {names}")
                 state[id(dep)] = 1
                 stack.append((dep, iter(_wait_targets(dep))))
                 break
             else:
                 stack.pop()
-                try:
-                    obj.__after_load__()
-                except StateError:
-                    raise
-                except Exception as exc:
-                    raise StateError(
-                        f"__after_load__ of {type(obj).__qualname__} failed: {exc!r}"
-                    ) from exc
+                if type(obj) in hooked_set:
+                    try:
+                        obj.__after_load__()
+                    except StateError:
+                        raise
+                    except Exception as exc:
+                        raise StateError(
+                            f"__after_load__ of {type(obj).__qualname__} failed: {exc!r}"
+                        ) from exc
                 state[id(obj)] = 2
 
 

@@ -16,7 +16,10 @@ import msgspec
 
 from ckpt.errors import StateError
 from ckpt.state import wire as w
-from ckpt.state.schema import SCALARS, K, Kind, parse_descriptor
+from ckpt.state.dyn import as_bytearray
+from ckpt.state.schema import SCALARS, ZERO_FACTORIES, K, Kind, parse_descriptor
+
+_MALFORMED = (ValueError, TypeError, IndexError, KeyError, AttributeError, RecursionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,10 @@ class StreamView:
                 isinstance(name, str) and isinstance(names, list) and isinstance(descriptors, list)
             ):
                 raise StateError(f"type table entry #{t} is malformed")
+            if not all(isinstance(n, str) for n in names) or not all(
+                isinstance(d, str) for d in descriptors
+            ):
+                raise StateError(f"type table entry for {name!r} has malformed field names")
             if descriptors == ["enum"] and not names:
                 kinds: tuple[Kind, ...] = ()
             else:
@@ -110,10 +117,25 @@ class StreamView:
 
     @property
     def root_value(self) -> Any:
-        return self._dyn(self._raw_root)
+        try:
+            return self._dyn(self._raw_root)
+        except StateError:
+            raise
+        except _MALFORMED as exc:
+            raise StateError(
+                f"state stream root is malformed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def objects(self) -> Iterator[ObjectView]:
         """Every object in id order, its fields decoded to plain values and ``Ref``s."""
+        try:
+            yield from self._objects()
+        except StateError:
+            raise
+        except _MALFORMED as exc:
+            raise StateError(f"state stream is malformed: {type(exc).__name__}: {exc}") from exc
+
+    def _objects(self) -> Iterator[ObjectView]:
         cursor = [0] * len(self._rows)
         for index, t in enumerate(self._type_seq):
             if not isinstance(t, int) or not 0 <= t < len(self._entries):
@@ -171,7 +193,7 @@ class StreamView:
         if tag in (w.T_SET, w.T_FROZENSET):
             return {_hashable(self._dyn(x)) for x in payload}
         if tag == w.T_BYTEARRAY:
-            return bytearray(payload)
+            return as_bytearray(payload)
         if tag == w.T_ENUM:
             index, value = payload
             if not isinstance(index, int) or not 0 <= index < len(self._entries):
@@ -194,13 +216,15 @@ class StreamView:
         if tag is K.SAVE:
             return self._compact(kind.args[0], raw)
         if raw is None:
-            return None
+            # Nil in a field of a kind with a zero value is that zero, not None.
+            factory = ZERO_FACTORIES.get(tag)
+            return None if factory is None else factory()
         if tag in SCALARS or tag is K.ENUM:
             return raw
         if tag is K.OPT:
             return self._compact(kind.args[0], raw)
         if tag is K.BYTEARRAY:
-            return bytearray(raw)
+            return as_bytearray(raw)
         if tag is K.DICT:
             keys, values = raw
             kk, vk = kind.args

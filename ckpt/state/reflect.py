@@ -43,10 +43,13 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
         row = []
         for spec in sch.fields:
             value = getattr(obj, spec.name)
-            if spec.opts.save is not None:
-                row.append(encode_plain(spec.opts.save(value), obj))
-            else:
-                row.append(encode(value, obj))
+            try:
+                if spec.opts.save is not None:
+                    row.append(encode_plain(spec.opts.save(value), obj))
+                else:
+                    row.append(encode(value, obj))
+            except StateError as exc:
+                raise StateError(f"{sch.name}.{spec.name}: {exc}") from exc
         rows[type_seq[i - 1]].append(row)
         if stats is not None:
             stats.add(sch.name, stats.clock() - start)
@@ -108,7 +111,7 @@ def _setter(sch: Any) -> Any:
 def _dyn_field(decode: Any) -> Any:
     def value_of(spec: Any, raw: Any) -> Any:
         if raw is None and spec.elidable:
-            return spec.make_default()
+            return spec.make_zero()
         value = decode(raw)
         if spec.opts.load is not None:
             value = spec.opts.load(value)
@@ -164,14 +167,17 @@ def _compact_field(objs: list, decode: Any) -> Any:
         if tag is K.FROZENSET:
             return frozenset(value(kind.args[0], x) for x in raw)
         if tag is K.BYTEARRAY:
-            return bytearray(raw)
+            return dyn.as_bytearray(raw)
         if tag is K.ENUM:
-            return kind.enum_cls(raw)
+            try:
+                return kind.enum_cls(raw)
+            except ValueError:
+                return dyn.EnumMembers(kind.enum_cls)[raw]  # raises, naming the enum
         raise StateError(f"cannot decode field kind {kind.descriptor}")
 
     def value_of(spec: Any, raw: Any) -> Any:
         if raw is None and spec.elidable:
-            return spec.make_default()
+            return spec.make_zero()
         v = value(spec.kind, raw)
         if spec.opts.load is not None:
             v = spec.opts.load(v)

@@ -44,6 +44,38 @@ class K(enum.Enum):
 
 
 SCALARS = frozenset({K.BOOL, K.INT, K.FLOAT, K.STR, K.BYTES})
+# Zero values: what a Nil (None) loads as in a field of each kind.  The typed writer
+# writes Nil for immutable zeros it can recognise by identity (IMMUTABLE_ZEROS) and for
+# empty containers.  Floats are never elided (-0.0 must keep its sign).
+ZERO_LITERALS = {
+    K.INT: "0",
+    K.BOOL: "False",
+    K.FLOAT: "0.0",
+    K.STR: "''",
+    K.BYTES: "b''",
+    K.TUPLE: "()",
+    K.VARTUPLE: "()",
+    K.LIST: "[]",
+    K.DICT: "{}",
+    K.SET: "set()",
+    K.FROZENSET: "frozenset()",
+    K.BYTEARRAY: "bytearray()",
+}
+ZERO_FACTORIES = {
+    K.INT: int,
+    K.BOOL: bool,
+    K.FLOAT: float,
+    K.STR: str,
+    K.BYTES: bytes,
+    K.TUPLE: tuple,
+    K.VARTUPLE: tuple,
+    K.LIST: list,
+    K.DICT: dict,
+    K.SET: set,
+    K.FROZENSET: frozenset,
+    K.BYTEARRAY: bytearray,
+}
+IMMUTABLE_ZEROS = {K.INT: 0, K.BOOL: False, K.STR: "", K.BYTES: b"", K.TUPLE: (), K.VARTUPLE: ()}
 CONTAINERS = frozenset({K.LIST, K.DICT, K.SET, K.BYTEARRAY})  # mutable: identity tracked
 
 
@@ -190,16 +222,17 @@ class FieldSpec:
 
     @property
     def elidable(self) -> bool:
-        """Whether None on the wire can stand for 'the declared default' for this field.
+        """Whether None on the wire stands for this field's zero value.
 
-        None is unambiguous only where None is not a legal value of the kind, and only
-        the typed writer elides; readers of both engines honour it.
+        As in gVisor, Nil means the kind's zero value (0, "", b"", an empty container),
+        never the declared default: a default can change between versions of a class,
+        a zero cannot, so what loads is always what was saved.  None is unambiguous only
+        where None is not a legal value of the kind.
         """
-        kind = self.kind
-        if kind.tag is K.SAVE:
-            # Only when the save function's return annotation rules None out.
-            return bool(kind.args) and kind.args[0].tag is not K.OPT and self.default is not MISSING
-        return kind.tag not in (K.OPT, K.REF, K.ANY) and self.has_default
+        return self.kind.tag in ZERO_LITERALS
+
+    def make_zero(self) -> Any:
+        return ZERO_FACTORIES[self.kind.tag]()
 
 
 @dataclasses.dataclass(eq=False)
@@ -259,13 +292,21 @@ def build_schema(info: TypeInfo) -> Schema:
         unsaved=tuple(unsaved),
         names=tuple(s.name for s in saved),
         descriptors=tuple(s.kind.descriptor for s in saved),
-        has_dict=hasattr(object.__new__(cls), "__dict__"),
+        has_dict=_fields_in_dict(cls, [s.name for s in (*saved, *unsaved)]),
         frozen=bool(params and params.frozen),
         before_save=callable(getattr(cls, "__before_save__", None)),
         after_load=callable(getattr(cls, "__after_load__", None)),
         wait_fields=tuple(s.name for s in saved if s.opts.wait),
         by_name={s.name: s for s in (*saved, *unsaved)},
     )
+
+
+def _fields_in_dict(cls: type, names: list[str]) -> bool:
+    """True when instances have a ``__dict__`` and no field is stored in a slot, so the
+    loaders may assign the whole ``__dict__`` at once."""
+    if not hasattr(object.__new__(cls), "__dict__"):
+        return False
+    return not any(isinstance(getattr(cls, n, None), types.MemberDescriptorType) for n in names)
 
 
 def schema_of(cls: type) -> Schema:

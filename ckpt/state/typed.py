@@ -79,6 +79,10 @@ class LoadCtx:
         self.oget = objs.__getitem__
         self.dyn = dyn.make_decoder(objs, enums)
 
+    @staticmethod
+    def bytearray(raw: Any) -> bytearray:
+        return dyn.as_bytearray(raw)
+
 
 def saver(sch: Schema, tagged: bool) -> Any:
     """The generated save function of a class (built on first use, then cached)."""
@@ -150,16 +154,44 @@ def save(
                 while len(savers) <= t:
                     entry = types[len(savers)]
                     savers.append(saver(entry, tagged) if isinstance(entry, Schema) else None)
-                if stats is None:
-                    savers[t](batch, rows[t].append, ctx)
-                else:
-                    start = stats.clock()
-                    savers[t](batch, rows[t].append, ctx)
-                    stats.add(types[t].name, stats.clock() - start, len(batch))
+                done = len(rows[t])
+                try:
+                    if stats is None:
+                        savers[t](batch, rows[t].append, ctx)
+                    else:
+                        start = stats.clock()
+                        savers[t](batch, rows[t].append, ctx)
+                        stats.add(types[t].name, stats.clock() - start, len(batch))
+                except StateError as exc:
+                    # The batch stopped at the object whose row is missing: name its field.
+                    raise StateError(
+                        f"{_where(types[t], batch[len(rows[t]) - done])}{exc}"
+                    ) from exc
                 pending[t] = []
                 progressed = True
             t += 1
     return walk.payload(ENGINE, w.COMPACT, root, root_enc), walk
+
+
+def _where(sch: Schema, obj: Any) -> str:
+    """``Type.field: `` for the first field of ``obj`` holding something unsavable."""
+    for spec in sch.fields:
+        if spec.opts.save is None and _unsavable(getattr(obj, spec.name, None)):
+            return f"{sch.name}.{spec.name}: "
+    return f"{sch.name}: "
+
+
+def _unsavable(value: Any, depth: int = 0) -> bool:
+    t = type(value)
+    if t in (type(None), bool, int, float, str, bytes, bytearray) or depth > 50:
+        return False
+    if t in (list, tuple, set, frozenset):
+        return any(_unsavable(x, depth + 1) for x in value)
+    if t is dict:
+        return any(_unsavable(k, depth + 1) or _unsavable(v, depth + 1) for k, v in value.items())
+    from ckpt.state import registry
+
+    return registry.type_info(t) is None and not graph.is_enum_member(value)
 
 
 def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
