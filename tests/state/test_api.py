@@ -61,7 +61,7 @@ def test_save_after_existing_content_and_load_at_the_position(engine: str) -> No
 
 
 def test_load_from_a_pipe(engines: tuple[str, str]) -> None:
-    """A non-seekable stream that delivers the bytes in pieces."""
+    """A real, non-seekable stream that delivers the bytes in pieces."""
     graph = _graph()
     data = state.dumps(graph, engine=engines[0])
     read_fd, write_fd = os.pipe()
@@ -79,6 +79,31 @@ def test_load_from_a_pipe(engines: tuple[str, str]) -> None:
     finally:
         writer.join()
     assert_graph_equal(graph, loaded)
+
+
+class Trickle(io.RawIOBase):
+    """A raw binary stream returning at most 7 bytes per read, as RawIOBase.read may
+    (pipes, sockets, decompressing readers)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), 7, len(self._data) - self._pos)
+        buffer[:n] = self._data[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+
+def test_load_from_a_stream_with_short_reads(engines: tuple[str, str]) -> None:
+    graph = _graph()
+    src = Trickle(state.dumps(graph, engine=engines[0]) + state.dumps([Leaf(2)], engine="typed"))
+    assert_graph_equal(graph, state.load(src, engine=engines[1]))
+    assert state.load(src, engine=engines[1])[0].value == 2
 
 
 def test_defaults_are_typed_engine_and_no_stats() -> None:
