@@ -106,6 +106,29 @@ def test_load_from_a_stream_with_short_reads(engines: tuple[str, str]) -> None:
     assert state.load(src, engine=engines[1])[0].value == 2
 
 
+class Sip(io.RawIOBase):
+    """A raw binary sink accepting at most 7 bytes per write, as RawIOBase.write may."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(memoryview(data)[:7])
+        self.received += chunk
+        return len(chunk)
+
+
+def test_save_to_a_stream_with_short_writes(engines: tuple[str, str]) -> None:
+    graph = _graph()
+    sink = Sip()
+    result = state.save(graph, sink, engine=engines[0])
+    assert len(sink.received) == result.bytes
+    assert_graph_equal(graph, state.loads(bytes(sink.received), engine=engines[1]))
+
+
 def test_defaults_are_typed_engine_and_no_stats() -> None:
     graph = _graph()
     assert_graph_equal(graph, state.loads(state.dumps(graph)))
