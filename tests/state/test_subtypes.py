@@ -8,6 +8,7 @@ still be the saved one, and above all both engines must load the same graph.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 import pytest
@@ -17,6 +18,17 @@ from ckpt import state
 from .conftest import roundtrip
 from .graph_equal import graph_diff
 from .models import Level, Mode
+
+
+class ZeroLevel(enum.IntEnum):
+    OFF = 0
+    ON = 1
+
+
+class Blank(enum.StrEnum):
+    NONE = ""
+    SOME = "some"
+
 
 CASES = [
     pytest.param(float, 3, id="int-in-float"),
@@ -31,6 +43,18 @@ CASES = [
     pytest.param(dict[int, str], {Level.HIGH: Mode.READ}, id="enums-as-int-key-str-value"),
     pytest.param(tuple[int, ...], (False, Level.LOW), id="subtypes-in-var-tuple"),
     pytest.param(set[int], {Level.HIGH}, id="intenum-in-set-int"),
+    # Zero-valued subtypes: equal to the kind's zero, but not the same value.
+    pytest.param(int, False, id="false-in-int"),
+    pytest.param(int, ZeroLevel.OFF, id="zero-intenum-in-int"),
+    pytest.param(float, 0, id="int-zero-in-float"),
+    pytest.param(float, False, id="false-in-float"),
+    pytest.param(str, Blank.NONE, id="empty-strenum-in-str"),
+    pytest.param(int | None, False, id="false-in-optional-int"),
+    pytest.param(list[int], [False, 0], id="false-in-list-int"),
+    pytest.param(tuple[int, str], (False, Blank.NONE), id="zero-subtypes-in-fixed-tuple"),
+    pytest.param(dict[int, int], {0: False}, id="false-as-dict-value"),
+    pytest.param(object, False, id="false-in-object"),
+    pytest.param(object, 0.0, id="float-zero-in-object"),
 ]
 
 
