@@ -196,6 +196,8 @@ def test_list_shared_between_root_and_nested_positions(engines: tuple[str, str])
         pytest.param(lambda s: Pair(s, (1, s)), id="object-fields"),
         pytest.param(lambda s: Pair((s, s), None), id="twice-in-one-tuple"),
         pytest.param(lambda s: {"t": ((s,),), "l": s}, id="nested-tuples"),
+        pytest.param(lambda s: [(s, s), (s, s), s], id="one-tuple-object-twice"),
+        pytest.param(lambda s: Pair((bytearray(b"b"), {1}), s), id="bytearray-and-set"),
     ],
 )
 def test_shared_list_inside_a_tuple(make: Any, engines: tuple[str, str]) -> None:
@@ -250,3 +252,23 @@ def test_plain_subclass_of_a_slots_base(engines: tuple[str, str]) -> None:
     assert type(loaded[0]) is PlainOverSlots
     assert (loaded[0].value, loaded[0].label, loaded[0].note) == (4, "label", "note")
     assert loaded[1].x is loaded[0]
+
+
+def _list_in_tuple_in_itself() -> list[Any]:
+    selfish: list[Any] = []
+    selfish.append((selfish, [selfish]))
+    return selfish
+
+
+def _dict_in_tuple_in_itself() -> Pair:
+    selfish: dict[str, Any] = {}
+    selfish["t"] = (1, (selfish, [selfish]))
+    return Pair(selfish, (selfish,))
+
+
+@pytest.mark.parametrize("make", [_list_in_tuple_in_itself, _dict_in_tuple_in_itself])
+def test_container_that_contains_itself_through_a_tuple(
+    make: Any, engines: tuple[str, str]
+) -> None:
+    root = make()
+    assert_graph_equal(root, roundtrip(root, engines))
