@@ -99,8 +99,32 @@ def save(
 ) -> SaveResult:
     """Serialize into a writable binary file; one large write."""
     data, objects, types = _encode(root, engine, stats)
-    binary_file.write(data)
+    _write_all(binary_file, data)
     return SaveResult(objects=objects, types=types, bytes=len(data))
+
+
+def _write_all(binary_file: BinaryIO, data: bytes) -> None:
+    """Write everything, also to raw streams whose write() may take only part."""
+    view = memoryview(data)
+    while view:
+        n = binary_file.write(view)
+        if n is None:  # a non-blocking raw stream that would block
+            raise StateError("the output stream would block; give save() a blocking file")
+        view = view[n:]
+
+
+def _read_exact(binary_file: BinaryIO, size: int) -> bytes:
+    """Read ``size`` bytes (fewer only at end of file), also from raw streams that
+    return short reads.  Reads at most 1 MiB at a time: the size comes from the input,
+    so memory grows only with what the file really holds."""
+    parts = []
+    while size > 0:
+        chunk = binary_file.read(min(size, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
 
 
 def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
@@ -129,6 +153,6 @@ def load(binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = Non
     Reads exactly one frame (header, then the length it declares), so streams written
     back to back load one at a time.
     """
-    header = binary_file.read(w.HEADER_SIZE)
-    body = binary_file.read(w.payload_length(header))
+    header = _read_exact(binary_file, w.HEADER_SIZE)
+    body = _read_exact(binary_file, w.payload_length(header))
     return loads(header + body, engine, stats)

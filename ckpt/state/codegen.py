@@ -22,6 +22,7 @@ from itertools import repeat
 from typing import Any
 
 from ckpt.errors import StateError
+from ckpt.state import codecache
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import IMMUTABLE_ZEROS, SCALARS, ZERO_LITERALS, K, Kind, Schema
@@ -54,7 +55,7 @@ def compile_function(
     name: str, source: str, globs: dict, filename: str, qualname: str, doc: str
 ) -> Callable:
     """Compile generated source, register it with linecache, return the named function."""
-    code = compile(source, filename, "exec")
+    code = codecache.compiled(source, filename)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {}
     exec(code, globs, namespace)

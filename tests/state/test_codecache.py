@@ -89,3 +89,23 @@ def test_a_second_process_reads_what_the_first_wrote(tmp_path: Path) -> None:
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert second.stdout.strip() == "5", second.stderr
     assert sorted(p.name for p in (tmp_path / "c").glob("*.code")) == entries
+
+
+def test_a_header_declaring_a_huge_payload_allocates_nothing_big() -> None:
+    """state.load reads what the file holds, not what its header claims."""
+    import io
+    import struct
+    import tracemalloc
+
+    from ckpt import state
+    from ckpt.state import wire
+
+    header = struct.pack("<4sBIQ", wire.MAGIC, wire.FORMAT_VERSION, 0, 1 << 60)
+    tracemalloc.start()
+    try:
+        with pytest.raises(state.StateError, match="truncated"):
+            state.load(io.BytesIO(header + b"x" * 100))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
