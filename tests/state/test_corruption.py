@@ -6,10 +6,12 @@ never a huge allocation (an address-space limit turns one into a MemoryError fai
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import random
 import resource
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -366,3 +368,29 @@ def test_random_structural_edits(
         payload = _replaced(payload, paths[where % len(paths)], value)
     data = wire.frame(payload)
     _load_or_state_error(data, load_with)
+
+
+BIG_CLAIMS = [2**24, 2**28, {5: 2**28}, {1: 2**24}, {2: 2**24}, {7: "9" * 4000}]
+
+
+@pytest.mark.parametrize("saved_with", ENGINES)
+def test_sizes_claimed_by_the_input_are_not_allocated(
+    saved_with: str, engine: str, watchdog: None, memory_cap: None
+) -> None:
+    """A ~1 KB stream claiming huge sizes anywhere never makes loading allocate megabytes:
+    sizes are checked against the input before anything is allocated."""
+    payload = wire.unframe(stream(saved_with))
+    worst = (0, "")
+    tracemalloc.start()
+    try:
+        for path in _leaf_paths(payload):
+            for value in BIG_CLAIMS:
+                data = wire.frame(_replaced(payload, path, value))
+                tracemalloc.reset_peak()
+                with contextlib.suppress(state.StateError):
+                    state.loads(data, engine=engine)
+                peak = tracemalloc.get_traced_memory()[1]
+                worst = max(worst, (peak, f"{path} := {value!r:.30}"))
+    finally:
+        tracemalloc.stop()
+    assert worst[0] < 16 << 20, f"loading allocated {worst[0] >> 20} MiB for {worst[1]}"
