@@ -330,7 +330,11 @@ def type_hints(cls: type) -> dict[str, Any]:
                 if value is _UNSET:
                     if module is None:
                         return typing.get_type_hints(cls)
-                    value = eval(ann, vars(module), dict(vars(klass)))
+                    value = ann
+                    for _ in range(3):  # a quoted annotation under PEP 563 is a string twice
+                        value = eval(value, vars(module), dict(vars(klass)))
+                        if not isinstance(value, str):
+                            break
                     if not isinstance(value, str):
                         _resolved[key] = value
                 ann = value

@@ -109,3 +109,30 @@ def test_a_header_declaring_a_huge_payload_allocates_nothing_big() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20
+
+
+def test_quoted_annotations_under_postponed_evaluation_resolve(tmp_path: Path) -> None:
+    """`next: "Node | None"` in a module with `from __future__ import annotations` is a
+    string inside a string; it must still give a reference kind, not `any`."""
+    module = tmp_path / "quoted_models.py"
+    module.write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass, field\n"
+        "from ckpt import state\n"
+        "@state.savable(name='quoted.Node')\n"
+        "@dataclass(eq=False)\n"
+        "class Node:\n"
+        "    next: 'Node | None' = None\n"
+        "    kids: 'list[Node]' = field(default_factory=list)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import quoted_models
+
+        from ckpt.state import registry
+
+        kinds = registry.type_info(quoted_models.Node).schema.descriptors
+        assert kinds == ("opt[ref]", "list[ref]")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("quoted_models", None)
