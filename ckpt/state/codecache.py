@@ -3,8 +3,9 @@
 Each sandbox process saves or loads its kernel once, so compiling the generated
 functions (a few hundred of them for a kernel) would otherwise be paid on every
 checkpoint and every restore.  The cache maps a hash of (interpreter bytecode magic,
-filename, source) to the marshalled code object; the source is always generated, so a
-changed class or a new ckpt produces a new key and never a stale function.
+filename, source) to the marshalled code object, stored with that text and used only
+when it matches; the source is always generated, so a
+changed class or a new ckpt produces a new entry and never a stale function.
 
 Where: ``$CKPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/ckpt/codegen``, else
 ``~/.cache/ckpt/codegen``.  ``CKPT_CODE_CACHE=0`` turns it off.  Marshalled code is
@@ -14,16 +15,17 @@ others; otherwise the cache is not used.  Any I/O problem falls back to compilin
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import marshal
 import os
 import stat
 import tempfile
+import zlib
 from pathlib import Path
 from types import CodeType
 
-_memory: dict[str, CodeType] = {}
+_MAGIC = importlib.util.MAGIC_NUMBER  # marshal's format follows the interpreter's
+_memory: dict[bytes, CodeType] = {}
 _dir: Path | bool | None = False  # False: not resolved yet; None: disabled
 
 
@@ -52,43 +54,44 @@ def cache_dir() -> Path | None:
     return path
 
 
-def _key(source: str, filename: str) -> str:
-    digest = hashlib.blake2b(digest_size=20)
-    digest.update(importlib.util.MAGIC_NUMBER)
-    digest.update(filename.encode())
-    digest.update(b"\0")
-    digest.update(source.encode())
-    return digest.hexdigest()
+def _key(text: bytes) -> str:
+    """File name for an entry: two checksums and the length (zlib is imported anyway;
+    hashlib would load OpenSSL into every sandbox).  Entries store their text and are
+    used only when it matches, so a checksum collision costs a compile, never a wrong
+    function."""
+    return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}{len(text):x}"
 
 
 def compiled(source: str, filename: str) -> CodeType:
     """``compile(source, filename, "exec")``, from memory or disk when seen before."""
-    key = _key(source, filename)
-    code = _memory.get(key)
+    text = b"%b\0%b\0%b" % (_MAGIC, filename.encode(), source.encode())
+    code = _memory.get(text)
     if code is not None:
         return code
     directory = cache_dir()
-    path = directory / f"{key}.code" if directory is not None else None
+    path = directory / f"{_key(text)}.code" if directory is not None else None
     if path is not None:
         try:
-            code = marshal.loads(path.read_bytes())
+            stored_text, code = marshal.loads(path.read_bytes())
+            if stored_text != text:
+                code = None
         except (OSError, EOFError, ValueError, TypeError):
             code = None
     if not isinstance(code, CodeType):
         code = compile(source, filename, "exec")
         if path is not None:
-            _store(path, code)
-    _memory[key] = code
+            _store(path, text, code)
+    _memory[text] = code
     return code
 
 
-def _store(path: Path, code: CodeType) -> None:
+def _store(path: Path, text: bytes, code: CodeType) -> None:
     """Write atomically (temp file + rename) so a reader never sees half a file."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps(code))
+                f.write(marshal.dumps((text, code)))
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
