@@ -13,11 +13,31 @@ file descriptions, fd tables, pipes), ``locks`` (FileLocks), ``timers``, ``net``
 (sockets), ``kernel`` (the root and its system calls), ``workloads``.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from ckpt.errors import KernelError, SyscallError
+from ckpt.kernel import programs as _programs  # noqa: F401  (registers the programs' types)
 from ckpt.kernel.kernel import Kernel, LockCmd
 from ckpt.kernel.locks import LockType
 from ckpt.kernel.mm import MemoryFault
-from ckpt.kernel.workloads import WORKLOADS, build_workload
+
+# The workload builders (and the root filesystem tables they use) are imported on first
+# use: a restoring sandbox needs every savable type, but never builds a workload.
+_FROM_WORKLOADS = frozenset({"WORKLOADS", "build_workload"})
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve ``WORKLOADS`` and ``build_workload`` on first access (PEP 562)."""
+    if name not in _FROM_WORKLOADS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ckpt.kernel import workloads
+
+    value = getattr(workloads, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "WORKLOADS",

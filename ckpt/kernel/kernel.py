@@ -12,11 +12,8 @@ check; ``describe()`` is for humans).
 from __future__ import annotations
 
 import errno
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-
-import msgspec
 
 from ckpt import state
 from ckpt.errors import KernelError, SyscallError
@@ -180,6 +177,12 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
     # -- inspection -----------------------------------------------------------------------
     def fingerprint(self) -> str:
         """A canonical digest of everything a process could observe."""
+        # Imported here: only tests and the fingerprint RPC need them, and hashlib
+        # (OpenSSL) is a measurable share of a sandbox process's start-up.
+        import hashlib
+
+        import msgspec.json
+
         from ckpt.kernel.fingerprint import visible_state
 
         blob = msgspec.json.encode(visible_state(self), order="sorted")

@@ -12,14 +12,11 @@ same target sweeps away (or restores, if the crash hit between the two renames).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
 import platform
 import re
-import shutil
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -67,8 +64,33 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new private directory ``parent/prefix<random>``, as ``tempfile.mkdtemp`` makes.
+
+    Written out because ``tempfile`` brings ``shutil``, ``random`` and the compression
+    modules into every sandbox process that checkpoints, for this one call.
+    """
+    for _ in range(100):
+        path = parent / f"{prefix}{os.urandom(6).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(errno.EEXIST, "no unused temporary directory name", str(parent))
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a directory tree, ignoring errors (leftovers are swept by the next writer)."""
+    import shutil  # only on replace, abort and sweep paths: not every checkpoint
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths with renameat2(RENAME_EXCHANGE); False if unsupported."""
+    import ctypes  # only when an existing image is replaced
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2
@@ -102,7 +124,7 @@ def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
         if m["kind"] == "old" and not target.exists():
             os.rename(entry, target)
             continue
-        shutil.rmtree(entry, ignore_errors=True)
+        _rmtree(entry)
         removed.append(entry)
     return removed
 
@@ -205,9 +227,7 @@ class ImageWriter:
             raise StatefileError(f"{self.path.parent}: cannot create: {exc.strerror}") from exc
         clean_stale(self.path)  # first: it may put back an image a dead writer moved aside
         self._check_target()
-        self._tmp = Path(
-            tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-", dir=self.path.parent)
-        )
+        self._tmp = _make_temp_dir(self.path.parent, f".{self.path.name}.tmp-{os.getpid()}-")
         try:
             self._state_f = open(self._tmp / CHECKPOINT_IMG, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115
             self._header_tag = write_header(
@@ -333,14 +353,14 @@ class ImageWriter:
         elif _exchange(self._tmp, t):
             old, self._tmp = self._tmp, None  # the temp name now holds the old image
             _fsync_dir(parent)
-            shutil.rmtree(old, ignore_errors=True)
+            _rmtree(old)
         else:
-            old = Path(tempfile.mkdtemp(prefix=f".{t.name}.old-{os.getpid()}-", dir=parent))
+            old = _make_temp_dir(parent, f".{t.name}.old-{os.getpid()}-")
             os.rename(t, old)  # replaces the empty placeholder directory
             os.rename(self._tmp, t)
             self._tmp = None
             _fsync_dir(parent)
-            shutil.rmtree(old, ignore_errors=True)
+            _rmtree(old)
         _fsync_dir(parent)
 
     def abort(self) -> None:
@@ -354,7 +374,7 @@ class ImageWriter:
                 with contextlib.suppress(OSError):
                     fh.close()
         if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            _rmtree(self._tmp)
             self._tmp = None
 
 

@@ -10,8 +10,6 @@ does; without a key CRC-32 still catches flipped bits and truncation (not forger
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import zlib
 from collections.abc import Iterable
 
@@ -46,6 +44,11 @@ class Sealer:
     def mac(self, parts: Iterable[bytes | bytearray | memoryview]) -> bytes:
         """Tag over the concatenation of ``parts`` (without joining them)."""
         if self.key is not None:
+            # Imported on use: hashlib loads OpenSSL, a cost every sandbox process would
+            # pay at start-up although only keyed images need it.
+            import hashlib
+            import hmac
+
             h = hmac.new(self.key, digestmod=hashlib.sha256)
             for p in parts:
                 h.update(p)
@@ -64,8 +67,18 @@ class Sealer:
         return self.mac((prev, digest))
 
     def check(self, expected: bytes, got: bytes | bytearray | memoryview, what: str) -> None:
-        """Raise IntegrityError unless the stored tag ``got`` equals ``expected``."""
-        if not hmac.compare_digest(expected, bytes(got)):
+        """Raise IntegrityError unless the stored tag ``got`` equals ``expected``.
+
+        An HMAC is compared in constant time; a CRC-32 is no secret (anyone can compute
+        it), so plain equality serves and keeps ``hmac`` out of unkeyed restores.
+        """
+        if self.key is not None:
+            import hmac
+
+            same = hmac.compare_digest(expected, bytes(got))
+        else:
+            same = expected == bytes(got)
+        if not same:
             hint = (
                 " (wrong key, or the file was modified or truncated)"
                 if self.keyed
