@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 
 import pytest
@@ -150,3 +151,38 @@ def test_subclass_redeclaring_a_field_with_another_kind(engines: tuple[str, str]
 def test_unresolvable_annotation_is_a_state_error_naming_the_class(engine: str) -> None:
     with pytest.raises(state.StateError, match="Dangling"):
         state.dumps(Dangling(), engine=engine)
+
+
+# Two classes each with a nested enum called State: under postponed evaluation both
+# annotations are the string "State", resolved in each class's own namespace.
+@state.savable(name="tests.state.shapes.Task")
+@dataclass(eq=False)
+class Task:
+    class State(enum.Enum):
+        RUNNING = "running"
+        STOPPED = "stopped"
+
+    state: State = State.RUNNING
+    history: list[State] = field(default_factory=list)
+
+
+@state.savable(name="tests.state.shapes.Socket")
+@dataclass(eq=False, slots=True)
+class Socket:
+    class State(enum.Enum):
+        LISTEN = 1
+        CLOSED = 2
+
+    state: State = State.CLOSED
+    history: list[State] = field(default_factory=list)
+
+
+def test_same_annotation_text_in_two_classes_means_two_types(engines: tuple[str, str]) -> None:
+    graph = [
+        Task(Task.State.STOPPED, [Task.State.RUNNING]),
+        Socket(Socket.State.LISTEN, [Socket.State.CLOSED]),
+        Task(),
+        Socket(),
+    ]
+    loaded = roundtrip(graph, engines)
+    assert_graph_equal(graph, loaded)

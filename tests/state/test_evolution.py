@@ -308,3 +308,31 @@ def test_a_removed_default_does_not_change_saved_values(engines: tuple[str, str]
         engines,
     )
     assert (loaded.count, loaded.label) == (7, "x")
+
+
+def _self_referencing_version(extra_field: bool) -> type:
+    """A class whose annotation names itself as a string, redefined under one name."""
+
+    @dataclasses.dataclass(eq=False)
+    class SelfRef:
+        a: int = 0
+        other: SelfRef | None = None
+        if extra_field:
+            b: str = "bee"
+
+    SelfRef.__qualname__ = "SelfRef"
+    globals()["SelfRef"] = SelfRef  # what the string annotation names from now on
+    return state.savable(name="evo.SelfRef")(SelfRef)
+
+
+@PAIRS
+def test_redefined_class_whose_string_annotation_names_itself(engines: tuple[str, str]) -> None:
+    """After redefinition the annotation means the new class (no stale resolution)."""
+    old = _self_referencing_version(extra_field=False)
+    old_data = state.dumps(old(1, old(2)), engine=engines[0])
+    new = _self_referencing_version(extra_field=True)
+    loaded = state.loads(old_data, engine=engines[1])
+    assert type(loaded) is new and type(loaded.other) is new
+    assert (loaded.a, loaded.other.a, loaded.b) == (1, 2, "bee")
+    fresh = state.loads(state.dumps(new(3, new(4), "x"), engine=engines[0]), engine=engines[1])
+    assert (fresh.a, fresh.other.a, fresh.b) == (3, 4, "x")
