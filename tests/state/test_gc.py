@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -85,4 +86,39 @@ def test_gc_state_is_restored_after_a_failure(engine: str) -> None:
     assert gc.isenabled()
     with pytest.raises(state.StateError):
         state.loads(b"garbage" * 30, engine=engine)
+    assert gc.isenabled()
+
+
+class HookFailed(Exception):
+    pass
+
+
+@state.savable(name="tests.state.gc.Failing")
+@dataclass(eq=False)
+class Failing:
+    when: str = "save"
+
+    def __before_save__(self) -> None:
+        if self.when == "save":
+            raise HookFailed("before_save")
+
+    def __after_load__(self) -> None:
+        if self.when == "load":
+            raise HookFailed("after_load")
+
+
+@pytest.mark.parametrize("engine", state.ENGINES)
+@pytest.mark.parametrize("when", ["save", "load"])
+def test_gc_state_is_restored_when_a_hook_raises(engine: str, when: str) -> None:
+    obj = Failing(when)
+    with pytest.raises(Exception) as info:
+        if when == "save":
+            state.dumps([Leaf(), obj], engine=engine)
+        else:
+            state.loads(state.dumps([Leaf(), Failing("load")], engine=engine), engine=engine)
+    chain, exc = [], info.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    assert any(isinstance(e, HookFailed) for e in chain), chain
     assert gc.isenabled()
