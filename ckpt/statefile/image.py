@@ -54,14 +54,33 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        return True  # someone else's process: it exists
     return True
+
+
+def _pid_alive(pid: int) -> bool:
+    """Could process ``pid`` still finish its write?  A zombie (exited, not yet reaped
+    by its parent) answers ``kill(pid, 0)`` but will never write again, so its
+    leftovers are stale; ``/proc/PID/stat`` tells the two apart."""
+    if not _pid_exists(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        # Exited since the first look, or hidden from us (hidepid): ask again.
+        return _pid_exists(pid)
+    except OSError:
+        return True  # unreadable or no /proc: trust kill()
+    # "pid (comm) S ...": comm may hold spaces or ")", the state follows the last ")".
+    close = stat.rfind(b")")
+    return stat[close + 2 : close + 3] not in (b"Z", b"X")
 
 
 def _make_temp_dir(parent: Path, prefix: str) -> Path:
