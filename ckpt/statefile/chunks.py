@@ -5,6 +5,10 @@ zstandard, hashlib and zlib release the GIL on large buffers, so two cores reall
 in parallel.  At most ``max_inflight`` chunks are queued at once, so memory stays
 bounded whatever the stream size.  A chunk that zstd cannot shrink is stored raw (its
 frame says so), so incompressible data costs one copy, not a decompression.
+
+The pool is a few lines of ``threading`` rather than ``concurrent.futures``: that
+package brings ``logging``, ``queue`` and ``heapq`` (~10 ms of CPU) into every sandbox
+process, and we need only submit, result and cancel.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import zstandard
@@ -24,7 +27,87 @@ from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD
 
 T = TypeVar("T")
 
-_pool: ThreadPoolExecutor | None = None
+_PENDING, _RUNNING, _DONE, _CANCELLED = range(4)
+
+
+class Job:
+    """One queued call: its result (or exception) once a worker has run it."""
+
+    __slots__ = ("_args", "_done", "_error", "_fn", "_pool", "_result", "_state")
+
+    def __init__(self, pool: Pool, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._pool = pool
+        self._fn: Callable[..., Any] | None = fn
+        self._args: tuple[Any, ...] = args
+        self._state = _PENDING
+        self._done = threading.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        fn, args = self._fn, self._args
+        self._fn, self._args = None, ()
+        try:
+            self._result = fn(*args)  # type: ignore[misc]
+        except BaseException as exc:  # handed to whoever asks for the result
+            self._error = exc
+        finally:
+            self._state = _DONE
+            self._done.set()
+
+    def cancel(self) -> bool:
+        """Drop the job if no worker has taken it yet; True if it will never run."""
+        with self._pool.cond:
+            if self._state != _PENDING:
+                return self._state == _CANCELLED
+            self._state = _CANCELLED
+            with contextlib.suppress(ValueError):
+                self._pool.jobs.remove(self)
+        self._fn, self._args = None, ()
+        self._done.set()
+        return True
+
+    def result(self) -> Any:
+        """Wait for the call; return its value or raise its exception."""
+        self._done.wait()
+        if self._state == _CANCELLED:
+            raise RuntimeError("the chunk job was cancelled")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class Pool:
+    """``workers`` daemon threads taking jobs from one queue in submission order."""
+
+    def __init__(self, workers: int) -> None:
+        self.jobs: deque[Job] = deque()
+        self.cond = threading.Condition(threading.Lock())
+        self.threads = [
+            threading.Thread(target=self._work, name=f"ckpt-chunk_{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
+        job = Job(self, fn, args)
+        with self.cond:
+            self.jobs.append(job)
+            self.cond.notify()
+        return job
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                while not self.jobs:
+                    self.cond.wait()
+                job = self.jobs.popleft()
+                job._state = _RUNNING
+            job._run()
+
+
+_pool: Pool | None = None
 _pool_lock = threading.Lock()
 _local = threading.local()
 
@@ -38,12 +121,12 @@ def workers() -> int:
     return max(2, min(n, 8))
 
 
-def pool() -> ThreadPoolExecutor:
+def pool() -> Pool:
     """The process-wide chunk pool (created on first use)."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="ckpt-chunk")
+            _pool = Pool(workers())
         return _pool
 
 
@@ -118,7 +201,7 @@ class Ordered:
 
     def __init__(self, max_inflight: int | None = None) -> None:
         self.max_inflight = max_inflight or default_inflight()
-        self._queue: deque[Future[Any]] = deque()
+        self._queue: deque[Job] = deque()
 
     def submit(self, fn: Callable[..., T], *args: Any) -> list[T]:
         """Queue ``fn(*args)``; return the results that had to be taken to stay bounded."""
@@ -136,11 +219,11 @@ class Ordered:
     def cancel(self) -> None:
         """Drop queued work (on error); running items finish and are discarded."""
         while self._queue:
-            fut = self._queue.popleft()
-            if not fut.cancel():
+            job = self._queue.popleft()
+            if not job.cancel():
                 # Aborting: the first error is already on its way up.
                 with contextlib.suppress(Exception):
-                    fut.result()
+                    job.result()
 
 
 def map_ordered(

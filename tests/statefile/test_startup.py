@@ -15,8 +15,17 @@ from ckpt import statefile
 from ckpt.statefile import image as image_mod
 from tests.statefile.conftest import KEY, sample_pages, write_image
 
-# Modules a restore or an ordinary checkpoint never needs (see image.py / integrity.py).
-NOT_AT_IMPORT = ("tempfile", "shutil", "ctypes", "hashlib", "hmac", "random")
+# Modules a restore or an ordinary checkpoint never needs (image.py, integrity.py, chunks.py).
+NOT_AT_IMPORT = (
+    "tempfile",
+    "shutil",
+    "ctypes",
+    "hashlib",
+    "hmac",
+    "random",
+    "concurrent.futures",
+    "logging",
+)
 
 
 def loaded_after(code: str) -> set[str]:
