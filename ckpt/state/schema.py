@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import sys
 import types
 import typing
@@ -309,33 +310,52 @@ def _fields_in_dict(cls: type, names: list[str]) -> bool:
     return not any(isinstance(getattr(cls, n, None), types.MemberDescriptorType) for n in names)
 
 
-_resolved: dict[tuple[str, str], Any] = {}
+_resolved: dict[tuple, Any] = {}
+_names_in: dict[str, tuple[str, ...]] = {}
+
+
+def _identifiers(text: str) -> tuple[str, ...]:
+    names = _names_in.get(text)
+    if names is None:
+        names = _names_in[text] = tuple(set(re.findall(r"[A-Za-z_]\w*", text)))
+    return names
 
 
 def type_hints(cls: type) -> dict[str, Any]:
     """``typing.get_type_hints`` for a dataclass, with string annotations resolved once
-    per (module, text).  Under ``from __future__ import annotations`` every annotation
-    is a string, and get_type_hints compiles each one again for every class; a kernel
-    of a few dozen classes repeats the same few dozen texts hundreds of times."""
+    per (module, text, what the text's names are bound to).
+
+    Under ``from __future__ import annotations`` every annotation is a string, and
+    get_type_hints compiles each one again for every class; a kernel of a few dozen
+    classes repeats the same few dozen texts hundreds of times.  The memo key includes
+    the identity of every module-level object the text names, so a rebound name (a
+    class redefined) resolves afresh; a text naming something in the class's own
+    namespace (a nested class) is never memoized.
+    """
     hints: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
         annotations = klass.__dict__.get("__annotations__", {})  # noqa: RUF063 (no inspect import)
         if not annotations:
             continue
         module = sys.modules.get(klass.__module__)
+        if module is None:
+            return typing.get_type_hints(cls)
+        globalns = vars(module)
+        local = klass.__dict__
         for name, ann in annotations.items():
             if isinstance(ann, str):
-                key = (klass.__module__, ann)
-                value = _resolved.get(key, _UNSET)
+                names = _identifiers(ann)
+                key = None
+                if not any(n in local for n in names):
+                    key = (klass.__module__, ann, tuple(id(globalns.get(n)) for n in names))
+                value = _resolved.get(key, _UNSET) if key is not None else _UNSET
                 if value is _UNSET:
-                    if module is None:
-                        return typing.get_type_hints(cls)
                     value = ann
                     for _ in range(3):  # a quoted annotation under PEP 563 is a string twice
-                        value = eval(value, vars(module), dict(vars(klass)))
+                        value = eval(value, globalns, dict(local))
                         if not isinstance(value, str):
                             break
-                    if not isinstance(value, str):
+                    if key is not None and not isinstance(value, str):
                         _resolved[key] = value
                 ann = value
             hints[name] = ann
