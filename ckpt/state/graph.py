@@ -217,16 +217,10 @@ def validate(payload: list) -> Loaded:
     classes: list[type] = []
     enums: list[type | None] = []
     for t, entry in enumerate(types):
-        if not (isinstance(entry, list) and len(entry) == 3):
-            raise StateError(f"type table entry #{t} is malformed")
-        name, names, descriptors = entry
-        if not (
-            isinstance(name, str) and isinstance(names, list) and isinstance(descriptors, list)
-        ):
-            raise StateError(f"type table entry #{t} is malformed")
+        name, names, descriptors, is_enum = w.type_entry(t, entry)
         if not isinstance(rows[t], list) or counts.get(t, 0) != len(rows[t]):
             raise StateError(f"type {name!r}: object count and row count disagree")
-        if descriptors == ["enum"] and not names:
+        if is_enum:
             cls = schema.enum_named(name)
             if cls is None:
                 raise StateError(
@@ -245,8 +239,6 @@ def validate(payload: list) -> Loaded:
                 f"the stream names type {name!r}, which is not a registered savable type; "
                 "refusing to load (register it with @state.savable, or check the stream)"
             )
-        if len(names) != len(descriptors) or not all(isinstance(n, str) for n in names):
-            raise StateError(f"type table entry for {name!r} is malformed")
         plans.append(make_plan(t, schema.schema_of(cls), names, descriptors, len(rows[t])))
         classes.append(cls)
         enums.append(None)

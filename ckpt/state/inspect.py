@@ -79,23 +79,8 @@ class StreamView:
         encoder = msgspec.msgpack.Encoder()
         views = []
         for t, entry in enumerate(types):
-            if not (isinstance(entry, list) and len(entry) == 3):
-                raise StateError(f"type table entry #{t} is malformed")
-            name, names, descriptors = entry
-            if not (
-                isinstance(name, str) and isinstance(names, list) and isinstance(descriptors, list)
-            ):
-                raise StateError(f"type table entry #{t} is malformed")
-            if not all(isinstance(n, str) for n in names) or not all(
-                isinstance(d, str) for d in descriptors
-            ):
-                raise StateError(f"type table entry for {name!r} has malformed field names")
-            if descriptors == ["enum"] and not names:
-                kinds: tuple[Kind, ...] = ()
-            else:
-                if len(names) != len(descriptors):
-                    raise StateError(f"type table entry for {name!r} is malformed")
-                kinds = tuple(parse_descriptor(d) for d in descriptors)
+            name, names, descriptors, is_enum = w.type_entry(t, entry)
+            kinds: tuple[Kind, ...] = () if is_enum else tuple(map(parse_descriptor, descriptors))
             self._entries.append((name, tuple(names), kinds, tuple(descriptors)))
             if not isinstance(rows[t], list):
                 raise StateError(f"rows of type {name!r} are malformed")

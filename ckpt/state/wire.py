@@ -133,6 +133,23 @@ def check_frame(data: Any) -> memoryview:
     return body
 
 
+def type_entry(t: int, entry: Any) -> tuple[str, list[str], list[str], bool]:
+    """Check type table entry ``t``: (name, field names, kind descriptors, is an enum)."""
+    if not (isinstance(entry, list) and len(entry) == 3):
+        raise StateError(f"type table entry #{t} is malformed")
+    name, names, descriptors = entry
+    if not (isinstance(name, str) and isinstance(names, list) and isinstance(descriptors, list)):
+        raise StateError(f"type table entry #{t} is malformed")
+    if not all(isinstance(n, str) for n in names) or not all(
+        isinstance(d, str) for d in descriptors
+    ):
+        raise StateError(f"type table entry for {name!r} has malformed field names")
+    is_enum = descriptors == ["enum"] and not names
+    if not is_enum and len(names) != len(descriptors):
+        raise StateError(f"type table entry for {name!r} is malformed")
+    return name, names, descriptors, is_enum
+
+
 def unframe(data: Any) -> list:
     """Check the frame and decode the top-level array (shape not yet validated)."""
     body = check_frame(data)
