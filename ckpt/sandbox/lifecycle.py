@@ -204,7 +204,17 @@ def _child_env() -> dict[str, str]:
 
     here = str(Path(ckpt.__file__).resolve().parent.parent)
     entries = [here, *(p for p in sys.path if p and p != here and os.path.isdir(p))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
+    # Every sandbox is a fresh interpreter; without bytecode it compiles all of ckpt
+    # again each time (hosts setting PYTHONDONTWRITEBYTECODE).  Keep bytecode in
+    # ckpt's own cache directory instead, so nothing is written beside the sources.
+    from ckpt.state import codecache
+
+    cache = codecache.cache_dir()
+    if cache is not None and "PYTHONPYCACHEPREFIX" not in env:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(cache.parent / "pycache")
+    return env
 
 
 def _read_ready(fd: int, timeout: float) -> bytes:

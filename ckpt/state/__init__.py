@@ -19,10 +19,21 @@ Public API::
 
 from ckpt.errors import StateError
 from ckpt.state.api import ENGINES, SaveResult, dumps, load, loads, save
-from ckpt.state.inspect import ObjectView, Ref, StreamView, TypeView, inspect_stream
 from ckpt.state.registry import field, savable
 from ckpt.state.stats import Stats
 from ckpt.state.typed import generated_source
+
+_LAZY = {"ObjectView", "Ref", "StreamView", "TypeView", "inspect_stream"}
+
+
+def __getattr__(name: str) -> object:
+    """The inspection API loads on first use: restoring a sandbox never needs it."""
+    if name in _LAZY:
+        from ckpt.state import inspect
+
+        return getattr(inspect, name)
+    raise AttributeError(f"module 'ckpt.state' has no attribute {name!r}")
+
 
 __all__ = [
     "ENGINES",

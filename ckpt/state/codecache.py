@@ -19,7 +19,6 @@ import importlib.util
 import marshal
 import os
 import stat
-import tempfile
 import zlib
 from pathlib import Path
 from types import CodeType
@@ -87,6 +86,8 @@ def compiled(source: str, filename: str) -> CodeType:
 
 def _store(path: Path, text: bytes, code: CodeType) -> None:
     """Write atomically (temp file + rename) so a reader never sees half a file."""
+    import tempfile  # only when writing: it imports shutil, random, bz2 and lzma
+
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
