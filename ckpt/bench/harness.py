@@ -47,6 +47,9 @@ class Case:
     bytes_of: Callable[[Any], int] | None = None
     # Extra named figures computed once from a result (e.g. file sizes); not timed.
     extras: Callable[[Any], dict[str, float]] | None = None
+    # False where tracemalloc distorts beyond use (pure-Python pickle's deep recursion
+    # runs ~200x slower traced); the peak-memory cell then stays empty.
+    trace_memory: bool = True
 
 
 @dataclass
@@ -204,7 +207,8 @@ def run_interleaved(
                     bar.advance(task)
             if memory:
                 for case in group:
-                    results[(case.name, case.variant)].peak_bytes = measure_peak(case)
+                    if case.trace_memory:
+                        results[(case.name, case.variant)].peak_bytes = measure_peak(case)
                     bar.advance(task)
     return list(results.values())
 

@@ -77,7 +77,16 @@ def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> lis
         for variant in variants:
             dumps, loads = _codecs(variant)
             data = dumps(root)
-            cases.append(Case(save_name, variant, (lambda d=dumps, r=root: d(r)), bytes_of=len))
+            traced = variant != "pickle-py"  # tracemalloc makes its recursion crawl
+            cases.append(
+                Case(
+                    save_name,
+                    variant,
+                    (lambda d=dumps, r=root: d(r)),
+                    bytes_of=len,
+                    trace_memory=traced,
+                )
+            )
             # Loads report the size of what they read, so bytes ratios show on both rows.
             size = len(data)
             cases.append(
