@@ -127,6 +127,10 @@ def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Cal
             return [decode(x) for x in raw]
         if t is not dict:
             return raw
+        # References are by far the most common tag: resolve them first.
+        ref = raw.get(T_REF)
+        if type(ref) is int and 0 <= ref < nobjs and len(raw) == 1:
+            return objs[ref]
         if len(raw) != 1:
             raise StateError(f"malformed tagged value with {len(raw)} keys")
         ((tag, payload),) = raw.items()
