@@ -283,7 +283,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
             return
         # The return annotation says plain data: the saved value is its own encoding.
         src.add(2, f"{e} = {fn}({v})")
-        if tagged and _has_scalar(kind.args[0]):
+        if tagged:  # plain data always holds scalars, which tagged mode must check
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({e}, __ckpt_obj)")
         return
     if tag is K.OPT and _passes(kind.args[0], tagged):
@@ -454,7 +454,7 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
         return f"__ckpt_dyn({raw})"
     if tag is K.SAVE:
         load = src.const(f"load_{spec.name}", spec.opts.load)
-        if not kind.args or (tagged and _has_scalar(kind.args[0])):
+        if not kind.args or tagged:
             return f"{load}(__ckpt_dyn({raw}))"
         plain = kind.args[0].tag
         conv = f"tuple({raw})" if plain in (K.TUPLE, K.VARTUPLE) else raw
@@ -490,10 +490,6 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
     # OPT of a non-reference kind, TUPLE, and anything nested: a decoder closure.
     dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
     return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
-
-
-def _has_scalar(kind: Kind) -> bool:
-    return kind.tag in SCALARS or any(_has_scalar(a) for a in kind.args)
 
 
 def scalar_encoder(walk: Any) -> Callable[[Any], Any]:

@@ -8,6 +8,7 @@ show as ``Ref(id)`` (printed ``→#id``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -144,8 +145,9 @@ class StreamView:
         for _ in self.objects():
             pass
         self.root_value  # noqa: B018 - decoding is the check
+        counts = Counter(self._type_seq)
         for t, entry in enumerate(self._entries):
-            if sum(1 for x in self._type_seq if x == t) != len(self._rows[t]):
+            if counts.get(t, 0) != len(self._rows[t]):
                 raise StateError(f"type {entry[0]!r}: object count and row count disagree")
 
     # --- decoding without classes ---------------------------------------------------

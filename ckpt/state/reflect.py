@@ -18,7 +18,7 @@ from typing import Any
 from ckpt.errors import StateError
 from ckpt.state import dyn, graph
 from ckpt.state import wire as w
-from ckpt.state.schema import SCALARS, K, Kind
+from ckpt.state.schema import CONTAINERS, SCALARS, ZERO_FACTORIES, K, Kind
 from ckpt.state.stats import Stats
 
 ENGINE = "reflect"
@@ -54,7 +54,6 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
         if stats is not None:
             stats.add(sch.name, stats.clock() - start)
         i += 1
-    walk.pending = [[] for _ in walk.types]
     return walk.payload(ENGINE, w.DYN, root, root_enc), walk
 
 
@@ -188,6 +187,4 @@ def _compact_field(objs: list, decode: Any) -> Any:
 
 def _empty(kind: Kind) -> Any:
     """A nested container written as None (a shared container's other place)."""
-    return {K.LIST: list, K.DICT: dict, K.SET: set, K.BYTEARRAY: bytearray}.get(
-        kind.tag, lambda: None
-    )()
+    return ZERO_FACTORIES[kind.tag]() if kind.tag in CONTAINERS else None

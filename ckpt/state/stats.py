@@ -25,10 +25,6 @@ class Stats:
         self.counts[name] = self.counts.get(name, 0) + count
         self.times[name] = self.times.get(name, 0) + ns
 
-    def merge(self, other: Stats) -> None:
-        for name, count in other.counts.items():
-            self.add(name, other.times.get(name, 0), count)
-
     @property
     def total_ns(self) -> int:
         return sum(self.times.values())

@@ -40,11 +40,9 @@ class SaveCtx:
         "ids_get",
         "scalar",
         "seen_again",
-        "walk",
     )
 
     def __init__(self, walk: graph.SaveWalk, tagged: bool, hooked: set[int]) -> None:
-        self.walk = walk
         self.ids_get = walk.ids.get
         self.discover = walk.discover
         self.cmemo = walk.cmemo

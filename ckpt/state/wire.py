@@ -62,17 +62,6 @@ T_DICT = 4  # payload: [[keys], [values]]
 T_BYTEARRAY = 5  # payload: bytes
 T_ENUM = 6  # payload: [type index, value]
 T_BIGINT = 7  # payload: decimal string
-TAG_NAMES = {
-    T_REF: "ref",
-    T_TUPLE: "tuple",
-    T_SET: "set",
-    T_FROZENSET: "frozenset",
-    T_DICT: "dict",
-    T_BYTEARRAY: "bytearray",
-    T_ENUM: "enum",
-    T_BIGINT: "bigint",
-}
-
 INT_MIN = -(1 << 63)
 INT_LIMIT = 1 << 64  # MessagePack holds ints in [INT_MIN, INT_LIMIT)
 
@@ -83,15 +72,6 @@ _decoder = msgspec.msgpack.Decoder()
 def frame(payload: Any) -> bytes:
     """Encode the top-level array and wrap it in the checked frame."""
     body = _encoder.encode(payload)
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(body), len(body)) + body
-
-
-def encode_body(payload: Any) -> bytes:
-    """The MessagePack payload alone (raises OverflowError on ints out of range)."""
-    return _encoder.encode(payload)
-
-
-def frame_body(body: bytes) -> bytes:
     return _HEADER.pack(MAGIC, FORMAT_VERSION, zlib.crc32(body), len(body)) + body
 
 
