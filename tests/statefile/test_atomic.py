@@ -80,13 +80,15 @@ def test_failed_first_write_leaves_nothing(tmp_path: Path) -> None:
 
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from ckpt import statefile
     target, ready = Path(sys.argv[1]), Path(sys.argv[2])
     with statefile.ImageWriter(target, force=True) as img:
         img.state_file.write(b"half-written" * 200000)
-        ready.write_text(str(img.temp_dir))
+        # Publish by rename so the parent never sees an empty ready file.
+        ready.with_suffix(".tmp").write_text(str(img.temp_dir))
+        os.replace(ready.with_suffix(".tmp"), ready)
         time.sleep(60)
     """
 )
