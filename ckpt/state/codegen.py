@@ -230,8 +230,16 @@ def build_save(sch: Schema, tagged: bool) -> tuple[str, dict, str]:
     outs = []
     for spec in sch.fields:
         i = spec.index
-        src.add(2, f"_v{i} = __ckpt_obj.{spec.name}")
-        _emit_save_field(src, spec, i, tagged)
+        if not tagged and spec.kind.tag in SCALARS:
+            # A plain scalar is its own encoding: fetch it straight into the row slot
+            # and check its exact type.  Its zero stays as is: in MessagePack 0, "" and
+            # False take one byte, as Nil does.
+            src.add(2, f"_e{i} = __ckpt_obj.{spec.name}")
+            src.add(2, f"if type(_e{i}) not in {src.const(f'ok{i}', OK_TYPES[spec.kind.tag])}:")
+            src.add(3, f"__ckpt_untyped(_e{i})")
+        else:
+            src.add(2, f"_v{i} = __ckpt_obj.{spec.name}")
+            _emit_save_field(src, spec, i, tagged)
         outs.append(f"_e{i}")
     src.add(2, f"__ckpt_rows_append([{', '.join(outs)}])")
     return src.text(), src.globs, fname
