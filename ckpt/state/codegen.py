@@ -444,12 +444,19 @@ def _dyn_load_expr(src: _Source, spec: Any, raw: str) -> str:
     return _with_default(src, spec, raw, expr)
 
 
+# Kinds whose only falsy values are None and the zero (an int field may hold False, a
+# float field -0.0 or 0, so those keep the explicit ``is None`` test).
+_FALSY_IS_ZERO = frozenset({K.STR, K.BOOL, K.BYTES})
+
+
 def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
     kind, tag = spec.kind, spec.kind.tag
     if tag in SCALARS and tagged:
         return _with_default(
             src, spec, raw, f"(__ckpt_dyn({raw}) if type({raw}) is dict else {raw})"
         )
+    if tag in _FALSY_IS_ZERO and spec.elidable:
+        return f"({raw} or {ZERO_LITERALS[tag]})"  # Nil and the zero both load as the zero
     if tag in SCALARS:
         return _with_default(src, spec, raw, raw)
     if tag is K.OPT and _passes(kind.args[0], tagged):
