@@ -16,6 +16,9 @@ answered after thaw.
 
 Testing hook: ``CKPT_FAULT=checkpoint-stall:SECONDS`` sleeps after the object stream is
 written and before the image is committed, so tests can kill a sandbox mid-checkpoint.
+``CKPT_FAULT=checkpoint-stall:SECONDS:PATH`` ends that stall as soon as file PATH exists
+(SECONDS stays the upper bound), so a test can hold a checkpoint open for exactly as long
+as it needs, whatever the machine's load, and then let it finish.
 
 Stdlib and ``ckpt`` only; no typer, rich, argparse or typing, so start-up stays fast.
 """
@@ -56,15 +59,28 @@ def log(msg: str) -> None:
     sys.stderr.flush()
 
 
-def _fault_stall() -> float:
+def _fault_stall() -> tuple[float, str | None]:
+    """``CKPT_FAULT=checkpoint-stall:SECONDS[:PATH]`` as (seconds, release file or None)."""
     spec = os.environ.get("CKPT_FAULT", "")
-    name, _, value = spec.partition(":")
-    if name == "checkpoint-stall":
-        try:
-            return float(value or "5")
-        except ValueError:
-            return 5.0
-    return 0.0
+    name, _, rest = spec.partition(":")
+    if name != "checkpoint-stall":
+        return 0.0, None
+    value, _, release = rest.partition(":")
+    try:
+        seconds = float(value or "5")
+    except ValueError:
+        seconds = 5.0
+    return seconds, release or None
+
+
+def _stall(seconds: float, release: str | None) -> None:
+    """Sleep ``seconds``, or less if file ``release`` appears meanwhile."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if release is not None and os.path.exists(release):
+            log("checkpoint: stall released (CKPT_FAULT)")
+            return
+        time.sleep(min(left, 0.02) if release is not None else left)
 
 
 def _key(params: dict[str, Any]) -> bytes | None:
@@ -135,7 +151,7 @@ class Host:
         self.frozen = False
         self.http: HttpServer | None = None
         self.exiting = threading.Event()
-        self.stall = _fault_stall()
+        self.stall, self.stall_release = _fault_stall()
         self.server = rpc.Server(
             socket_path,
             {
@@ -359,7 +375,7 @@ class Host:
                     fingerprint_ms = round((time.perf_counter_ns() - t_pages) / 1e6, 3)
                 if self.stall:
                     log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
-                    time.sleep(self.stall)
+                    _stall(self.stall, self.stall_release)
                 counters: dict[str, Any] = {
                     "objects": getattr(result, "objects", None),
                     "types": getattr(result, "types", None),

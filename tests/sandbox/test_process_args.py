@@ -77,3 +77,38 @@ def test_bad_command_line_exits_2() -> None:
     )
     assert out.returncode == 2
     assert "required: --socket" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("", (0.0, None)),
+        ("other:3", (0.0, None)),
+        ("checkpoint-stall", (5.0, None)),
+        ("checkpoint-stall:2", (2.0, None)),
+        ("checkpoint-stall:x", (5.0, None)),
+        ("checkpoint-stall:30:/tmp/go", (30.0, "/tmp/go")),
+        ("checkpoint-stall:30:/a:b", (30.0, "/a:b")),
+    ],
+)
+def test_checkpoint_stall_fault_spec(spec: str, want: tuple, monkeypatch) -> None:
+    from ckpt.sandbox import process
+
+    monkeypatch.setenv("CKPT_FAULT", spec)
+    assert process._fault_stall() == want
+
+
+def test_checkpoint_stall_ends_once_its_release_file_exists(tmp_path, monkeypatch) -> None:
+    from ckpt.sandbox import process
+
+    release = tmp_path / "go"
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:  # the release file appears during the third nap
+        naps.append(seconds)
+        if len(naps) == 3:
+            release.touch()
+
+    monkeypatch.setattr(process.time, "sleep", nap)
+    process._stall(3600, str(release))
+    assert len(naps) == 3 and max(naps) <= 0.02

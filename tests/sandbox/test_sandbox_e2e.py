@@ -243,15 +243,25 @@ def test_sandbox_killed_mid_checkpoint(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_two_concurrent_checkpoints_second_is_busy(cli: Cli, tmp_path: Path) -> None:
-    cli("run", WEB, "--workload", "http", "--port", "0", env={"CKPT_FAULT": "checkpoint-stall:2"})
+    # The first checkpoint stalls until the test creates ``release`` (at most 120 s), so
+    # it is still running when the second arrives however slowly that CLI starts (a
+    # fixed stall of 2 s lost that race on a loaded machine: the second one succeeded).
+    release = tmp_path / "release"
+    stall = {"CKPT_FAULT": f"checkpoint-stall:120:{release}"}
+    cli("run", WEB, "--workload", "http", "--port", "0", env=stall)
     first = cli.popen("checkpoint", WEB, "--image-path", str(tmp_path / "a"), "--leave-running")
-    _wait_for_log(cli, WEB, "stalling")
-    proc = cli("checkpoint", WEB, "--image-path", str(tmp_path / "b"), check=False)
+    try:
+        _wait_for_log(cli, WEB, "stalling")
+        proc = cli("checkpoint", WEB, "--image-path", str(tmp_path / "b"), check=False)
+        assert first.poll() is None  # the first is still stalled
+    finally:
+        release.touch()
     assert "busy" in _error_line(proc)
     first.communicate(timeout=60)
     assert first.returncode == 0
     assert (tmp_path / "a" / "checkpoint.img").exists() and not (tmp_path / "b").exists()
     assert cli.state(WEB)["status"] == "running"
+    assert "stall released" in (cli.root / WEB / "sandbox.log").read_text()
 
 
 def test_kill_then_delete(cli: Cli) -> None:
