@@ -109,7 +109,10 @@ def test_quarter_cpu_quota_holds_a_busy_loop(scope: Scope) -> None:
     assert mgr.cpu_quota() == 0.25
     child = scope.spawn(BUSY, mgr)
     proc = psutil.Process(child.pid)
-    time.sleep(0.3)  # let it start and reach steady throttling
+    # Start measuring once the child has demonstrably run in the group (0.1 s of CPU
+    # there, ~0.4 s of throttled wall time), not after a fixed sleep that a slow start
+    # on a loaded machine could outlast.
+    assert wait_for(lambda: mgr.cpu_usage_usec() >= 100_000, timeout=60)
     u0, c0, t0 = mgr.cpu_usage_usec(), sum(proc.cpu_times()[:2]), time.monotonic()
     time.sleep(2.0)
     u1, c1, t1 = mgr.cpu_usage_usec(), sum(proc.cpu_times()[:2]), time.monotonic()
