@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ckpt import cgroups
+from ckpt.bench import cgroup_stat
 from ckpt.bench.cgroup_stat import naive_stat
 from ckpt.bench.harness import BenchError
 from ckpt.cgroups.stat import StatReader
@@ -42,7 +43,19 @@ def _root_ok() -> bool:
 
 
 @pytest.mark.skipif(not _root_ok(), reason="needs root and a cgroup filesystem")
-def test_bench_command_json_and_cleanup() -> None:
+def test_bench_command_json_and_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cgroups are host-wide: another ``ckpt bench cgroup-stat`` on this host (or one a
+    # crashed run left behind) has bench-stat-* groups too, so check exactly the groups
+    # this run made, recorded as the bench creates them.
+    made: list[Path] = []
+    create = cgroup_stat.create
+
+    def recording_create(name: str, *args: object, **kwargs: object) -> object:
+        mgr = create(name, *args, **kwargs)
+        made.extend(Path(p) for p in getattr(mgr, "paths", {}).values())
+        return mgr
+
+    monkeypatch.setattr(cgroup_stat, "create", recording_create)
     result = CliRunner().invoke(
         app, ["bench", "cgroup-stat", "--count", "2", "--batch", "5", "--json"]
     )
@@ -52,10 +65,8 @@ def test_bench_command_json_and_cleanup() -> None:
     assert set(variants) == {"naive", "lean"}
     assert variants["lean"]["n"] == 2 and variants["lean"]["wall_ns"] > 0
     assert doc["time_ratio"] > 0 and doc["blocks_ratio"] >= 0
-    lay = cgroups.layout()
-    for mount in [lay.unified, *lay.v1.values()]:
-        if mount is not None and (mount / "ckpt").exists():
-            assert not [p for p in (mount / "ckpt").iterdir() if p.name.startswith("bench-stat-")]
+    assert made and all(p.name.startswith("bench-stat-") for p in made)
+    assert [p for p in made if p.exists()] == []
 
 
 def test_bench_command_rejects_bad_batch() -> None:
