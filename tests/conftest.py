@@ -1,12 +1,32 @@
 """Suite-wide settings: generated code is cached in a temporary directory, so test runs
 never write into the user's ~/.cache and always start from an empty cache; the directory
-is removed when the session ends."""
+is removed when the session ends.  One Hypothesis profile for every test, whichever
+directories a run collects."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+
+from hypothesis import HealthCheck, settings
+
+# No deadline: a per-example wall-clock limit (200 ms by default) fails a test whenever a
+# loaded machine stalls it, and tests that must not hang have the state tests' watchdog.
+# No example database: it would write .hypothesis/ into the shared working tree.
+# Registered here, not in one directory's conftest, so a run of tests/cgroups alone gets
+# the same settings as the full suite.
+settings.register_profile(
+    "ckpt-tests",
+    database=None,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,  # only the watchdog: one timer for all examples
+    ],
+)
+settings.load_profile("ckpt-tests")
 
 _CACHE = tempfile.mkdtemp(prefix="ckpt-test-codecache-")
 os.environ.setdefault("CKPT_CACHE_DIR", _CACHE)

@@ -8,22 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from ckpt import state
 
-# No example database: it would write .hypothesis/ into the shared working tree.
-settings.register_profile(
-    "ckpt-state",
-    database=None,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,  # only the watchdog: one timer for all examples
-    ],
-)
-settings.load_profile("ckpt-state")
+# Hypothesis settings (no deadline, no example database) are the suite-wide profile
+# loaded in tests/conftest.py.
 
 ENGINES = ("reflect", "typed")
 ENGINE_PAIRS = list(itertools.product(ENGINES, ENGINES))
