@@ -36,6 +36,16 @@ def _error_line(proc) -> str:
     return " ".join(proc.stderr.split())
 
 
+def _exited(pid: int) -> bool:
+    """The process is gone, or a zombie not reaped yet.  Asked in one look: between a
+    ``pid_exists`` and a second lookup its parent (init) may reap it, and the second
+    lookup would raise NoSuchProcess."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _assert_gone(cli: Cli, sandbox_id: str) -> None:
     assert not (cli.root / sandbox_id).exists()
     assert cgroup_dirs(sandbox_id) == []
@@ -62,7 +72,7 @@ def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: 
     assert timings["Checkpoint_ms"] > 0 and timings["SuspendTotal_ms"] >= timings["Checkpoint_ms"]
     assert cli.state(WEB)["status"] == "stopped"
     assert (image / "checkpoint.img").is_file()
-    assert not psutil.pid_exists(st["pid"]) or psutil.Process(st["pid"]).status() == "zombie"
+    assert _exited(st["pid"])
 
     ok, _reason = quota_allowed()
     cpu_args = ["--cpu", "0.5"] if ok else []
@@ -270,7 +280,7 @@ def test_kill_then_delete(cli: Cli) -> None:
     assert "kill" in _error_line(proc)
     cli("kill", WEB)
     assert cli.state(WEB)["status"] == "stopped"
-    assert not psutil.pid_exists(st["pid"]) or psutil.Process(st["pid"]).status() == "zombie"
+    assert _exited(st["pid"])
     listing = json.loads(cli("list", "--json").stdout)
     assert [(s["id"], s["status"]) for s in listing] == [(WEB, "stopped")]
     cli("delete", WEB)
