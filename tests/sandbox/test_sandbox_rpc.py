@@ -18,7 +18,7 @@ def server(tmp_path: Path):
 
     def slow(params: dict) -> dict:
         started.set()
-        release.wait(10)
+        release.wait(120)  # set by the test (or the teardown); the bound only ends a hang
         return {"done": params.get("n")}
 
     def bad_image(params: dict) -> None:
@@ -68,12 +68,12 @@ def test_second_exclusive_request_is_busy_but_ping_answers(server: rpc.Server) -
     results: list = []
     t = threading.Thread(target=lambda: results.append(rpc.call(server.path, "slow", {"n": 1})))
     t.start()
-    assert server.started.wait(10)  # type: ignore[attr-defined]
+    assert server.started.wait(60)  # type: ignore[attr-defined]
     with pytest.raises(SandboxBusy, match="busy with slow"):
         rpc.call(server.path, "slow", {"n": 2})
     assert rpc.call(server.path, "ping") == {"pong": True}
     server.release.set()  # type: ignore[attr-defined]
-    t.join(10)
+    t.join(60)
     assert results == [{"done": 1}]
     assert rpc.call(server.path, "echo", {"after": 1}) == {"after": 1}
 

@@ -79,7 +79,7 @@ def test_lazy_page_read_before_its_turn(make_image, monkeypatch) -> None:
     original = LoadedPages._fill
 
     def held_fill(self: LoadedPages) -> None:
-        gate.wait(10)  # the background fill has not started yet
+        gate.wait(120)  # the background fill has not started yet (set in the finally)
         original(self)
 
     monkeypatch.setattr(LoadedPages, "_fill", held_fill)
@@ -102,7 +102,7 @@ def test_lazy_close_stops_fill(make_image, monkeypatch) -> None:
     img = make_image("img", b"", pages)
     gate = threading.Event()
     original = LoadedPages._fill
-    monkeypatch.setattr(LoadedPages, "_fill", lambda self: (gate.wait(10), original(self)))
+    monkeypatch.setattr(LoadedPages, "_fill", lambda self: (gate.wait(120), original(self)))
     loaded = statefile.open_image(img).open_pages(lazy=True)
     loaded._closed = True  # as close() does, before the fill starts
     gate.set()
