@@ -158,7 +158,7 @@ def test_pause_holds_requests_until_resume(cli: Cli, tmp_path: Path) -> None:
     freeze_files = [d / "cgroup.freeze" for d in cgroup_dirs(WEB) if (d / "cgroup.freeze").exists()]
     assert all(f.read_text().strip() == "1" for f in freeze_files)  # the cgroup is frozen too
     got: list = []
-    t = threading.Thread(target=lambda: got.append(get_json(host, int(port), timeout=30)))
+    t = threading.Thread(target=lambda: got.append(get_json(host, int(port), timeout=120)))
     t.start()
     t.join(0.5)
     assert got == []  # the request waits while the sandbox is frozen
@@ -168,7 +168,7 @@ def test_pause_holds_requests_until_resume(cli: Cli, tmp_path: Path) -> None:
     assert got == []
     cli("resume", WEB)
     assert all(f.read_text().strip() == "0" for f in freeze_files)
-    t.join(30)
+    t.join(120)
     assert got and got[0][1]["requests"] == before + 1
     assert cli.state(WEB)["status"] == "running"
 
@@ -243,7 +243,7 @@ def test_sandbox_killed_mid_checkpoint(cli: Cli, tmp_path: Path) -> None:
     pending = cli.popen("checkpoint", WEB, "--image-path", str(image))
     _wait_for_log(cli, WEB, "stalling")
     psutil.Process(cli.state(WEB)["pid"]).kill()
-    _, stderr = pending.communicate(timeout=30)
+    _, stderr = pending.communicate(timeout=120)
     assert pending.returncode == 1 and stderr.startswith("error: ")
     assert "died" in " ".join(stderr.split())
     assert not image.exists()  # nothing that looks like a complete image
