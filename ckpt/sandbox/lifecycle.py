@@ -207,13 +207,14 @@ def _child_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
     # Every sandbox is a fresh interpreter; without bytecode it compiles all of ckpt
     # again each time (hosts setting PYTHONDONTWRITEBYTECODE).  Keep bytecode in
-    # ckpt's own cache directory instead, so nothing is written beside the sources.
+    # ckpt's own cache directory instead, so nothing is written beside the sources
+    # (inside it, so a CKPT_CACHE_DIR of /var/cache/ckpt never writes /var/cache/pycache).
     from ckpt.state import codecache
 
     cache = codecache.cache_dir()
     if cache is not None and "PYTHONPYCACHEPREFIX" not in env:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(cache.parent / "pycache")
+        env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
     return env
 
 
