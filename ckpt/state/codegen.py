@@ -229,18 +229,8 @@ def build_save(sch: Schema, tagged: bool) -> tuple[str, dict, str]:
         src.add(3, "__ckpt_obj.__before_save__()")
     outs = []
     for spec in sch.fields:
-        i = spec.index
-        if not tagged and spec.kind.tag in SCALARS:
-            # A plain scalar is its own encoding: fetch it straight into the row slot
-            # and check its exact type.  Its zero stays as is: in MessagePack 0, "" and
-            # False take one byte, as Nil does.
-            src.add(2, f"_e{i} = __ckpt_obj.{spec.name}")
-            src.add(2, f"if type(_e{i}) not in {src.const(f'ok{i}', OK_TYPES[spec.kind.tag])}:")
-            src.add(3, f"__ckpt_untyped(_e{i})")
-        else:
-            src.add(2, f"_v{i} = __ckpt_obj.{spec.name}")
-            _emit_save_field(src, spec, i, tagged)
-        outs.append(f"_e{i}")
+        _emit_save_field(src, spec, spec.index, tagged)
+        outs.append(f"_e{spec.index}")
     src.add(2, f"__ckpt_rows_append([{', '.join(outs)}])")
     return src.text(), src.globs, fname
 
@@ -255,19 +245,25 @@ def _elide_immutable(src: _Source, spec: Any, i: int, value: str) -> None:
 
 
 def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
+    """Fetch field ``i`` of ``__ckpt_obj`` and leave its encoding in ``_e{i}``."""
     kind, tag, v, e = spec.kind, spec.kind.tag, f"_v{i}", f"_e{i}"
-    if tag in SCALARS or tag is K.ENUM:
-        if tag is K.ENUM:
-            src.add(2, f"{e} = {v}._value_")
-            return
+    if _passes(kind, tagged):
+        # A plain scalar is its own encoding: fetch it straight into the row slot and
+        # check its exact type.  Its zero stays as is: in MessagePack 0, "" and False
+        # take one byte, as Nil does.
+        src.add(2, f"{e} = __ckpt_obj.{spec.name}")
+        src.add(2, f"if type({e}) not in {src.const(f'ok{i}', OK_TYPES[tag])}:")
+        src.add(3, f"__ckpt_untyped({e})")
+        return
+    src.add(2, f"{v} = __ckpt_obj.{spec.name}")
+    if tag is K.ENUM:
+        src.add(2, f"{e} = {v}._value_")
+        return
+    if tag in SCALARS:  # tagged mode: zeros as Nil, anything else checked by scalar()
         src.add(2, f"{e} = {v}")
-        if not tagged:
-            src.add(2, f"if type({v}) not in {src.const(f'ok{i}', OK_TYPES[tag])}:")
-            src.add(3, f"__ckpt_untyped({v})")
         _elide_immutable(src, spec, i, e)
-        if tagged:
-            src.add(2, f"if {e} is not None:")
-            src.add(3, f"{e} = __ckpt_scalar({e})")
+        src.add(2, f"if {e} is not None:")
+        src.add(3, f"{e} = __ckpt_scalar({e})")
         return
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
         src.add(2, f"{e} = __ckpt_ids_get(id({v}))")
