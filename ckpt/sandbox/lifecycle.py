@@ -127,75 +127,109 @@ def _log_tail(path: Path, lines: int = 3) -> str:
     return " | ".join(text[-lines:])
 
 
-def _spawn(root: Root, sandbox_id: str, mgr: Any) -> tuple[int, float, int]:
-    """Start the sandbox process inside ``mgr``'s cgroup; return (pid, start, create_ns)."""
+@dataclass
+class Spawned:
+    """A sandbox process that answered ``ready``, and how it was started."""
+
+    pid: int
+    start: float
+    create_ns: int
+    via: str  # "template" or "cold"
+    why_cold: str = ""
+
+
+def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned:
+    """Start the sandbox process inside ``mgr``'s cgroup, forked from the warm template
+    when one serves this root, else as a fresh interpreter.  Either way the process is
+    in the cgroup before it runs a line of sandbox code, and it writes ``ready PID``."""
     sock = root.socket_path(sandbox_id)
     log_path = root.log_path(sandbox_id)
     procs_fds: list[int] = []
     if mgr is not None:
         for d in dict.fromkeys(Path(p) for p in mgr.paths.values()):
             procs_fds.append(os.open(d / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
-
-    def join_cgroup() -> None:  # runs in the child between fork and exec: writes only
-        for fd in procs_fds:
-            os.write(fd, b"0")
-
     r, w = os.pipe()
     t0 = time.perf_counter_ns()
+    pid, via, why_cold = 0, "template", "" if use_template else "--no-template"
     try:
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-S",
-                    "-m",
-                    "ckpt.sandbox.process",
-                    "--id",
-                    sandbox_id,
-                    "--socket",
-                    str(sock),
-                    "--ready-fd",
-                    str(w),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=(w,),
-                start_new_session=True,
-                cwd="/",
-                env=_child_env(),
-                preexec_fn=join_cgroup if procs_fds else None,
-            )
-    except (OSError, subprocess.SubprocessError) as exc:
+            if use_template:
+                from ckpt.sandbox import template_client
+
+                pid, why_cold = template_client.spawn(
+                    root.path, sandbox_id, sock, log.fileno(), w, procs_fds
+                )
+            if not pid:
+                pid, via = _spawn_cold(sandbox_id, sock, log, w, procs_fds).pid, "cold"
+    except BaseException:
         os.close(r)
-        raise SandboxError(f"cannot start sandbox process for {sandbox_id}: {exc}") from exc
+        raise
     finally:
         os.close(w)
         for fd in procs_fds:
             os.close(fd)
-    _children[proc.pid] = proc
     try:
         line = _read_ready(r, READY_TIMEOUT_S)
     finally:
         os.close(r)
     create_ns = time.perf_counter_ns() - t0
     try:
-        start = psutil.Process(proc.pid).create_time()
+        start = psutil.Process(pid).create_time()
     except psutil.NoSuchProcess:
         start = 0.0
     if not line.startswith(b"ready"):
-        _kill_pid(proc.pid, 0.0)
+        _kill_pid(pid, 0.0)
         raise SandboxError(
             f"sandbox process for {sandbox_id} exited during start-up"
             + (f": {_log_tail(log_path)}" if _log_tail(log_path) else "")
         )
-    if mgr is not None and proc.pid not in mgr.procs():
-        _kill_pid(proc.pid, start)
-        raise CgroupError(f"sandbox process {proc.pid} did not join cgroup {mgr.name}")
-    return proc.pid, start, create_ns
+    if mgr is not None and pid not in mgr.procs():
+        _kill_pid(pid, start)
+        raise CgroupError(f"sandbox process {pid} did not join cgroup {mgr.name}")
+    return Spawned(pid, start, create_ns, via, why_cold)
 
 
-def _child_env() -> dict[str, str]:
+def _spawn_cold(
+    sandbox_id: str, sock: Path, log: Any, ready_w: int, procs_fds: list[int]
+) -> subprocess.Popen:
+    """A fresh interpreter: the parent opened each ``cgroup.procs``; the child writes
+    ``0`` (itself) into them between fork and exec, so even interpreter start-up is
+    charged to the cgroup and runs under its quota."""
+
+    def join_cgroup() -> None:  # runs in the child between fork and exec: writes only
+        for fd in procs_fds:
+            os.write(fd, b"0")
+
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-S",
+                "-m",
+                "ckpt.sandbox.process",
+                "--id",
+                sandbox_id,
+                "--socket",
+                str(sock),
+                "--ready-fd",
+                str(ready_w),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(ready_w,),
+            start_new_session=True,
+            cwd="/",
+            env=child_env(),
+            preexec_fn=join_cgroup if procs_fds else None,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxError(f"cannot start sandbox process for {sandbox_id}: {exc}") from exc
+    _children[proc.pid] = proc
+    return proc
+
+
+def child_env() -> dict[str, str]:
     """The sandbox runs with ``python -S``: no ``site`` and no ``.pth`` processing, which
     is most of interpreter start-up on hosts with many ``.pth`` hooks.  Our resolved
     ``sys.path`` (and the directory holding ``ckpt``) is handed over in PYTHONPATH
@@ -375,8 +409,12 @@ def _start(
     engine: str,
     workload: str,
     notes: list[str],
-) -> tuple[SandboxState, Any, int]:
-    """Make the directory, cgroup and process; return (state, cgroup manager, create_ns)."""
+    template: bool | None,
+) -> tuple[SandboxState, Any, Spawned]:
+    """Make the directory, cgroup and process; return (state, cgroup manager, spawn)."""
+    from ckpt.sandbox import template_client
+
+    use_template = not template_client.disabled() if template is None else template
     root.ensure()
     st = SandboxState(
         id=sandbox_id,
@@ -396,11 +434,27 @@ def _start(
         mgr = _make_cgroup(sandbox_id, cpus, ignore_cgroups, notes)
         st.cgroup = mgr.name if mgr is not None else None
         st.cpu = cpus if mgr is not None else None
-        st.pid, st.pid_start, create_ns = _spawn(root, sandbox_id, mgr)
+        spawned = _spawn(root, sandbox_id, mgr, use_template)
+        st.pid, st.pid_start = spawned.pid, spawned.start
     except BaseException:
         _discard(root, sandbox_id, st.pid, st.pid_start, _cgroup_name(sandbox_id) if mgr else None)
         raise
-    return st, mgr, create_ns
+    if use_template and spawned.via == "cold" and spawned.why_cold != "no template running":
+        notes.append(f"started cold: {spawned.why_cold}")
+    return st, mgr, spawned
+
+
+def _note_start(timings: Timings, root: Root, spawned: Spawned) -> None:
+    """Record how the sandbox started; after a cold start that wanted the template,
+    start a fresh template in the background, ready for the next command."""
+    timings.counters["sandbox_start"] = spawned.via
+    if spawned.via == "cold":
+        timings.counters["cold_reason"] = spawned.why_cold
+        if spawned.why_cold != "--no-template":
+            from ckpt.sandbox import template_client
+
+            with contextlib.suppress(OSError, SandboxError):
+                template_client.start(root.path)
 
 
 def run(
@@ -413,6 +467,7 @@ def run(
     engine: str = "typed",
     ignore_cgroups: bool = False,
     options: dict[str, Any] | None = None,
+    template: bool | None = None,
 ) -> RunResult:
     """Start a sandbox running ``workload``; returns once it is ready (and listening)."""
     _check_engine(engine)
@@ -424,8 +479,10 @@ def run(
     notes: list[str] = []
     timings = Timings()
     t0 = time.perf_counter_ns()
-    st, _mgr, create_ns = _start(root, sandbox_id, cpus, ignore_cgroups, engine, workload, notes)
-    timings.phases_ns[SANDBOX_CREATE] = create_ns
+    st, _mgr, spawned = _start(
+        root, sandbox_id, cpus, ignore_cgroups, engine, workload, notes, template
+    )
+    timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     try:
         reply = rpc.call(
             Path(st.socket),
@@ -441,6 +498,7 @@ def run(
     st.address = reply.get("address")
     st.status = RUNNING
     root.write(st)
+    _note_start(timings, root, spawned)
     return RunResult(st, timings, notes)
 
 
@@ -602,6 +660,7 @@ def restore(
     key: bytes | None = None,
     port: int | None = None,
     ignore_cgroups: bool = False,
+    template: bool | None = None,
 ) -> RestoreResult:
     """Start a new sandbox process (in its cgroup, under its quota) from an image.
 
@@ -624,10 +683,10 @@ def restore(
         _remove_files(root, sandbox_id)
     notes: list[str] = []
     timings = Timings()
-    st, mgr, create_ns = _start(
-        root, sandbox_id, cpus, ignore_cgroups, engine or "typed", "(restoring)", notes
+    st, mgr, spawned = _start(
+        root, sandbox_id, cpus, ignore_cgroups, engine or "typed", "(restoring)", notes, template
     )
-    timings.phases_ns[SANDBOX_CREATE] = create_ns
+    timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     params = {
         "image": str(image),
         "engine": engine,
@@ -656,6 +715,7 @@ def restore(
     st.status = RUNNING
     st.restored_from = str(image)
     root.write(st)
+    _note_start(timings, root, spawned)
     return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
 
 

@@ -498,11 +498,16 @@ def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
     return opts["--id"], opts["--socket"], ready_fd
 
 
-def main(argv: list[str] | None = None) -> None:
-    sandbox_id, socket_path, ready_fd = parse_args(sys.argv[1:] if argv is None else argv)
+def serve(sandbox_id: str, socket_path: str, ready_fd: int | None) -> None:
+    """Be sandbox ``sandbox_id`` until told to exit: the cold start's ``main`` and the
+    template's forked child both end here."""
     host = Host(sandbox_id, socket_path)
     signal.signal(signal.SIGTERM, lambda *_: host._exit())
     host.serve_forever(ready_fd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(*parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,473 @@
+"""The warm sandbox template: a long-lived process per root that forks sandboxes.
+
+A cold sandbox is a new interpreter that imports the kernel, the state engine and the
+statefile reader and builds every schema and generated function before it can load a
+byte of an image: most of a restore's wall time, and four times more under a 0.25 CPU
+quota.  The template does that work once, then forks a ready sandbox per request, as
+Android's zygote and gVisor's warm-sandbox proposal do::
+
+    ckpt run / restore ──sendmsg(JSON, SCM_RIGHTS: log, ready pipe, cgroup.procs…)──▶
+        template (single-threaded, warm; never loads an image)
+          │ fork
+          ▼
+        child: write "0" to each cgroup.procs (joins the sandbox's cgroup first),
+               setsid, fork again and exit (the sandbox is nobody's child)
+          ▼
+        sandbox: fds 0/1/2 = /dev/null/log/log, everything else inherited closed,
+                 random reseeded, GC back on; then the sandbox process proper
+                 (``process.serve``) writes ``ready PID`` to the pipe
+
+Requests are JSON lines on ``ROOT/template.sock`` (0600), answered only for peers of
+our own uid (``SO_PEERCRED``); every field and every passed descriptor is checked before
+anything is forked.  A request naming another code version is refused and the template
+exits, so the client starts a fresh one.  The template exits by itself when its socket
+is removed or replaced, or after ``CKPT_TEMPLATE_IDLE_S`` seconds (default 1800)
+without a request.  Killing it never touches a sandbox: each runs in its own session
+and was reparented away at fork time.
+
+Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
+template's own start.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import gc
+import json
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+
+from ckpt.sandbox import template_proto as proto
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+POLL_S = 1.0
+IDLE_DEFAULT_S = 1800.0
+REQUEST_TIMEOUT_S = 5.0
+
+
+def log(msg: str) -> None:
+    now = time.time()
+    stamp = f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}"
+    sys.stderr.write(f"{stamp} [template {os.getpid()}] {msg}\n")
+    sys.stderr.flush()
+
+
+# -- warming ---------------------------------------------------------------------------
+
+
+def warm() -> dict[str, Any]:
+    """Import and build everything a sandbox needs before its first request.
+
+    Each workload is built and round-tripped through both engines, which builds the
+    schema and both directions of generated code for every type a kernel holds, the
+    msgspec encoders and the zstd contexts.  Nothing here starts a thread.
+    """
+    t0 = time.perf_counter_ns()
+    from ckpt import kernel, state, statefile  # noqa: F401
+    from ckpt.sandbox import http, process, rpc  # noqa: F401
+
+    t_import = time.perf_counter_ns()
+    for workload in proto.WARM_WORKLOADS:
+        k = kernel.build_workload(workload)
+        for engine in state.ENGINES:
+            state.loads(state.dumps(k, engine=engine), engine=engine)
+    gc.collect()
+    t_end = time.perf_counter_ns()
+    return {
+        "import_ms": round((t_import - t0) / 1e6, 3),
+        "build_ms": round((t_end - t_import) / 1e6, 3),
+    }
+
+
+# -- requests --------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """A request we will not act on; the message goes back to the client."""
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
+    """One request line and the descriptors that came with it (all of them, always)."""
+    fds: list[int] = []
+    buf = bytearray()
+    space = socket.CMSG_SPACE(proto.MAX_FDS * array.array("i").itemsize)
+    while not buf.endswith(b"\n"):
+        data, ancdata, flags, _ = conn.recvmsg(65536, space)
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                got = array.array("i")
+                got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
+                fds.extend(got)
+        if flags & socket.MSG_CTRUNC:
+            _close_all(fds)
+            raise Refused("too many descriptors")
+        if not data:
+            break
+        buf += data
+        if len(buf) > proto.MAX_REQUEST:
+            _close_all(fds)
+            raise Refused("request too large")
+    return bytes(buf), fds
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _fd_target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any]:
+    """Validate a spawn request and its descriptors; raise Refused naming the fault."""
+    from ckpt.sandbox.paths import check_id
+
+    sandbox_id = req.get("id")
+    if not isinstance(sandbox_id, str):
+        raise Refused("spawn needs a string 'id'")
+    try:
+        check_id(sandbox_id)
+    except Exception as exc:
+        raise Refused(str(exc)) from None
+    sock = req.get("socket")
+    if not isinstance(sock, str) or not os.path.isabs(sock) or "\0" in sock:
+        raise Refused("spawn needs an absolute 'socket' path")
+    if len(os.fsencode(sock)) > 107:
+        raise Refused("socket path too long")
+    parent = os.path.dirname(sock)
+    under_root = os.path.realpath(parent) == os.path.realpath(os.path.join(root, sandbox_id))
+    in_tmp = os.path.basename(sock).startswith("ckpt-") and parent == proto.tmpdir()
+    if not (under_root or in_tmp):
+        raise Refused("socket must be in the sandbox's directory under this template's root")
+    n_cgroup = req.get("cgroup_fds")
+    if not isinstance(n_cgroup, int) or isinstance(n_cgroup, bool) or n_cgroup < 0:
+        raise Refused("spawn needs an integer 'cgroup_fds'")
+    if len(fds) != 2 + n_cgroup:
+        raise Refused(f"expected {2 + n_cgroup} descriptors, got {len(fds)}")
+    env = req.get("env", {})
+    if not isinstance(env, dict) or len(env) > 64:
+        raise Refused("'env' must be an object of at most 64 CKPT_* variables")
+    for key, value in env.items():
+        if not (isinstance(value, str) and key.startswith("CKPT_") and len(value) < 4096):
+            raise Refused(f"bad environment variable {key!r} for the sandbox")
+    log_fd, ready_fd, *cgroup_fds = fds
+    mode = os.fstat(log_fd).st_mode
+    if not stat.S_ISREG(mode) or not _writable(log_fd):
+        raise Refused("the log descriptor must be a writable regular file")
+    if not stat.S_ISFIFO(os.fstat(ready_fd).st_mode) or not _writable(ready_fd):
+        raise Refused("the ready descriptor must be the write end of a pipe")
+    for fd in cgroup_fds:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _fd_target(fd).endswith("/cgroup.procs"):
+            raise Refused("cgroup descriptors must be open cgroup.procs files")
+        if not _writable(fd):
+            raise Refused("cgroup descriptors must be open for writing")
+    return {
+        "id": sandbox_id,
+        "socket": sock,
+        "log_fd": log_fd,
+        "ready_fd": ready_fd,
+        "cgroup_fds": cgroup_fds,
+        "env": env,
+    }
+
+
+def _writable(fd: int) -> bool:
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+
+
+# -- forking ---------------------------------------------------------------------------
+
+
+def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
+    """In the forked child: join the cgroup, detach, and run the sandbox.  Never returns."""
+    code = 0
+    try:
+        for fd in spec["cgroup_fds"]:  # first of all: every instruction from here is charged
+            os.write(fd, b"0")
+        os.setsid()
+        child = os.fork()
+        if child != 0:  # the middle process: tell the template the pid, and go
+            os.write(spec["pid_w"], str(child).encode())
+            os._exit(0)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _close_all([*keep_out, spec["pid_w"]])
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(spec["log_fd"], 1)
+        os.dup2(spec["log_fd"], 2)
+        ready = os.dup2(spec["ready_fd"], 3, inheritable=False)
+        os.closerange(4, _max_fd())
+        import random
+
+        random.seed()
+        for key in [k for k in os.environ if k.startswith("CKPT_") and k != "CKPT_ROOT"]:
+            del os.environ[key]
+        os.environ.update(spec["env"])  # the asking command's CKPT_* settings
+        gc.unfreeze()
+        gc.enable()
+        from ckpt.sandbox import process
+
+        process.log("forked from the warm template")
+        process.serve(spec["id"], spec["socket"], ready)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"sandbox start failed in template child: {exc!r}\n")
+            sys.stderr.flush()
+        code = 1
+    os._exit(code)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        return 4096
+
+
+class Template:
+    """The serving loop: one request at a time, on one thread."""
+
+    def __init__(self, root: str, sock_path: str, version: str) -> None:
+        self.root = root
+        self.sock_path = sock_path
+        self.version = version
+        self.started = time.time()
+        self.spawned = 0
+        self.refused = 0
+        self.warm_info: dict[str, Any] = {}
+        self.idle_s = float(os.environ.get("CKPT_TEMPLATE_IDLE_S") or IDLE_DEFAULT_S)
+        self.last_request = time.monotonic()
+        self.listener: socket.socket | None = None
+        self.inode: tuple[int, int] | None = None
+        self.running = True
+
+    def bind(self) -> None:
+        """Bind under a temporary name and rename into place: clients see a warm
+        template or none."""
+        tmp = f"{self.sock_path}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(tmp)
+        finally:
+            os.umask(old)
+        sock.listen(64)
+        os.replace(tmp, self.sock_path)
+        st = os.stat(self.sock_path)
+        self.inode = (st.st_dev, st.st_ino)
+        self.listener = sock
+
+    def still_ours(self) -> bool:
+        try:
+            st = os.stat(self.sock_path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.inode
+
+    def serve(self) -> None:
+        assert self.listener is not None
+        self.listener.settimeout(POLL_S)
+        while self.running:
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                self._reap()
+                if not self.still_ours():
+                    log("socket removed or replaced: exiting")
+                    return
+                if time.monotonic() - self.last_request > self.idle_s:
+                    log(f"idle for {self.idle_s:g} s: exiting")
+                    self.close()
+                    return
+                continue
+            except OSError as exc:
+                log(f"accept failed: {exc}; exiting")
+                return
+            self.last_request = time.monotonic()
+            with conn:
+                self._handle(conn)
+            self._reap()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            conn.settimeout(REQUEST_TIMEOUT_S)
+            if _peer_uid(conn) != os.getuid():
+                raise Refused("requests are accepted from this template's own user only")
+            line, fds = _receive(conn)
+            try:
+                req = json.loads(line)
+            except ValueError:
+                raise Refused("request is not JSON") from None
+            if not isinstance(req, dict):
+                raise Refused("request is not a JSON object")
+            if req.get("version") != self.version:
+                self.running = False  # stale: let the client start a fresh template
+                raise Refused(f"{proto.VERSION_MISMATCH}: template runs {self.version}")
+            op = req.get("op")
+            if op == "spawn":
+                reply = self._spawn(check_spawn(req, fds, self.root), conn)
+            elif op == "status":
+                reply = self.status()
+            elif op == "stop":
+                self.running = False
+                reply = {"stopping": True}
+            else:
+                raise Refused(f"unknown op {op!r}")
+            _send(conn, {"ok": True, "result": reply})
+        except Refused as exc:
+            self.refused += 1
+            log(f"refused: {exc}")
+            _send(conn, {"ok": False, "error": str(exc)})
+        except (OSError, TimeoutError) as exc:
+            log(f"request failed: {exc!r}")
+        finally:
+            _close_all(fds)
+        if not self.running:
+            self.close()
+
+    def _spawn(self, spec: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+        sys.stderr.flush()
+        keep_out = [conn.fileno(), self.listener.fileno()] if self.listener else [conn.fileno()]
+        pid_r, spec["pid_w"] = os.pipe()
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os.close(pid_r)
+                _become_sandbox(spec, keep_out)
+            os.close(spec["pid_w"])
+            _, status = os.waitpid(pid, 0)
+            sandbox_pid = os.read(pid_r, 32)
+        finally:
+            os.close(pid_r)
+            with contextlib.suppress(OSError):
+                os.close(spec["pid_w"])
+        if os.waitstatus_to_exitcode(status) != 0 or not sandbox_pid.isdigit():
+            raise Refused("the forked sandbox could not join its cgroup or detach")
+        self.spawned += 1
+        return {"pid": int(sandbox_pid)}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "version": self.version,
+            "root": self.root,
+            "socket": self.sock_path,
+            "started": self.started,
+            "uptime_s": round(time.time() - self.started, 3),
+            "spawned": self.spawned,
+            "refused": self.refused,
+            "idle_timeout_s": self.idle_s,
+            "rss_kib": _rss_kib(),
+            **self.warm_info,
+        }
+
+    def close(self) -> None:
+        self.running = False
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        if self.still_ours():
+            with contextlib.suppress(OSError):
+                os.unlink(self.sock_path)
+        with contextlib.suppress(OSError):
+            info = proto.read_info(self.root)
+            if info and info.get("pid") == os.getpid():
+                os.unlink(proto.info_path(self.root))
+
+
+def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def _rss_kib() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# -- entry point -----------------------------------------------------------------------
+
+USAGE = "usage: python -m ckpt.sandbox.template --root DIR --socket PATH --version TOKEN"
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    it = iter(argv)
+    for arg in it:
+        if arg not in ("--root", "--socket", "--version"):
+            raise SystemExit(f"{USAGE}\nunrecognized argument: {arg}")
+        value = next(it, None)
+        if value is None:
+            raise SystemExit(f"{USAGE}\nargument {arg}: expected one argument")
+        opts[arg[2:]] = value
+    missing = [n for n in ("root", "socket", "version") if n not in opts]
+    if missing:
+        raise SystemExit(f"{USAGE}\nmissing: {', '.join(missing)}")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> None:
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    lock_fd = os.open(proto.lock_path(opts["root"]), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return  # another template for this root is starting or serving
+    t = Template(os.path.abspath(opts["root"]), opts["socket"], opts["version"])
+    signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
+    t.warm_info = warm()
+    gc.freeze()  # measured: see ckpt/bench/lifecycle.py --gc-freeze notes in the README
+    t.bind()
+    proto.write_info(
+        opts["root"],
+        {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started},
+    )
+    log(f"warm ({t.warm_info}); serving on {t.sock_path}")
+    try:
+        t.serve()
+    finally:
+        t.close()
+        log("stopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Asking the warm template for a sandbox, and starting, querying and stopping it.
+
+``spawn`` never fails a command: whatever is wrong with the template (none, dead,
+wedged, another code version, a refusal) comes back as a reason string, and the caller
+starts the sandbox cold instead; a dead or wedged template is cleared away so the next
+command can start a fresh one (``start``, in the background).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import SandboxError
+from ckpt.sandbox import template_proto as proto
+
+CONNECT_TIMEOUT_S = 1.0
+REPLY_TIMEOUT_S = 10.0  # a warm template answers in milliseconds; this only catches a wedge
+START_TIMEOUT_S = 60.0
+ENV_PREFIX = "CKPT_"
+
+
+def disabled() -> bool:
+    """``CKPT_TEMPLATE=0`` (or ``ckpt --no-template``) forces cold starts."""
+    return os.environ.get("CKPT_TEMPLATE", "1").strip().lower() in ("0", "no", "off", "false")
+
+
+def _request(
+    root: Path, request: dict[str, Any], fds: list[int] = (), timeout: float = REPLY_TIMEOUT_S
+) -> dict[str, Any]:
+    """One request and its reply.  Raises OSError/TimeoutError/ValueError on trouble."""
+    path = proto.socket_path(str(root))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        sock.connect(path)
+        sock.settimeout(timeout)
+        data = json.dumps({**request, "version": proto.version()}).encode() + b"\n"
+        if fds:
+            socket.send_fds(sock, [data], list(fds))
+        else:
+            sock.sendall(data)
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        sock.close()
+    reply = json.loads(buf)
+    if not isinstance(reply, dict):
+        raise ValueError("reply is not a JSON object")
+    return reply
+
+
+def _child_env() -> dict[str, str]:
+    """The CKPT_* variables this command runs with, for the forked sandbox to adopt."""
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX) and k != "CKPT_ROOT"}
+
+
+def spawn(
+    root: Path, sandbox_id: str, sock: Path, log_fd: int, ready_fd: int, cgroup_fds: list[int]
+) -> tuple[int, str]:
+    """Have the template fork sandbox ``sandbox_id``: ``(pid, "")`` when it did, else
+    ``(0, why not)``."""
+    if not os.path.exists(proto.socket_path(str(root))):
+        return 0, "no template running"
+    request = {
+        "op": "spawn",
+        "id": sandbox_id,
+        "socket": str(sock),
+        "cgroup_fds": len(cgroup_fds),
+        "env": _child_env(),
+    }
+    try:
+        reply = _request(root, request, [log_fd, ready_fd, *cgroup_fds])
+    except (FileNotFoundError, ConnectionRefusedError):
+        _clear_dead(root)
+        return 0, "the template was not running"
+    except TimeoutError:
+        kill(root)
+        return 0, "the template did not answer (wedged); it was killed"
+    except (OSError, ValueError) as exc:
+        kill(root)
+        return 0, f"the template failed ({exc}); it was killed"
+    result = reply.get("result")
+    if reply.get("ok") and isinstance(result, dict) and isinstance(result.get("pid"), int):
+        return result["pid"], ""
+    error = str(reply.get("error"))
+    if error.startswith(proto.VERSION_MISMATCH):
+        return 0, "the template ran another version of ckpt; it exits"
+    return 0, f"the template refused: {error}"
+
+
+def _clear_dead(root: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(proto.socket_path(str(root)))
+
+
+def _template_pid(root: Path) -> int | None:
+    """The pid in template.json, if that process is a template of this root."""
+    info = proto.read_info(str(root))
+    pid = info.get("pid") if info else None
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return None
+    if b"ckpt.sandbox.template" not in argv or os.fsencode(str(root)) not in argv:
+        return None
+    return pid
+
+
+def kill(root: Path) -> bool:
+    """SIGKILL the template of ``root`` (never a sandbox: they have their own sessions)."""
+    pid = _template_pid(root)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _clear_dead(root)
+    with contextlib.suppress(OSError):
+        os.unlink(proto.info_path(str(root)))
+    return pid is not None
+
+
+def status(root: Path) -> dict[str, Any] | None:
+    """The serving template's status, or None when no template answers."""
+    try:
+        reply = _request(root, {"op": "status"}, timeout=5.0)
+    except (OSError, ValueError):
+        return None
+    return reply.get("result") if reply.get("ok") else None
+
+
+def stop(root: Path) -> bool:
+    """Ask the template to exit; kill it if it does not answer.  True if one was there."""
+    try:
+        reply = _request(root, {"op": "stop"}, timeout=5.0)
+    except FileNotFoundError:
+        return kill(root)
+    except (OSError, ValueError):
+        return kill(root)
+    if not reply.get("ok"):  # another version: it is exiting anyway
+        return True
+    pid = _template_pid(root)
+    deadline = time.monotonic() + 5.0
+    while pid is not None and _template_pid(root) == pid and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return True
+
+
+def start(root: Path, *, wait: bool = False) -> None:
+    """Start a template for ``root`` in the background, detached (its own session).
+
+    With ``wait``, return once it answers, raising SandboxError if it does not."""
+    from ckpt.sandbox.lifecycle import child_env
+
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(proto.log_path(str(root)), "ab") as log:
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-S",
+                "-m",
+                "ckpt.sandbox.template",
+                "--root",
+                str(root.absolute()),
+                "--socket",
+                proto.socket_path(str(root)),
+                "--version",
+                proto.version(),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd="/",
+            env=child_env(),
+        )
+    if not wait:
+        return
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if status(root) is not None:
+            return
+        time.sleep(0.02)
+    raise SandboxError(
+        f"the template for {root} did not start within {START_TIMEOUT_S:g} s; "
+        f"see {proto.log_path(str(root))}"
+    )

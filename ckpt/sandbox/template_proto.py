@@ -1,0 +1,106 @@
+"""What the template and its clients agree on: file names, limits, the code version.
+
+::
+
+    ROOT/
+      template.sock   the template's socket (0600), or ckpt-tpl-<hash>.sock in the temp
+                      dir when ROOT is too deep for a Unix socket path
+      template.json   pid, version, socket and start time of the serving template
+      template.lock   held (flock) by the one template of this root
+      template.log    the template's stdout and stderr
+
+The version token changes whenever any of ckpt's source files or the interpreter
+changes, so a template never forks code older than the command asking for it.
+Stdlib only: both the CLI and the template import this first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+SOCKET_FILE = "template.sock"
+INFO_FILE = "template.json"
+LOCK_FILE = "template.lock"
+LOG_FILE = "template.log"
+MAX_SOCKET_PATH = 100
+MAX_REQUEST = 64 * 1024
+MAX_FDS = 16
+VERSION_MISMATCH = "version mismatch"
+# Built and round-tripped through every engine while warming: together they hold
+# every kind of kernel object a sandbox saves.
+WARM_WORKLOADS = ("http", "nginx", "files:20", "graph:50", "empty")
+
+_version: str | None = None
+
+
+def tmpdir() -> str:
+    return tempfile.gettempdir()
+
+
+def socket_path(root: str) -> str:
+    """``ROOT/template.sock``, or a hashed name in the temp dir if that is too long."""
+    natural = os.path.join(os.path.abspath(root), SOCKET_FILE)
+    if len(os.fsencode(natural)) <= MAX_SOCKET_PATH:
+        return natural
+    digest = hashlib.sha256(os.fsencode(natural)).hexdigest()[:20]
+    return os.path.join(tmpdir(), f"ckpt-tpl-{digest}.sock")
+
+
+def info_path(root: str) -> str:
+    return os.path.join(root, INFO_FILE)
+
+
+def lock_path(root: str) -> str:
+    return os.path.join(root, LOCK_FILE)
+
+
+def log_path(root: str) -> str:
+    return os.path.join(root, LOG_FILE)
+
+
+def version() -> str:
+    """A digest of the interpreter and of every ckpt source file's name, size and mtime."""
+    global _version
+    if _version is None:
+        import ckpt
+
+        top = os.path.dirname(os.path.abspath(ckpt.__file__))
+        h = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{top}".encode())
+        stack = [top]
+        while stack:
+            d = stack.pop()
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            for e in entries:
+                if e.is_dir(follow_symlinks=False) and e.name != "__pycache__":
+                    stack.append(e.path)
+                elif e.name.endswith((".py", ".so")):
+                    st = e.stat()
+                    h.update(f"{e.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        _version = h.hexdigest()[:16]
+    return _version
+
+
+def read_info(root: str) -> dict[str, Any] | None:
+    try:
+        with open(info_path(root), "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_info(root: str, info: dict[str, Any]) -> None:
+    path = info_path(root)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, path)
