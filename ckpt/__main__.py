@@ -1,3 +1,3 @@
-from ckpt.cli import main
+from ckpt.entry import main
 
 main()

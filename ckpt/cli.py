@@ -3,6 +3,12 @@
 Commands hold no logic of their own.  Library code raises ``CkptError`` and never
 prints; ``main`` is the one place that renders errors: a single ``error: ...`` line
 on stderr and a non-zero exit, with the traceback only under ``--debug``.
+
+Start-up is what a user waits for on every command, so this module stays lean
+(measured with ``python -X importtime``): rich is imported only when a table or rule
+is drawn, one-line results are written directly, library modules are imported by the
+commands that use them, and typer builds only the command being run (see ``_prune``).
+typer is held below 0.29, which requires pydantic and imports it at parse time.
 """
 
 from __future__ import annotations
@@ -11,15 +17,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from ckpt import __version__
 from ckpt.errors import CkptError
-from ckpt.sandbox import paths as sandbox_paths
 
 app = typer.Typer(
     name="ckpt",
@@ -30,11 +33,41 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmark suites (rich table, --json, Go benchmark lines).")
 inspect_app = typer.Typer(help="Show what an image holds.")
+template_app = typer.Typer(
+    help="The warm sandbox template: a process per root that forks sandboxes ready-made."
+)
 app.add_typer(bench_app, name="bench")
 app.add_typer(inspect_app, name="inspect")
+app.add_typer(template_app, name="template")
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+class _LazyConsole:
+    """A rich Console made on first use: rich costs ~35 ms to import, and most
+    commands print a line or a JSON document, which need none of it."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+out: Any = _LazyConsole(highlight=False)
+err: Any = _LazyConsole(stderr=True, highlight=False)
+
+
+def say(text: str) -> None:
+    """One line of user data on stdout, as is (no markup, no wrapping)."""
+    sys.stdout.write(text + "\n")
+
+
+def note(text: str) -> None:
+    sys.stderr.write(f"note: {text}\n")
 
 
 class Globals:
@@ -56,7 +89,7 @@ def default_root() -> Path:
 
 def version_callback(value: bool) -> None:
     if value:
-        out.print(f"ckpt {__version__}")
+        say(f"ckpt {__version__}")
         raise typer.Exit()
 
 
@@ -71,6 +104,14 @@ def main_options(
             "(default: $CKPT_ROOT, else /run/ckpt as root, else $XDG_RUNTIME_DIR/ckpt).",
         ),
     ] = None,
+    no_template: Annotated[
+        bool,
+        typer.Option(
+            "--no-template",
+            help="Start sandboxes as fresh interpreters, not from the warm template "
+            "(also CKPT_TEMPLATE=0).",
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -81,6 +122,54 @@ def main_options(
     """Checkpoint and restore sandboxes running a simulated kernel, fast."""
     Globals.debug = debug
     Globals.root = root or default_root()
+    if no_template:
+        os.environ["CKPT_TEMPLATE"] = "0"
+
+
+_GLOBAL_OPTIONS_WITH_VALUE = {"--root"}
+
+
+def _command_path(argv: list[str]) -> list[str]:
+    """The command words in ``argv`` (``["bench", "state"]``), skipping global options."""
+    words: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            break
+        if arg.startswith("-"):
+            i += 2 if (arg in _GLOBAL_OPTIONS_WITH_VALUE and not words) else 1
+            continue
+        words.append(arg)
+        if len(words) == 2:
+            break
+        i += 1
+    return words
+
+
+def _prune(typer_app: typer.Typer, words: list[str]) -> None:
+    """Keep only the command ``words`` name, so typer builds just that one.
+
+    typer turns every registered function into a click command on each run
+    (signature, resolved annotations, converters): ~2 ms a command, for ~20 commands,
+    to run one.  An unknown word keeps everything, so click's own "No such command"
+    and the full ``--help`` listing are unchanged.
+    """
+    if not words:
+        return
+    name = words[0]
+    commands = [c for c in typer_app.registered_commands if _name(c) == name]
+    groups = [g for g in typer_app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return
+    typer_app.registered_commands = commands
+    typer_app.registered_groups = groups
+    for g in groups:
+        _prune(g.typer_instance, words[1:])
+
+
+def _name(info: Any) -> str:
+    return info.name or info.callback.__name__.replace("_", "-")
 
 
 def main() -> None:
@@ -89,13 +178,17 @@ def main() -> None:
     Click's standalone mode handles usage errors (exit 2) and Ctrl-C itself; every
     other exception propagates here, where a CkptError becomes one line on stderr.
     """
-    Globals.debug = "--debug" in sys.argv[1:]
+    argv = sys.argv[1:]
+    Globals.debug = "--debug" in argv
+    _prune(app, _command_path(argv))
     try:
         app(standalone_mode=True)
     except CkptError as exc:
         if Globals.debug:
-            err.print_exception()
-        err.print(f"error: {exc}", markup=False, soft_wrap=True)
+            import traceback
+
+            traceback.print_exc()
+        sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
 
 
@@ -316,28 +409,68 @@ def bench_checkpointfile_cmd(
         typer.echo(line)  # unwrapped, for benchstat
 
 
+@bench_app.command("lifecycle")
+def bench_lifecycle_cmd(
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Timed rounds.")] = 5,
+    workloads: Annotated[
+        str, typer.Option("--workloads", help="Comma-separated workloads.")
+    ] = "http,nginx",
+    cpu: Annotated[str, typer.Option("--cpu", help="Comma-separated quotas.")] = "uncapped,0.25",
+    commands: Annotated[
+        str | None,
+        typer.Option("--commands", help="Only these (run,checkpoint,restore,state)."),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+    ] = False,
+) -> None:
+    """Each CLI command timed as a whole process, exec to exit, against `python -c pass`.
+
+    run (cold and from the template), checkpoint, restore (template and cold) and state,
+    per workload and CPU quota, rounds interleaved; medians and spread.  Needs root for
+    quotas other than uncapped.
+    """
+    from ckpt.bench import lifecycle
+
+    report = lifecycle.run(
+        count=count,
+        workloads=[w for w in workloads.split(",") if w],
+        quotas=[q for q in cpu.split(",") if q],
+        commands=commands.split(",") if commands else None,
+        progress=not json_out,
+    )
+    if json_out:
+        _print_json(lifecycle.to_json(report))
+        return
+    out.print(lifecycle.render(report))
+    for line in lifecycle.go_lines(report):
+        say(line)
+
+
 # --- sandbox lifecycle commands (ckpt/sandbox) ------------------------------------
 
 
-def _sandbox_root() -> sandbox_paths.Root:
-    return sandbox_paths.Root(Globals.root or default_root())
+def _sandbox_root() -> Any:
+    from ckpt.sandbox import paths
+
+    return paths.Root(Globals.root or default_root())
 
 
-def _lifecycle() -> ModuleType:
-    """``ckpt.sandbox.lifecycle``, imported on use (psutil) so other commands start fast."""
+def _lifecycle() -> Any:
+    """``ckpt.sandbox.lifecycle``, imported on use so other commands start fast."""
     from ckpt.sandbox import lifecycle
 
     return lifecycle
 
 
-def _render() -> ModuleType:
+def _render() -> Any:
     from ckpt.sandbox import render
 
     return render
 
 
 def _print_json(data: object) -> None:
-    out.print_json(json.dumps(data))
+    say(json.dumps(data, indent=2, default=str))
 
 
 CpuOpt = Annotated[
@@ -352,6 +485,9 @@ StatsOpt = Annotated[
     bool, typer.Option("--stats", help="Per-type engine stats and CRIU-style counters.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+TimingsOpt = Annotated[
+    bool, typer.Option("--timings", help="Every phase and counter as a table, not one line.")
+]
 IgnoreCgroupsOpt = Annotated[
     bool, typer.Option("--ignore-cgroups", help="Run without a cgroup (no quota, no freeze).")
 ]
@@ -381,13 +517,13 @@ def run_cmd(
         engine=engine,
         ignore_cgroups=ignore_cgroups,
     )
-    for note in res.notes:
-        err.print(f"note: {note}", markup=False)
+    for text in res.notes:
+        note(text)
     if json_out:
         _print_json({**res.state.to_json(), "timings": res.timings.as_dict()})
         return
     where = f", serving http://{res.state.address}/" if res.state.address else ""
-    out.print(f"sandbox {res.state.id} running (pid {res.state.pid}{where})", markup=False)
+    say(f"sandbox {res.state.id} running (pid {res.state.pid}{where})")
 
 
 @app.command("list")
@@ -410,21 +546,21 @@ def state_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
 def pause_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Freeze a sandbox's kernel and cgroup; HTTP requests wait until resume."""
     _lifecycle().pause(_sandbox_root(), sandbox_id)
-    out.print(f"sandbox {sandbox_id} paused", markup=False)
+    say(f"sandbox {sandbox_id} paused")
 
 
 @app.command("resume")
 def resume_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Thaw a paused sandbox."""
     _lifecycle().resume(_sandbox_root(), sandbox_id)
-    out.print(f"sandbox {sandbox_id} running", markup=False)
+    say(f"sandbox {sandbox_id} running")
 
 
 @app.command("kill")
 def kill_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """SIGKILL a sandbox and free its cgroup (its state stays, as stopped)."""
     _lifecycle().kill(_sandbox_root(), sandbox_id)
-    out.print(f"sandbox {sandbox_id} stopped", markup=False)
+    say(f"sandbox {sandbox_id} stopped")
 
 
 @app.command("delete")
@@ -434,7 +570,7 @@ def delete_cmd(
 ) -> None:
     """Remove a sandbox: its process (with --force), cgroup and files."""
     _lifecycle().delete(_sandbox_root(), sandbox_id, force=force)
-    out.print(f"sandbox {sandbox_id} deleted", markup=False)
+    say(f"sandbox {sandbox_id} deleted")
 
 
 @app.command("checkpoint")
@@ -452,6 +588,7 @@ def checkpoint_cmd(
     stats: StatsOpt = False,
     key_file: KeyOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing image.")] = False,
+    timings: TimingsOpt = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
 ) -> None:
     """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
@@ -478,11 +615,11 @@ def checkpoint_cmd(
             }
         )
         return
-    out.print(
-        f"checkpoint of {sandbox_id} written to {res.image} (sandbox {res.state.status})",
-        markup=False,
-    )
-    out.print(_render().timings_table("checkpoint timings", res.timings))
+    say(f"checkpoint of {sandbox_id} written to {res.image} (sandbox {res.state.status})")
+    if timings or stats:
+        out.print(_render().timings_table("checkpoint timings", res.timings))
+    else:
+        say("  " + res.timings.summary())
     if stats:
         out.print(_render().stats_renderable(res.stats, res.stats_text))
 
@@ -502,6 +639,7 @@ def restore_cmd(
         int | None, typer.Option("--port", help="Listen here instead of the saved port.")
     ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
+    timings: TimingsOpt = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
 ) -> None:
     """Restore an image into a new sandbox process under an optional CPU quota."""
@@ -517,14 +655,17 @@ def restore_cmd(
         port=port,
         ignore_cgroups=ignore_cgroups,
     )
-    for note in res.notes:
-        err.print(f"note: {note}", markup=False)
+    for text in res.notes:
+        note(text)
     if json_out:
         _print_json({**res.state.to_json(), "timings": res.timings.as_dict(), "stats": res.stats})
         return
     where = f", serving http://{res.state.address}/" if res.state.address else ""
-    out.print(f"sandbox {sandbox_id} restored (pid {res.state.pid}{where})", markup=False)
-    out.print(_render().timings_table("restore timings", res.timings))
+    say(f"sandbox {sandbox_id} restored (pid {res.state.pid}{where})")
+    if timings or stats:
+        out.print(_render().timings_table("restore timings", res.timings))
+    else:
+        say("  " + res.timings.summary())
     if stats:
         out.print(_render().stats_renderable(res.stats, res.stats_text))
 
@@ -560,6 +701,51 @@ def cycle_cmd(
     out.print(cycle.render(report))
     for line in cycle.go_lines(report):
         out.print(line, markup=False, soft_wrap=True)
+
+
+@template_app.command("status")
+def template_status_cmd(json_out: JsonOpt = False) -> None:
+    """Show the root's template: pid, code version, uptime, sandboxes forked, memory."""
+    from ckpt.sandbox import template_client
+
+    root = _sandbox_root().path
+    info = template_client.status(root)
+    if json_out:
+        _print_json({"running": info is not None, **(info or {})})
+        return
+    if info is None:
+        say(f"no template serving {root} (the next run or restore starts one)")
+        return
+    say(
+        f"template pid {info['pid']} serving {root}: version {info['version']}, "
+        f"up {info['uptime_s']:.0f} s, {info['spawned']} sandboxes forked, "
+        f"{info['rss_kib'] / 1024:.0f} MiB, warmed in "
+        f"{info.get('import_ms', 0) + info.get('build_ms', 0):.0f} ms"
+    )
+
+
+@template_app.command("start")
+def template_start_cmd() -> None:
+    """Start the root's template now (run and restore otherwise start it on demand)."""
+    from ckpt.sandbox import template_client
+
+    root = _sandbox_root().path
+    if template_client.status(root) is None:
+        template_client.start(root, wait=True)
+    info = template_client.status(root) or {}
+    say(f"template pid {info.get('pid')} serving {root}")
+
+
+@template_app.command("stop")
+def template_stop_cmd() -> None:
+    """Stop the root's template.  Sandboxes it forked keep running."""
+    from ckpt.sandbox import template_client
+
+    root = _sandbox_root().path
+    if template_client.stop(root):
+        say(f"template of {root} stopped")
+    else:
+        say(f"no template serving {root}")
 
 
 @app.command("demo")

@@ -243,12 +243,12 @@ def child_env() -> dict[str, str]:
     # again each time (hosts setting PYTHONDONTWRITEBYTECODE).  Keep bytecode in
     # ckpt's own cache directory instead, so nothing is written beside the sources
     # (inside it, so a CKPT_CACHE_DIR of /var/cache/ckpt never writes /var/cache/pycache).
-    from ckpt.state import codecache
+    from ckpt.cachedir import bytecode_dir
 
-    cache = codecache.cache_dir()
-    if cache is not None and "PYTHONPYCACHEPREFIX" not in env:
+    where = bytecode_dir()
+    if where is not None and "PYTHONPYCACHEPREFIX" not in env:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
+        env["PYTHONPYCACHEPREFIX"] = str(where)
     return env
 
 

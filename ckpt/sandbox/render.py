@@ -15,9 +15,11 @@ from ckpt.sandbox.timings import Timings
 
 
 def sandboxes_table(states: list[SandboxState]) -> Table:
+    """One row per sandbox; long values fold onto a second line rather than being cut,
+    so the table stays readable in 80 columns (the cgroup is always ``ckpt/ID``)."""
     table = Table(title="sandboxes", title_justify="left")
-    for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CGROUP", "CREATED"):
-        table.add_column(col)
+    for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CREATED (UTC)"):
+        table.add_column(col, overflow="fold")
     for st in states:
         table.add_row(
             Text(st.id),
@@ -25,9 +27,8 @@ def sandboxes_table(states: list[SandboxState]) -> Table:
             st.status,
             Text(st.workload),
             st.address or "-",
-            "uncapped" if st.cpu is None else f"{st.cpu:g}",
-            Text(st.cgroup or "-"),
-            st.created,
+            "-" if st.cpu is None else f"{st.cpu:g}",
+            st.created.replace("T", " ").removesuffix("Z"),
         )
     return table
 

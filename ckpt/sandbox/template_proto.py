@@ -73,7 +73,7 @@ def version() -> str:
         import ckpt
 
         top = os.path.dirname(os.path.abspath(ckpt.__file__))
-        h = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{top}".encode())
+        h = hashlib.sha256(f"{os.path.realpath(sys.executable)}\0{sys.version}\0{top}".encode())
         stack = [top]
         while stack:
             d = stack.pop()

@@ -56,6 +56,16 @@ class Timings:
         finally:
             self.phases_ns[name] = time.perf_counter_ns() - start
 
+    def summary(self) -> str:
+        """The phases and CPU on one line of plain text, as the CLI prints them."""
+        parts = [f"{name} {ns / 1e6:.1f} ms" for name, ns in self.phases_ns.items()]
+        if self.cpu_usec is not None:
+            parts.append(f"CPU {self.cpu_usec / 1e3:.1f} ms ({self.cpu_source})")
+        start = self.counters.get("sandbox_start")
+        if start:
+            parts.append("from the template" if start == "template" else "cold start")
+        return " · ".join(parts)
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f"{k}_ms": round(v / 1e6, 3) for k, v in self.phases_ns.items()}
         if self.cpu_usec is not None:

@@ -18,39 +18,14 @@ from __future__ import annotations
 import importlib.util
 import marshal
 import os
-import stat
 import zlib
 from pathlib import Path
 from types import CodeType
 
+from ckpt.cachedir import cache_dir
+
 _MAGIC = importlib.util.MAGIC_NUMBER  # marshal's format follows the interpreter's
 _memory: dict[bytes, CodeType] = {}
-_dir: Path | bool | None = False  # False: not resolved yet; None: disabled
-
-
-def cache_dir() -> Path | None:
-    """The cache directory, created on first use, or None when unusable or disabled."""
-    global _dir
-    if _dir is not False:
-        return _dir  # type: ignore[return-value]
-    _dir = None
-    if os.environ.get("CKPT_CODE_CACHE", "1") == "0":
-        return None
-    base = os.environ.get("CKPT_CACHE_DIR")
-    if base:
-        path = Path(base)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = Path(xdg) / "ckpt" / "codegen"
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        info = path.stat()
-    except OSError:
-        return None
-    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return None  # someone else could plant code here
-    _dir = path
-    return path
 
 
 def _key(text: bytes) -> str:
