@@ -454,13 +454,12 @@ def main(argv: list[str] | None = None) -> None:
         return  # another template for this root is starting or serving
     t = Template(os.path.abspath(opts["root"]), opts["socket"], opts["version"])
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
+    info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
+    proto.write_info(opts["root"], {**info, "state": "warming"})
     t.warm_info = warm()
-    gc.freeze()  # measured: see ckpt/bench/lifecycle.py --gc-freeze notes in the README
+    gc.freeze()  # keeps forked children from copying pages when they collect
     t.bind()
-    proto.write_info(
-        opts["root"],
-        {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started},
-    )
+    proto.write_info(opts["root"], {**info, "state": "serving"})
     log(f"warm ({t.warm_info}); serving on {t.sock_path}")
     try:
         t.serve()

@@ -117,21 +117,32 @@ def _template_pid(root: Path) -> int | None:
             argv = f.read().split(b"\0")
     except OSError:
         return None
-    if b"ckpt.sandbox.template" not in argv or os.fsencode(str(root)) not in argv:
+    if b"ckpt.sandbox.template" not in argv or os.fsencode(str(root.absolute())) not in argv:
         return None
     return pid
 
 
 def kill(root: Path) -> bool:
-    """SIGKILL the template of ``root`` (never a sandbox: they have their own sessions)."""
+    """SIGKILL the template of ``root`` (never a sandbox: they have their own sessions)
+    and wait until it is gone.  True if there was one."""
     pid = _template_pid(root)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        _wait_gone(root, pid)
     _clear_dead(root)
     with contextlib.suppress(OSError):
         os.unlink(proto.info_path(str(root)))
     return pid is not None
+
+
+def _wait_gone(root: Path, pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _template_pid(root) == pid:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def status(root: Path) -> dict[str, Any] | None:
@@ -144,20 +155,16 @@ def status(root: Path) -> dict[str, Any] | None:
 
 
 def stop(root: Path) -> bool:
-    """Ask the template to exit; kill it if it does not answer.  True if one was there."""
+    """Ask the template to exit, and wait until it has; kill it if it does not answer
+    (or is still warming up).  True if there was one."""
+    pid = _template_pid(root)
     try:
         reply = _request(root, {"op": "stop"}, timeout=5.0)
-    except FileNotFoundError:
-        return kill(root)
     except (OSError, ValueError):
         return kill(root)
-    if not reply.get("ok"):  # another version: it is exiting anyway
-        return True
-    pid = _template_pid(root)
-    deadline = time.monotonic() + 5.0
-    while pid is not None and _template_pid(root) == pid and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return True
+    if pid is not None and not _wait_gone(root, pid):
+        return kill(root)
+    return bool(reply.get("ok")) or pid is not None
 
 
 def start(root: Path, *, wait: bool = False) -> None:
@@ -168,7 +175,7 @@ def start(root: Path, *, wait: bool = False) -> None:
 
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(proto.log_path(str(root)), "ab") as log:
-        subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 sys.executable,
                 "-S",
@@ -188,6 +195,8 @@ def start(root: Path, *, wait: bool = False) -> None:
             cwd="/",
             env=child_env(),
         )
+    # Recorded at once, so `ckpt template stop` finds a template that is still warming.
+    proto.write_info(str(root), {"pid": proc.pid, "state": "starting"})
     if not wait:
         return
     deadline = time.monotonic() + START_TIMEOUT_S

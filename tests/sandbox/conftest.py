@@ -32,16 +32,30 @@ def cgroup_dirs(sandbox_id: str) -> list[Path]:
 
 
 def sandbox_processes(root: Path) -> list[psutil.Process]:
-    """Live sandbox processes started under ``root`` (found by their command line)."""
+    """Live processes of ``root``, found by their command line: cold-started sandboxes
+    (``ckpt.sandbox.process``), and the template with every sandbox forked from it
+    (they keep the template's command line, ``ckpt.sandbox.template --root ROOT``)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmd = proc.info["cmdline"] or []
-        if "ckpt.sandbox.process" in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if "ckpt.sandbox.process" in cmd:
             sock = cmd[cmd.index("--socket") + 1] if "--socket" in cmd else ""
             sid = cmd[cmd.index("--id") + 1] if "--id" in cmd else ""
             if sock.startswith(str(root)) or (root / sid).exists():
                 found.append(proc)
+        elif "ckpt.sandbox.template" in cmd and "--root" in cmd:
+            if cmd[cmd.index("--root") + 1] == str(root.absolute()):
+                found.append(proc)
     return found
+
+
+def stop_template(root: Path) -> None:
+    """Stop the root's template, as ``ckpt template stop`` does, and wait for it."""
+    from ckpt.sandbox import template_client
+
+    template_client.stop(root)
 
 
 @dataclass
@@ -105,6 +119,7 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     for sandbox_id in set(r.ids()) | runner.ids:
         if r.exists(sandbox_id):
             lifecycle.delete(r, sandbox_id, force=True)
+    stop_template(root)
     assert sandbox_processes(root) == []
     for sandbox_id in runner.ids:
         assert cgroup_dirs(sandbox_id) == [], f"cgroup left behind for {sandbox_id}"
