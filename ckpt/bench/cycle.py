@@ -61,6 +61,12 @@ class Plan:
     quotas: list[float | None]
     hold: float
     engines: list[str]
+    # restores fork from the warm template (ckpt --no-template turns it off)
+    template: bool = True
+
+    @property
+    def start(self) -> str:
+        return "warm template" if self.template else "cold start"
 
     @classmethod
     def parse(
@@ -81,7 +87,11 @@ class Plan:
             raise SandboxError("--count must be at least 1")
         if hold < 0:
             raise SandboxError("--hold must not be negative")
-        return cls(sandbox_id, Path(image_dir), count, quotas, hold, names)
+        from ckpt.sandbox import template_client
+
+        return cls(
+            sandbox_id, Path(image_dir), count, quotas, hold, names, not template_client.disabled()
+        )
 
     def order(self) -> list[str]:
         """ABBA: the engine order reverses every block (A B, B A, A B, ...)."""
@@ -164,6 +174,7 @@ class Report:
             "engines": self.plan.engines,
             "baseline": self.plan.engines[0],
             "hold_s": self.plan.hold,
+            "template": self.plan.template,
             "machine": machine_info(),
             "python_start_ns": self.python_start_ns,
             "sandbox_create_vs_python": {
@@ -294,6 +305,7 @@ def run(root: Root, plan: Plan, console: Any = None) -> Report:
                     cpus=quota,
                     engine=engine,
                     ignore_cgroups=not with_cgroup,
+                    template=plan.template,
                 )
                 shutil.rmtree(image, ignore_errors=True)
                 values = {k: float(v) for k, v in ck.timings.phases_ns.items()}
@@ -336,7 +348,10 @@ def render(report: Report) -> Any:
     parts: list[Any] = []
     rows = report.rows()
     for quota in (quota_label(q) for q in report.plan.quotas):
-        table = Table(title=f"cycle cpu={quota} (baseline {base})", title_justify="left")
+        table = Table(
+            title=f"cycle cpu={quota} (baseline {base}; restores: {report.plan.start})",
+            title_justify="left",
+        )
         for col, justify in (
             ("phase", "left"),
             ("engine", "left"),
@@ -404,7 +419,8 @@ def go_lines(report: Report) -> list[str]:
     """One Go benchmark line per cycle: ``BenchmarkCycle/cpu=Q/engine=E 1 <v> Phase-ns/op``."""
     lines = []
     for s in report.samples:
-        parts = [f"BenchmarkCycle/cpu={s.quota}/engine={s.engine}", "1"]
+        start = "template" if report.plan.template else "cold"
+        parts = [f"BenchmarkCycle/start={start}/cpu={s.quota}/engine={s.engine}", "1"]
         parts += [f"{s.values_ns[p]:.0f} {p}-ns/op" for p in PHASES if p in s.values_ns]
         lines.append("\t".join(parts))
     return lines

@@ -91,12 +91,31 @@ def _alive(pid: int, start: float) -> bool:
 
 
 def _wait_dead(pid: int, start: float, timeout: float) -> bool:
+    """Wait for the sandbox to exit.  A pidfd (Linux 5.3+) turns readable the moment it
+    does, so a checkpoint's reply is not followed by up to 10 ms of polling; elsewhere,
+    poll every 10 ms."""
     deadline = time.monotonic() + timeout
-    while _alive(pid, start):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
+    pidfd = _pidfd(pid) if _alive(pid, start) else None
+    try:
+        while _alive(pid, start):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if pidfd is not None:
+                select.select([pidfd], [], [], min(left, 0.5))
+            else:
+                time.sleep(0.01)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     return True
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _kill_pid(pid: int, start: float) -> None:

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from ckpt.errors import KernelError, SandboxError
+from ckpt.errors import KernelError, SandboxError, StatefileError
 from ckpt.sandbox import rpc
 from ckpt.sandbox.http import HttpServer, bind
 
@@ -81,6 +81,25 @@ def _stall(seconds: float, release: str | None) -> None:
             log("checkpoint: stall released (CKPT_FAULT)")
             return
         time.sleep(min(left, 0.02) if release is not None else left)
+
+
+def _image_write_error(exc: OSError, image: str) -> StatefileError:
+    """An OSError while writing an image, as one line naming the image and what to do.
+    The writer has already removed its temporary directory, so nothing is left behind."""
+    import errno
+
+    hints = {
+        errno.ENOSPC: "free some space or pass another --image-path",
+        errno.EDQUOT: "the disk quota is used up; free some space or pass another --image-path",
+        errno.EROFS: "that file system is read-only; pass another --image-path",
+        errno.EACCES: "check the directory's permissions or pass another --image-path",
+        errno.EPERM: "check the directory's permissions or pass another --image-path",
+    }
+    hint = hints.get(exc.errno, "check --image-path")
+    return StatefileError(
+        f"cannot write the image at {image}: {exc.strerror or exc}; {hint} "
+        "(the sandbox keeps running, nothing was written)"
+    )
 
 
 def _key(params: dict[str, Any]) -> bytes | None:
@@ -411,6 +430,8 @@ class Host:
             if was_running:
                 self._thaw()
             log(f"checkpoint to {params['image']} failed: {exc!r}; sandbox left as it was")
+            if isinstance(exc, OSError):
+                raise _image_write_error(exc, params["image"]) from exc
             raise
         leave_running = bool(params.get("leave_running"))
         if leave_running:

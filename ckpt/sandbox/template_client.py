@@ -157,14 +157,29 @@ def status(root: Path) -> dict[str, Any] | None:
 def stop(root: Path) -> bool:
     """Ask the template to exit, and wait until it has; kill it if it does not answer
     (or is still warming up).  True if there was one."""
-    pid = _template_pid(root)
+    info = status(root)
+    pid = info.get("pid") if info else _template_pid(root)
     try:
         reply = _request(root, {"op": "stop"}, timeout=5.0)
     except (OSError, ValueError):
         return kill(root)
-    if pid is not None and not _wait_gone(root, pid):
+    if isinstance(pid, int) and not _wait_pid_gone(pid):
         return kill(root)
     return bool(reply.get("ok")) or pid is not None
+
+
+def _wait_pid_gone(pid: int, timeout: float = 10.0) -> bool:
+    """Wait until ``pid`` has exited (a zombie counts as gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def start(root: Path, *, wait: bool = False) -> None:
@@ -173,6 +188,10 @@ def start(root: Path, *, wait: bool = False) -> None:
     With ``wait``, return once it answers, raising SandboxError if it does not."""
     from ckpt.sandbox.lifecycle import child_env
 
+    if _template_pid(root) is not None:  # one is starting or serving already
+        if wait:
+            _wait_serving(root)
+        return
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(proto.log_path(str(root)), "ab") as log:
         proc = subprocess.Popen(
@@ -197,8 +216,11 @@ def start(root: Path, *, wait: bool = False) -> None:
         )
     # Recorded at once, so `ckpt template stop` finds a template that is still warming.
     proto.write_info(str(root), {"pid": proc.pid, "state": "starting"})
-    if not wait:
-        return
+    if wait:
+        _wait_serving(root)
+
+
+def _wait_serving(root: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if status(root) is not None:

@@ -66,4 +66,7 @@ def test_rows_ratio_and_targets() -> None:
     assert rows[("Checkpoint", "reflect")].ratio is None
     lines = cycle.go_lines(report)
     assert len(lines) == 6
-    assert lines[1].startswith("BenchmarkCycle/cpu=1/engine=typed\t1\t25 Checkpoint-ns/op")
+    start = "template" if plan.template else "cold"
+    assert lines[1].startswith(
+        f"BenchmarkCycle/start={start}/cpu=1/engine=typed\t1\t25 Checkpoint-ns/op"
+    )
