@@ -45,9 +45,12 @@ def sandbox_processes(root: Path) -> list[psutil.Process]:
             sid = cmd[cmd.index("--id") + 1] if "--id" in cmd else ""
             if sock.startswith(str(root)) or (root / sid).exists():
                 found.append(proc)
-        elif "ckpt.sandbox.template" in cmd and "--root" in cmd:
-            if cmd[cmd.index("--root") + 1] == str(root.absolute()):
-                found.append(proc)
+        elif (
+            "ckpt.sandbox.template" in cmd
+            and "--root" in cmd
+            and cmd[cmd.index("--root") + 1] == str(root.absolute())
+        ):
+            found.append(proc)
     return found
 
 
