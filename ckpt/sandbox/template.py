@@ -457,7 +457,8 @@ def main(argv: list[str] | None = None) -> None:
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})
     t.warm_info = warm()
-    gc.freeze()  # keeps forked children from copying pages when they collect
+    if os.environ.get("CKPT_TEMPLATE_GC_FREEZE", "1") != "0":
+        gc.freeze()  # children's collections skip the template's objects: see README
     t.bind()
     proto.write_info(opts["root"], {**info, "state": "serving"})
     log(f"warm ({t.warm_info}); serving on {t.sock_path}")
