@@ -598,6 +598,15 @@ def checkpoint_cmd(
     stats: StatsOpt = False,
     key_file: KeyOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing image.")] = False,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout",
+            min=0.0,
+            help="Seconds accepted requests may take to finish before the sandbox stops; "
+            "past it the checkpoint fails and the sandbox goes on serving.",
+        ),
+    ] = 10.0,
     timings: TimingsOpt = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
 ) -> None:
@@ -613,6 +622,7 @@ def checkpoint_cmd(
         stats=stats,
         key=_lifecycle().read_key(key_file),
         force=force,
+        drain_timeout=drain_timeout,
     )
     if json_out:
         _print_json(

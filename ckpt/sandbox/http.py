@@ -5,14 +5,19 @@ slows sandbox start).  One thread per connection, keep-alive honoured.  Each req
 answered by ``respond(method, path)``, which counts it in the simulated kernel; while the
 kernel is frozen ``respond`` blocks, so connections wait and are answered after thaw.
 Connections arriving while frozen wait in the listen backlog: nothing is dropped.
+Before a checkpoint that stops the sandbox, the server drains and hands its sockets on
+(``HttpServer.drain``), so the restored sandbox answers what arrives in between.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 Responder = Callable[[str, str], tuple[int, dict]]
@@ -40,75 +45,199 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-class HttpServer:
-    """Accepts on ``sock`` in a daemon thread and answers through ``respond``."""
+class DrainTimeout(Exception):
+    """Requests were still in progress when the drain's time ran out."""
 
-    def __init__(self, sock: socket.socket, respond: Responder) -> None:
+
+class HttpServer:
+    """Accepts on ``sock`` in a daemon thread and answers through ``respond``.
+
+    ``drain`` readies the server to be handed to another process without losing a
+    request: it stops accepting (new connections wait in the kernel's backlog), lets
+    every request already read finish, and parks each connection between two requests
+    (whatever a client sends next stays in the kernel's socket buffer).  ``handover``
+    then gives the listening socket and the parked connections to the caller;
+    ``undrain`` instead serves them again here, as if nothing happened.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        respond: Responder,
+        conns: list[socket.socket] = (),
+    ) -> None:
         self.sock = sock
         self.respond = respond
         self.address: tuple[str, int] = sock.getsockname()[:2]
         self._closed = False
+        self._lock = threading.Condition()
+        self._active = 0  # connection threads not parked
+        self._accepting = True  # the accept thread is not parked
+        self._parked: list[socket.socket] = []
+        self._drain_r, self._drain_w = os.pipe()  # readable while draining
+        self._adopted = list(conns)
 
     def start(self) -> None:
+        self.sock.setblocking(False)
         threading.Thread(target=self._accept_loop, name="http-accept", daemon=True).start()
+        for conn in self._adopted:  # connections handed over by the previous sandbox
+            self._spawn(conn)
+        self._adopted = []
 
-    def close(self) -> None:
+    def close(self, shutdown: bool = True) -> None:
+        """Stop serving.  ``shutdown=False`` after a handover: shutting a socket down
+        would end it for the process it was handed to as well; closing only our
+        descriptor leaves it alive there."""
         self._closed = True
         with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
+            os.write(self._drain_w, b"x")  # wake every waiting thread
+        if shutdown:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+    # -- draining ------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return bool(select.select([self._drain_r], [], [], 0)[0])
+
+    def drain(self, timeout: float) -> int:
+        """Stop accepting and park every connection between requests.  Returns how many
+        connections were parked; raises DrainTimeout (and undrains) if requests are
+        still running after ``timeout`` seconds."""
+        os.write(self._drain_w, b"x")
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._active or self._accepting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    busy = self._active
+                    break
+                self._lock.wait(left)
+            else:
+                return len(self._parked)
+        self.undrain()
+        raise DrainTimeout(f"{busy} request(s) still in progress after {timeout:g} s")
+
+    def undrain(self) -> None:
+        """Serve again: accept new connections and resume every parked one."""
+        while self.draining:
+            os.read(self._drain_r, 64)
+        with self._lock:
+            parked, self._parked = self._parked, []
+            self._lock.notify_all()
+        for conn in parked:
+            self._spawn(conn)
+
+    def handover(self) -> list[socket.socket]:
+        """After ``drain``: the listening socket, then every parked connection."""
+        with self._lock:
+            parked, self._parked = self._parked, []
+        return [self.sock, *parked]
+
+    # -- serving -------------------------------------------------------------------
 
     def _accept_loop(self) -> None:
         while not self._closed:
+            ready = select.select([self.sock, self._drain_r], [], [])[0]
+            if self._closed:
+                return
+            if self._drain_r in ready:
+                with self._lock:
+                    self._accepting = False
+                    self._lock.notify_all()
+                    while self.draining and not self._closed:
+                        self._lock.wait(0.05)
+                    self._accepting = True
+                continue
             try:
                 conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            conn.setblocking(True)
+            self._spawn(conn)
+
+    def _spawn(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._active += 1
+        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _park(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._parked.append(conn)
+            self._active -= 1
+            self._lock.notify_all()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._active -= 1
+            self._lock.notify_all()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            if self._serve_requests(conn):
+                self._park(conn)
+                return
+        except OSError:
+            pass
+        self._done()
+        with contextlib.suppress(OSError):
+            conn.close()
+
+    def _serve_requests(self, conn: socket.socket) -> bool:
+        """Answer requests until the client closes (False) or, with nothing of a next
+        request read yet, the server drains (True: park the connection)."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = b""
-        with conn:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    try:
-                        chunk = conn.recv(65536)
-                    except OSError:
-                        return
-                    if not chunk:
-                        return
-                    buf += chunk
-                    if len(buf) > MAX_HEADER:
-                        self._reply(conn, 400, {"error": "request header too large"}, False)
-                        return
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                parts = lines[0].split(" ")
-                if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                    self._reply(conn, 400, {"error": "malformed request line"}, False)
-                    return
-                method, target, version = parts
-                headers = {}
-                for line in lines[1:]:
-                    name, sep, value = line.partition(":")
-                    if sep:
-                        headers[name.strip().lower()] = value.strip()
+        while True:
+            if not buf:  # between requests: the only place a connection parks
+                ready = select.select([conn, self._drain_r], [], [])[0]
+                if self._closed:
+                    return False
+                if conn not in ready:
+                    return True
+            while b"\r\n\r\n" not in buf:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return False
+                buf += chunk
+                if len(buf) > MAX_HEADER:
+                    self._reply(conn, 400, {"error": "request header too large"}, False)
+                    return False
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+                self._reply(conn, 400, {"error": "malformed request line"}, False)
+                return False
+            method, target, version = parts
+            headers = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            try:
                 length = int(headers.get("content-length", "0") or 0)
-                while len(buf) < length:  # bodies are ignored, but must be consumed
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                buf = buf[length:]
-                conn_hdr = headers.get("connection", "").lower()
-                keep = conn_hdr != "close" if version == "HTTP/1.1" else conn_hdr == "keep-alive"
-                try:
-                    status, body = self.respond(method, target)
-                except Exception as exc:  # keep serving; report the failure to the client
-                    status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
-                if not self._reply(conn, status, body, keep) or not keep:
-                    return
+            except ValueError:
+                self._reply(conn, 400, {"error": "bad Content-Length"}, False)
+                return False
+            while len(buf) < length:  # bodies are ignored, but must be consumed
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return False
+                buf += chunk
+            buf = buf[length:]
+            conn_hdr = headers.get("connection", "").lower()
+            keep = conn_hdr != "close" if version == "HTTP/1.1" else conn_hdr == "keep-alive"
+            try:
+                status, body = self.respond(method, target)
+            except Exception as exc:  # keep serving; report the failure to the client
+                status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
+            if not self._reply(conn, status, body, keep) or not keep:
+                return False
 
     @staticmethod
     def _reply(conn: socket.socket, status: int, body: dict, keep: bool) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone
-from ckpt.sandbox import rpc
+from ckpt.sandbox import handover, rpc, template_proto
 from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
 from ckpt.sandbox.timings import (
     CHECKPOINT,
@@ -179,7 +179,7 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned
                     root.path, sandbox_id, sock, log.fileno(), w, procs_fds
                 )
             if not pid:
-                pid, via = _spawn_cold(sandbox_id, sock, log, w, procs_fds).pid, "cold"
+                pid, via = _spawn_cold(root, sandbox_id, sock, log, w, procs_fds).pid, "cold"
     except BaseException:
         os.close(r)
         raise
@@ -209,7 +209,7 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned
 
 
 def _spawn_cold(
-    sandbox_id: str, sock: Path, log: Any, ready_w: int, procs_fds: list[int]
+    root: Root, sandbox_id: str, sock: Path, log: Any, ready_w: int, procs_fds: list[int]
 ) -> subprocess.Popen:
     """A fresh interpreter: the parent opened each ``cgroup.procs``; the child writes
     ``0`` (itself) into them between fork and exec, so even interpreter start-up is
@@ -239,7 +239,7 @@ def _spawn_cold(
             pass_fds=(ready_w,),
             start_new_session=True,
             cwd="/",
-            env=child_env(),
+            env={**child_env(), handover.ENV: template_proto.socket_path(str(root.path))},
             preexec_fn=join_cgroup if procs_fds else None,
         )
     except (OSError, subprocess.SubprocessError) as exc:
@@ -559,9 +559,18 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
     return st
 
 
+def _release_held(root: Root, sandbox_id: str) -> None:
+    """Have the template close the sockets it holds for ``sandbox_id``, if it holds any."""
+    path = template_proto.socket_path(str(root.path))
+    if os.path.exists(path):
+        handover.release(path, sandbox_id)
+
+
 def kill(root: Root, sandbox_id: str) -> SandboxState:
-    """SIGKILL the sandbox (through its cgroup when it has one) and free the cgroup."""
+    """SIGKILL the sandbox (through its cgroup when it has one) and free the cgroup; the
+    sockets a checkpoint handed to the template for it are closed too."""
     st = refresh(root, sandbox_id)
+    _release_held(root, sandbox_id)
     if st.status in (RUNNING, PAUSED, CREATING):
         _remove_cgroup(st.cgroup)
         _kill_pid(st.pid, st.pid_start)
@@ -582,6 +591,7 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
                 f"sandbox {sandbox_id} is {st.status}; `ckpt kill {sandbox_id}` first or pass --force"
             )
         kill(root, sandbox_id)
+    _release_held(root, sandbox_id)
     _remove_cgroup(st.cgroup)
     _remove_files(root, sandbox_id)
 
@@ -598,8 +608,14 @@ def checkpoint(
     stats: bool = False,
     key: bytes | None = None,
     force: bool = False,
+    drain_timeout: float | None = None,
 ) -> CheckpointResult:
-    """Have the sandbox write its image; it stops afterwards unless ``leave_running``."""
+    """Have the sandbox write its image; it stops afterwards unless ``leave_running``.
+
+    A sandbox that stops first drains: it stops accepting, lets accepted requests finish
+    (for at most ``drain_timeout`` seconds, else the checkpoint fails and it goes on
+    serving), and hands its listening socket and idle connections to the template for
+    the restore (``handover.py``)."""
     _check_engine(engine)
     t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
@@ -620,6 +636,7 @@ def checkpoint(
         "stats": stats,
         "key_hex": key.hex() if key else None,
         "force": force,
+        "drain_timeout": drain_timeout,
     }
     try:
         with timings.phase(CHECKPOINT):
@@ -735,6 +752,15 @@ def restore(
     st.restored_from = str(image)
     root.write(st)
     _note_start(timings, root, spawned)
+    if reply.get("held_for"):  # serving on the handed-over sockets: the template lets go
+        _release_held(root, str(reply["held_for"]))
+    elif str(timings.counters.get("listener", "")).startswith(
+        ("bound anew (no template", "bound anew (template unreachable")
+    ):
+        notes.append(
+            "no template held the listening socket: it was bound anew, and clients were "
+            "refused between the checkpoint and this restore"
+        )
     return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 TICK_S = 0.05
 HOST = "127.0.0.1"
+DRAIN_TIMEOUT_S = 10.0
 
 
 def self_cpu_usec() -> int:
@@ -169,6 +170,7 @@ class Host:
         self.kernel: Any = None
         self.frozen = False
         self.http: HttpServer | None = None
+        self.handed_over = False
         self.exiting = threading.Event()
         self.stall, self.stall_release = _fault_stall()
         self.server = rpc.Server(
@@ -204,21 +206,45 @@ class Host:
                 if self.kernel is not None and not self.frozen:
                     self.kernel.run_for(step_ns)
 
-    def _listen(self, port: int) -> str | None:
-        """Bind the workload's listening socket for real; returns ``host:port``."""
+    def _listen(self, port: int, adopted: tuple[Any, list[Any]] | None = None) -> str | None:
+        """Serve the workload's listening socket for real: the one handed over by the
+        previous sandbox when there is one (with its parked connections), else one
+        bound now.  Returns ``host:port``."""
         if not _serves_http(self.kernel):
             return None
-        try:
-            sock = bind(HOST, port)
-        except OSError as exc:
-            raise SandboxError(
-                f"cannot listen on {HOST}:{port}: {exc.strerror}; pass --port 0 for a free port"
-            ) from exc
+        if adopted is not None:
+            sock, conns = adopted
+        else:
+            conns = []
+            try:
+                sock = bind(HOST, port)
+            except OSError as exc:
+                raise SandboxError(
+                    f"cannot listen on {HOST}:{port}: {exc.strerror}; pass --port 0 for a free port"
+                ) from exc
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
-        self.http = HttpServer(sock, self.respond)
+        self.http = HttpServer(sock, self.respond, conns)
         self.http.start()
         return f"{host}:{real_port}"
+
+    def _adopt(self, image_metadata: dict[str, Any], port: int) -> tuple[Any, str, str]:
+        """The sockets the checkpointed sandbox handed to the template, if they are for
+        this port: ``((listener, conns) or None, the ID they were held for, note)``."""
+        from ckpt.sandbox import handover
+
+        held_for = image_metadata.get("sandbox_id")
+        if not isinstance(held_for, str) or not _serves_http(self.kernel):
+            return None, "", "the image names no sandbox"
+        listener, conns, why = handover.adopt(held_for)
+        if listener is None:
+            return None, "", why
+        if port and listener.getsockname()[1] != port:
+            listener.close()
+            for c in conns:
+                c.close()
+            return None, "", f"held socket is on port {listener.getsockname()[1]}, not {port}"
+        return (listener, conns), held_for, ""
 
     def _address(self) -> str | None:
         if self.http is None:
@@ -291,8 +317,9 @@ class Host:
         with self.cond:
             self.kernel = k
             self.frozen = True
+            adopted, held_for, why = self._adopt(image.metadata, int(port))
             try:
-                address = self._listen(int(port))
+                address = self._listen(int(port), adopted)
             except BaseException:
                 self.kernel = None
                 raise
@@ -309,9 +336,13 @@ class Host:
             "pages_restored": len(getattr(pages, "indices", ()) or ()),
             "lazy_pages": bool(params.get("background")),
         }
+        if address is not None:
+            counters["listener"] = "handed over" if adopted else f"bound anew ({why})"
+            counters["connections_adopted"] = len(adopted[1]) if adopted else 0
         return {
             "address": address,
             "workload": k.workload,
+            "held_for": held_for,
             "restore_ns": t_end - t_import,
             "counters": counters,
             "stats": stats.as_dict() if stats is not None else None,
@@ -357,8 +388,11 @@ class Host:
         k = self.kernel
         engine = params.get("engine") or "typed"
         was_running = not self.frozen
+        leave_running = bool(params.get("leave_running"))
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
+        drained = self._drain(params) if not leave_running else None
+        t_drained = time.perf_counter_ns()
         if was_running:
             self._freeze()
         t_frozen = time.perf_counter_ns()
@@ -429,11 +463,16 @@ class Host:
         except BaseException as exc:
             if was_running:
                 self._thaw()
+            if drained is not None and self.http is not None:
+                self.http.undrain()
             log(f"checkpoint to {params['image']} failed: {exc!r}; sandbox left as it was")
             if isinstance(exc, OSError):
                 raise _image_write_error(exc, params["image"]) from exc
             raise
-        leave_running = bool(params.get("leave_running"))
+        if drained is not None:
+            counters["drain_time_ms"] = round((t_drained - t0) / 1e6, 3)
+            counters["connections_parked"] = drained
+            counters["handover"] = self._hand_over()
         if leave_running:
             if was_running:
                 self._thaw()
@@ -449,6 +488,35 @@ class Host:
             "stopping": not leave_running,
         }
 
+    def _drain(self, params: dict[str, Any]) -> int | None:
+        """Before a checkpoint that stops the sandbox: stop accepting and let accepted
+        requests finish (see ``HttpServer.drain``).  Returns the connections parked."""
+        if self.http is None:
+            return None
+        timeout = float(params.get("drain_timeout") or DRAIN_TIMEOUT_S)
+        from ckpt.sandbox.http import DrainTimeout
+
+        try:
+            return self.http.drain(timeout)
+        except DrainTimeout as exc:
+            raise SandboxError(
+                f"checkpoint of {self.id} not taken: {exc}; the sandbox goes on serving. "
+                "Retry, or give the requests longer with --drain-timeout"
+            ) from None
+
+    def _hand_over(self) -> str:
+        """Give the drained sockets to the template for the restore; says what happened."""
+        from ckpt.sandbox import handover
+
+        if self.http is None:
+            return "none"
+        why = handover.hold(self.id, self.http.handover())
+        if why:
+            log(f"sockets not handed over ({why}): clients are refused until the restore")
+            return f"none ({why})"
+        self.handed_over = True
+        return "template"
+
     def stop(self, params: dict[str, Any]) -> dict[str, Any]:
         self.server.after_reply(self._exit)
         return {"stopping": True}
@@ -457,7 +525,8 @@ class Host:
         log("exiting")
         self.exiting.set()
         if self.http is not None:
-            self.http.close()
+            # handed over: the sockets live on in the template; only our fds close
+            self.http.close(shutdown=not self.handed_over)
         self.server.close()
         sys.stderr.flush()
         os._exit(0)

@@ -44,6 +44,7 @@ import struct
 import sys
 import time
 
+from ckpt.sandbox import handover
 from ckpt.sandbox import template_proto as proto
 
 TYPE_CHECKING = False
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 POLL_S = 1.0
 IDLE_DEFAULT_S = 1800.0
+HOLD_DEFAULT_S = 600.0
 REQUEST_TIMEOUT_S = 5.0
 
 
@@ -140,15 +142,7 @@ def _fd_target(fd: int) -> str:
 
 def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any]:
     """Validate a spawn request and its descriptors; raise Refused naming the fault."""
-    from ckpt.sandbox.paths import check_id
-
-    sandbox_id = req.get("id")
-    if not isinstance(sandbox_id, str):
-        raise Refused("spawn needs a string 'id'")
-    try:
-        check_id(sandbox_id)
-    except Exception as exc:
-        raise Refused(str(exc)) from None
+    sandbox_id = _checked_id(req)
     sock = req.get("socket")
     if not isinstance(sock, str) or not os.path.isabs(sock) or "\0" in sock:
         raise Refused("spawn needs an absolute 'socket' path")
@@ -225,6 +219,7 @@ def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
         for key in [k for k in os.environ if k.startswith("CKPT_") and k != "CKPT_ROOT"]:
             del os.environ[key]
         os.environ.update(spec["env"])  # the asking command's CKPT_* settings
+        os.environ[handover.ENV] = spec["template_socket"]
         gc.unfreeze()
         gc.enable()
         from ckpt.sandbox import process
@@ -264,6 +259,9 @@ class Template:
         self.listener: socket.socket | None = None
         self.inode: tuple[int, int] | None = None
         self.running = True
+        self.stale = False  # a newer ckpt asked: fork no more, exit once nothing is held
+        self.held: dict[str, tuple[list[int], list[str], float]] = {}
+        self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
 
     def bind(self) -> None:
         """Bind under a temporary name and rename into place: clients see a warm
@@ -298,10 +296,14 @@ class Template:
                 conn, _ = self.listener.accept()
             except TimeoutError:
                 self._reap()
+                self._expire_holds()
                 if not self.still_ours():
                     log("socket removed or replaced: exiting")
                     return
-                if time.monotonic() - self.last_request > self.idle_s:
+                if self.stale and not self.held:
+                    log("a newer ckpt is in use and nothing is held: exiting")
+                    return
+                if time.monotonic() - self.last_request > self.idle_s and not self.held:
                     log(f"idle for {self.idle_s:g} s: exiting")
                     self.close()
                     return
@@ -336,20 +338,30 @@ class Template:
                 raise Refused("request is not JSON") from None
             if not isinstance(req, dict):
                 raise Refused("request is not a JSON object")
-            if req.get("version") != self.version:
-                self.running = False  # stale: let the client start a fresh template
-                raise Refused(f"{proto.VERSION_MISMATCH}: template runs {self.version}")
             op = req.get("op")
+            send: list[int] = []
             if op == "spawn":
+                if req.get("version") != self.version:
+                    # Stale: fork no more; exit once nothing is held, so the client
+                    # can start a fresh template for the new code.
+                    self.stale = True
+                    raise Refused(f"{proto.VERSION_MISMATCH}: template runs {self.version}")
                 reply = self._spawn(check_spawn(req, fds, self.root), conn)
             elif op == "status":
                 reply = self.status()
             elif op == "stop":
                 self.running = False
                 reply = {"stopping": True}
+            elif op == "hold":
+                reply = self._hold(req, fds)
+                fds = []  # kept, not closed
+            elif op == "adopt":
+                reply, send = self._adopt(req)
+            elif op == "release":
+                reply = {"released": self._release(_checked_id(req))}
             else:
                 raise Refused(f"unknown op {op!r}")
-            _send(conn, {"ok": True, "result": reply})
+            _send(conn, {"ok": True, "result": reply}, send)
         except Refused as exc:
             self.refused += 1
             log(f"refused: {exc}")
@@ -358,13 +370,61 @@ class Template:
             log(f"request failed: {exc!r}")
         finally:
             _close_all(fds)
+        if self.stale and not self.held:
+            self.running = False
         if not self.running:
             self.close()
+
+    # -- sockets held between a checkpoint and its restore (see handover.py) --------
+
+    def _hold(self, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        sandbox_id = _checked_id(req)
+        kinds = req.get("kinds")
+        if (
+            not isinstance(kinds, list)
+            or not 1 <= len(kinds) <= handover.MAX_SOCKETS
+            or len(kinds) != len(fds)
+            or kinds[0] != handover.LISTEN
+            or any(k != handover.CONN for k in kinds[1:])
+        ):
+            raise Refused("hold needs 'kinds': ['listen', 'conn', ...], one per descriptor")
+        for fd in fds:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                raise Refused("hold takes sockets only")
+        with socket.socket(fileno=os.dup(fds[0])) as listener:
+            if not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                raise Refused("the first socket to hold must be listening")
+        self._release(sandbox_id)
+        self.held[sandbox_id] = (list(fds), list(kinds), time.monotonic())
+        log(f"holding {len(fds)} socket(s) for {sandbox_id}")
+        return {"held": len(fds)}
+
+    def _adopt(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+        entry = self.held.get(_checked_id(req))
+        if entry is None:
+            return {"kinds": []}, []
+        fds, kinds, _ = entry
+        return {"kinds": kinds}, list(fds)  # copies go out; ours stay until release
+
+    def _release(self, sandbox_id: str) -> bool:
+        entry = self.held.pop(sandbox_id, None)
+        if entry is not None:
+            _close_all(entry[0])
+            log(f"released the sockets held for {sandbox_id}")
+        return entry is not None
+
+    def _expire_holds(self) -> None:
+        now = time.monotonic()
+        for sandbox_id, (_, _, since) in list(self.held.items()):
+            if now - since > self.hold_s:
+                log(f"no restore of {sandbox_id} within {self.hold_s:g} s: closing its sockets")
+                self._release(sandbox_id)
 
     def _spawn(self, spec: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
         sys.stderr.flush()
         keep_out = [conn.fileno(), self.listener.fileno()] if self.listener else [conn.fileno()]
         pid_r, spec["pid_w"] = os.pipe()
+        spec["template_socket"] = self.sock_path
         try:
             pid = os.fork()
             if pid == 0:
@@ -393,12 +453,19 @@ class Template:
             "spawned": self.spawned,
             "refused": self.refused,
             "idle_timeout_s": self.idle_s,
+            "stale": self.stale,
+            "held": {
+                sid: {"sockets": len(fds), "age_s": round(time.monotonic() - since, 3)}
+                for sid, (fds, _, since) in self.held.items()
+            },
             "rss_kib": _rss_kib(),
             **self.warm_info,
         }
 
     def close(self) -> None:
         self.running = False
+        for sandbox_id in list(self.held):
+            self._release(sandbox_id)
         if self.listener is not None:
             self.listener.close()
             self.listener = None
@@ -411,9 +478,25 @@ class Template:
                 os.unlink(proto.info_path(self.root))
 
 
-def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
+def _send(conn: socket.socket, reply: dict[str, Any], fds: list[int] = ()) -> None:
+    data = json.dumps(reply).encode() + b"\n"
     with contextlib.suppress(OSError):
-        conn.sendall(json.dumps(reply).encode() + b"\n")
+        if fds:
+            socket.send_fds(conn, [data], list(fds))
+        else:
+            conn.sendall(data)
+
+
+def _checked_id(req: dict[str, Any]) -> str:
+    from ckpt.sandbox.paths import check_id
+
+    sandbox_id = req.get("id")
+    if not isinstance(sandbox_id, str):
+        raise Refused("the request needs a string 'id'")
+    try:
+        return check_id(sandbox_id)
+    except Exception as exc:
+        raise Refused(str(exc)) from None
 
 
 def _rss_kib() -> int:

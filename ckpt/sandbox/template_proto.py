@@ -32,7 +32,7 @@ LOCK_FILE = "template.lock"
 LOG_FILE = "template.log"
 MAX_SOCKET_PATH = 100
 MAX_REQUEST = 64 * 1024
-MAX_FDS = 16
+MAX_FDS = 250  # a hold brings a listener and every parked connection
 VERSION_MISMATCH = "version mismatch"
 # Built and round-tripped through every engine while warming: together they hold
 # every kind of kernel object a sandbox saves.

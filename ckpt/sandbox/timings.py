@@ -61,6 +61,10 @@ class Timings:
         parts = [f"{name} {ns / 1e6:.1f} ms" for name, ns in self.phases_ns.items()]
         if self.cpu_usec is not None:
             parts.append(f"CPU {self.cpu_usec / 1e3:.1f} ms ({self.cpu_source})")
+        if self.counters.get("listener"):
+            parts.append(f"listener {self.counters['listener']}")
+        if self.counters.get("handover"):
+            parts.append(f"sockets handed to {self.counters['handover']}")
         start = self.counters.get("sandbox_start")
         if start:
             parts.append("from the template" if start == "template" else "cold start")

@@ -1,0 +1,118 @@
+"""Handing a sandbox's live sockets to the next sandbox, through the template.
+
+A checkpoint that stops a sandbox would otherwise close its listening socket: clients
+arriving before the restore are refused, and keep-alive connections are cut.  Instead
+the checkpointed sandbox drains its HTTP server (see ``http.HttpServer.drain``) and
+gives the listening socket and its parked connections to the template (``hold``), keyed
+by sandbox ID.  The restored sandbox, which learns that ID from the image, takes them
+back (``adopt``) and serves them: what arrived meanwhile waits in the kernel's queues
+and is answered late, never refused.  The template keeps its own copies until the
+restore has succeeded (``release``), so a failed restore can be retried; ``ckpt
+delete`` and ``ckpt kill`` release them, and so does a timeout (``CKPT_HOLD_TIMEOUT_S``,
+default 600 s).
+
+The template's socket path reaches a sandbox in ``CKPT_TEMPLATE_SOCKET``.  Without a
+template there is nothing to hand over to: the restored sandbox binds its port anew.
+Stdlib only: the sandbox process imports this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+ENV = "CKPT_TEMPLATE_SOCKET"
+LISTEN = "listen"
+CONN = "conn"
+MAX_SOCKETS = 250  # below the kernel's SCM_MAX_FD (253) for one message
+TIMEOUT_S = 5.0
+
+
+def template_socket() -> str | None:
+    return os.environ.get(ENV) or None
+
+
+def _exchange(path: str, request: dict[str, Any], fds: list[int] = ()) -> tuple[dict, list[int]]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(TIMEOUT_S)
+        sock.connect(path)
+        data = json.dumps(request).encode() + b"\n"
+        if fds:
+            socket.send_fds(sock, [data], list(fds))
+        else:
+            sock.sendall(data)
+        buf, got = b"", []
+        while not buf.endswith(b"\n"):
+            chunk, new_fds, _, _ = socket.recv_fds(sock, 65536, MAX_SOCKETS)
+            got.extend(new_fds)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        sock.close()
+    try:
+        reply = json.loads(buf)
+    except ValueError:
+        reply = {}
+    if not isinstance(reply, dict):
+        reply = {}
+    return reply, got
+
+
+def hold(sandbox_id: str, sockets: list[socket.socket]) -> str:
+    """Give ``sockets`` (the listener first) to the template.  Returns "" when it took
+    them, else why not (the caller's sockets then simply close when it exits)."""
+    path = template_socket()
+    if path is None:
+        return "no template"
+    if len(sockets) > MAX_SOCKETS:
+        return f"too many connections to hand over ({len(sockets)})"
+    kinds = [LISTEN] + [CONN] * (len(sockets) - 1)
+    try:
+        reply, extra = _exchange(
+            path,
+            {"op": "hold", "id": sandbox_id, "kinds": kinds},
+            [s.fileno() for s in sockets],
+        )
+    except OSError as exc:
+        return f"template unreachable ({exc})"
+    for fd in extra:
+        os.close(fd)
+    return "" if reply.get("ok") else str(reply.get("error") or "refused")
+
+
+def adopt(sandbox_id: str) -> tuple[socket.socket | None, list[socket.socket], str]:
+    """Take back what the template holds for ``sandbox_id``: (listener, connections,
+    note).  The template keeps its copies until ``release``."""
+    path = template_socket()
+    if path is None:
+        return None, [], "no template"
+    try:
+        reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id})
+    except OSError as exc:
+        return None, [], f"template unreachable ({exc})"
+    kinds = (reply.get("result") or {}).get("kinds") if reply.get("ok") else None
+    if not isinstance(kinds, list) or len(kinds) != len(fds) or not fds or kinds[0] != LISTEN:
+        for fd in fds:
+            os.close(fd)
+        return None, [], "nothing held" if reply.get("ok") else str(reply.get("error"))
+    listener = socket.socket(fileno=fds[0])
+    conns = [socket.socket(fileno=fd) for fd in fds[1:]]
+    return listener, conns, ""
+
+
+def release(path: str, sandbox_id: str) -> bool:
+    """Tell the template at ``path`` to close what it holds for ``sandbox_id``."""
+    try:
+        reply, fds = _exchange(path, {"op": "release", "id": sandbox_id})
+    except OSError:
+        return False
+    for fd in fds:
+        os.close(fd)
+    return bool((reply.get("result") or {}).get("released"))
