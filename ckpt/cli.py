@@ -457,6 +457,38 @@ def bench_lifecycle_cmd(
         say(line)
 
 
+@bench_app.command("load")
+def bench_load_cmd(
+    clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent clients.")] = 8,
+    cycles: Annotated[
+        int, typer.Option("--cycles", min=1, help="Checkpoint/restore cycles per mode.")
+    ] = 8,
+    modes: Annotated[
+        str, typer.Option("--modes", help="template, cold, or both (comma-separated).")
+    ] = "template,cold",
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+    ] = False,
+) -> None:
+    """Real HTTP clients on 127.0.0.1 keep an http sandbox busy across checkpoint →
+    restore cycles: requests answered, refused and dropped, latency, and the server's
+    count against the clients'; with the warm template (socket handover) and without."""
+    from ckpt.bench import load
+
+    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if not chosen or any(m not in ("template", "cold") for m in chosen):
+        from ckpt.bench.harness import BenchError
+
+        raise BenchError(f"--modes {modes!r}: give template, cold, or both")
+    report = load.run(clients=clients, cycles=cycles, modes=chosen, progress=not json_out)
+    if json_out:
+        _print_json(load.to_json(report))
+        return
+    out.print(load.render(report))
+    for line in load.go_lines(report):
+        say(line)
+
+
 # --- sandbox lifecycle commands (ckpt/sandbox) ------------------------------------
 
 
