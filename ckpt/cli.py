@@ -51,12 +51,16 @@ class _LazyConsole:
         self._options = options
         self._console: Any = None
 
-    def __getattr__(self, name: str) -> Any:
+    def real(self) -> Any:
+        """The rich Console itself, for code that takes one (progress bars, the demo)."""
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
 
 
 out: Any = _LazyConsole(highlight=False)
@@ -746,7 +750,7 @@ def cycle_cmd(
     plan = cycle.Plan.parse(
         sandbox_id, image_path, count=count, cpu=cpu, hold=hold, engines=engines
     )
-    report = cycle.run(_sandbox_root(), plan, console=None if json_out else err)
+    report = cycle.run(_sandbox_root(), plan, console=None if json_out else err.real())
     if json_out:
         _print_json(report.to_json())
         return
@@ -805,7 +809,7 @@ def demo_cmd() -> None:
     """A guided tour: run, query, checkpoint, inspect, restore under a quota, clean up."""
     from ckpt import demo
 
-    demo.run(out)
+    demo.run(out.real())
 
 
 if __name__ == "__main__":
