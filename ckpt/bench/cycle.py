@@ -349,13 +349,13 @@ def render(report: Report) -> Any:
     rows = report.rows()
     for quota in (quota_label(q) for q in report.plan.quotas):
         table = Table(
-            title=f"cycle cpu={quota} (baseline {base}; restores: {report.plan.start})",
+            title=f"cycle cpu={quota}, {report.plan.count} per engine (baseline {base}; "
+            f"restores: {report.plan.start})",
             title_justify="left",
         )
         for col, justify in (
             ("phase", "left"),
             ("engine", "left"),
-            ("n", "right"),
             ("median", "right"),
             ("±", "right"),
             (f"vs {base}", "right"),
@@ -372,7 +372,6 @@ def render(report: Report) -> Any:
             table.add_row(
                 r.phase if r.phase != previous else "",
                 r.engine,
-                str(r.n),
                 _fmt_ns(r.median_ns),
                 f"{r.spread * 100:.0f}%",
                 "-" if r.ratio is None else f"{r.ratio:.2f}",
