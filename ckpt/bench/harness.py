@@ -242,27 +242,37 @@ def _fmt_bytes(n: float | None) -> str:
 
 
 def render(results: Sequence[Result], *, baseline: str | None = None, title: str = "") -> Any:
-    """A rich table: one row per (name, variant) with medians and ratios to ``baseline``."""
+    """Two rich tables, times then memory and bytes, each narrow enough for an 80-column
+    terminal (long benchmark names fold onto a second line instead of being cut)."""
+    from rich.console import Group
     from rich.table import Table
 
-    table = Table(title=title or None, show_lines=False)
-    for col, justify in (
-        ("benchmark", "left"),
-        ("variant", "left"),
-        ("time", "right"),
-        ("±", "right"),
-        (f"vs {baseline}" if baseline else "ratio", "right"),
-        ("cpu", "right"),
-        ("cpu ratio", "right"),
-        ("peak mem", "right"),
-        ("blocks", "right"),
-        ("gc", "right"),
-        ("bytes", "right"),
-        ("bytes ratio", "right"),
-    ):
-        table.add_column(col, justify=justify)
+    vs = f"vs {baseline}" if baseline else "ratio"
+
+    def table(heading: str, columns: tuple[str, ...]) -> Table:
+        t = Table(title=heading or None, title_justify="left")
+        t.add_column("benchmark", overflow="fold", max_width=16)
+        t.add_column("variant", overflow="fold")
+        for col in columns:
+            t.add_column(col, justify="right")
+        return t
+
+    def fmt_ratio(x: float) -> str:
+        return "-" if x != x else f"{x:.2f}"
+
+    times = table(
+        f"{title}: time (medians)" if title else "time (medians)",
+        ("time", "±", vs, "cpu", f"cpu {vs}"),
+    )
+    space = table(
+        f"{title}: memory and output" if title else "memory and output",
+        ("peak mem", "blocks", "gc", "bytes", f"bytes {vs}"),
+    )
     previous = None
     for r in results:
+        # "Encoding/root-dict" reads better as two lines than folded mid-word
+        name = r.name.replace("/", "/\n", 1) if len(r.name) > 12 else r.name
+        name = name if r.name != previous else ""
         t_ratio = ratio(results, r.name, r.variant, baseline) if baseline else float("nan")
         c_ratio = (
             ratio(results, r.name, r.variant, baseline, "cpu_ns") if baseline else float("nan")
@@ -270,22 +280,26 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
         b_ratio = (
             ratio(results, r.name, r.variant, baseline, "out_bytes") if baseline else float("nan")
         )
-        table.add_row(
-            r.name if r.name != previous else "",
+        times.add_row(
+            name,
             r.variant,
             _fmt_ns(r.wall_ns),
             f"{r.spread() * 100:.0f}%",
-            "-" if t_ratio != t_ratio else f"{t_ratio:.2f}",
+            fmt_ratio(t_ratio),
             _fmt_ns(r.cpu_ns),
-            "-" if c_ratio != c_ratio else f"{c_ratio:.2f}",
+            fmt_ratio(c_ratio),
+        )
+        space.add_row(
+            name,
+            r.variant,
             _fmt_bytes(r.peak_bytes),
             f"{r.blocks:,.0f}",
             f"{r.gc_collections:.0f}",
             _fmt_bytes(r.out_bytes),
-            "-" if b_ratio != b_ratio else f"{b_ratio:.2f}",
+            fmt_ratio(b_ratio),
         )
         previous = r.name
-    return table
+    return Group(times, space)
 
 
 def _go_name(text: str) -> str:
