@@ -62,7 +62,18 @@ def run(console: Console) -> None:
     sandbox_id = f"demo-{os.getpid()}"  # cgroups are host-wide: two demos must not clash
     root = Root(tmp / "root")
     image = tmp / "image"
+    from ckpt.sandbox import template_client
+
     try:
+        console.rule("0. start the warm template (it forks ready-made sandboxes)")
+        template_client.start(root.path, wait=True)
+        info = template_client.status(root.path) or {}
+        console.print(
+            f"template pid {info.get('pid')}: kernel, engines and generated code built in "
+            f"{info.get('import_ms', 0) + info.get('build_ms', 0):.0f} ms, once",
+            markup=False,
+        )
+
         console.rule("1. run an http sandbox")
         res = lifecycle.run(root, sandbox_id, "http", port=0)
         st = res.state
@@ -75,7 +86,7 @@ def run(console: Console) -> None:
         console.rule("2. send it requests")
         before = _requests(console, st.address or "", 3)
 
-        console.rule("3. checkpoint it (the sandbox writes its own image, then stops)")
+        console.rule("3. checkpoint it (it drains, writes its image, hands its socket over)")
         ck = lifecycle.checkpoint(root, sandbox_id, image, stats=True)
         console.print(timings_table("checkpoint timings", ck.timings))
 
@@ -97,6 +108,11 @@ def run(console: Console) -> None:
             )
         rs = lifecycle.restore(root, sandbox_id, image, cpus=cpus, stats=True)
         console.print(timings_table("restore timings", rs.timings))
+        console.print(
+            f"forked from the template: {rs.timings.counters.get('sandbox_start') == 'template'}"
+            f"; listening socket: {rs.timings.counters.get('listener')}",
+            markup=False,
+        )
         console.print(stats_renderable(rs.stats, rs.stats_text))
 
         console.rule("6. the request count continues")
@@ -112,9 +128,10 @@ def run(console: Console) -> None:
         try:
             if root.exists(sandbox_id):
                 lifecycle.delete(root, sandbox_id, force=True)
+            template_client.stop(root.path)
         except CkptError as exc:
             console.print(f"cleanup failed: {exc}", markup=False)
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        console.print(f"removed the sandbox, its cgroup and {tmp}", markup=False)
+        console.print(f"removed the sandbox, its cgroup, the template and {tmp}", markup=False)
