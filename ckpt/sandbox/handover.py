@@ -18,7 +18,6 @@ Stdlib only: the sandbox process imports this.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 
@@ -38,31 +37,15 @@ def template_socket() -> str | None:
 
 
 def _exchange(path: str, request: dict[str, Any], fds: list[int] = ()) -> tuple[dict, list[int]]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """A request to the template; a reply that is not JSON counts as a refusal."""
+    from ckpt.sandbox import template_proto
+
     try:
-        sock.settimeout(TIMEOUT_S)
-        sock.connect(path)
-        data = json.dumps(request).encode() + b"\n"
-        if fds:
-            socket.send_fds(sock, [data], list(fds))
-        else:
-            sock.sendall(data)
-        buf, got = b"", []
-        while not buf.endswith(b"\n"):
-            chunk, new_fds, _, _ = socket.recv_fds(sock, 65536, MAX_SOCKETS)
-            got.extend(new_fds)
-            if not chunk:
-                break
-            buf += chunk
-    finally:
-        sock.close()
-    try:
-        reply = json.loads(buf)
+        return template_proto.exchange(
+            path, request, fds, timeout=TIMEOUT_S, connect_timeout=TIMEOUT_S, max_fds=MAX_SOCKETS
+        )
     except ValueError:
-        reply = {}
-    if not isinstance(reply, dict):
-        reply = {}
-    return reply, got
+        return {}, []
 
 
 def hold(sandbox_id: str, sockets: list[socket.socket]) -> str:

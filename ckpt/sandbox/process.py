@@ -230,7 +230,9 @@ class Host:
 
     def _adopt(self, image_metadata: dict[str, Any], port: int) -> tuple[Any, str, str]:
         """The sockets the checkpointed sandbox handed to the template, if they are for
-        this port: ``((listener, conns) or None, the ID they were held for, note)``."""
+        this port: ``((listener, conns) or None, the ID they were held for, note)``.  The
+        ID comes back whenever something was held, adopted or not, so that a successful
+        restore lets the template close it."""
         from ckpt.sandbox import handover
 
         held_for = image_metadata.get("sandbox_id")
@@ -239,11 +241,12 @@ class Host:
         listener, conns, why = handover.adopt(held_for)
         if listener is None:
             return None, "", why
-        if port and listener.getsockname()[1] != port:
-            listener.close()
-            for c in conns:
-                c.close()
-            return None, "", f"held socket is on port {listener.getsockname()[1]}, not {port}"
+        held_port = listener.getsockname()[1]
+        if port and held_port != port:
+            for s in (listener, *conns):
+                s.close()
+            # a restore elsewhere: the CLI releases the held socket once this succeeds
+            return None, held_for, f"the held socket is on port {held_port}, not {port}"
         return (listener, conns), held_for, ""
 
     def _address(self) -> str | None:

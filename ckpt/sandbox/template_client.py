@@ -9,10 +9,8 @@ command can start a fresh one (``start``, in the background).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,28 +35,13 @@ def _request(
     root: Path, request: dict[str, Any], fds: list[int] = (), timeout: float = REPLY_TIMEOUT_S
 ) -> dict[str, Any]:
     """One request and its reply.  Raises OSError/TimeoutError/ValueError on trouble."""
-    path = proto.socket_path(str(root))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(CONNECT_TIMEOUT_S)
-        sock.connect(path)
-        sock.settimeout(timeout)
-        data = json.dumps({**request, "version": proto.version()}).encode() + b"\n"
-        if fds:
-            socket.send_fds(sock, [data], list(fds))
-        else:
-            sock.sendall(data)
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    finally:
-        sock.close()
-    reply = json.loads(buf)
-    if not isinstance(reply, dict):
-        raise ValueError("reply is not a JSON object")
+    reply, _ = proto.exchange(
+        proto.socket_path(str(root)),
+        {**request, "version": proto.version()},
+        fds,
+        timeout=timeout,
+        connect_timeout=CONNECT_TIMEOUT_S,
+    )
     return reply
 
 

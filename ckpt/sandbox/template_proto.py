@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sys
 import tempfile
 
@@ -104,3 +105,50 @@ def write_info(root: str, info: dict[str, Any]) -> None:
     with open(tmp, "w") as f:
         json.dump(info, f)
     os.replace(tmp, path)
+
+
+def exchange(
+    path: str,
+    request: dict[str, Any],
+    fds: list[int] = (),
+    *,
+    timeout: float,
+    connect_timeout: float = 1.0,
+    max_fds: int = 0,
+) -> tuple[dict[str, Any], list[int]]:
+    """Send one JSON request (with ``fds`` attached) to the template at ``path``; return
+    its reply and any descriptors that came with it (the caller owns them).
+
+    Raises OSError (including TimeoutError) when the template cannot be reached or does
+    not answer in time, and ValueError when the reply is not a JSON object."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    got: list[int] = []
+    try:
+        sock.settimeout(connect_timeout)
+        sock.connect(path)
+        sock.settimeout(timeout)
+        data = json.dumps(request).encode() + b"\n"
+        if fds:
+            socket.send_fds(sock, [data], list(fds))
+        else:
+            sock.sendall(data)
+        buf = b""
+        while not buf.endswith(b"\n"):
+            if max_fds:
+                chunk, new, _, _ = socket.recv_fds(sock, 65536, max_fds)
+                got.extend(new)
+            else:
+                chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        reply = json.loads(buf)
+        if not isinstance(reply, dict):
+            raise ValueError("reply is not a JSON object")
+    except BaseException:
+        for fd in got:
+            os.close(fd)
+        raise
+    finally:
+        sock.close()
+    return reply, got
