@@ -242,7 +242,7 @@ class Host:
         if listener is None:
             return None, "", why
         held_port = listener.getsockname()[1]
-        if port and held_port != port:
+        if held_port != port:  # --port 0 or another port: bind anew
             for s in (listener, *conns):
                 s.close()
             # a restore elsewhere: the CLI releases the held socket once this succeeds

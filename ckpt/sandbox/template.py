@@ -98,9 +98,12 @@ class Refused(Exception):
     """A request we will not act on; the message goes back to the client."""
 
 
-def _peer_uid(conn: socket.socket) -> int:
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end (``SO_PEERCRED``)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid
+
 
 
 def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
@@ -261,6 +264,7 @@ class Template:
         self.running = True
         self.stale = False  # a newer ckpt asked: fork no more, exit once nothing is held
         self.held: dict[str, tuple[list[int], list[str], float]] = {}
+        self.lent: dict[str, int] = {}  # sandbox ID -> pid of the restore using them
         self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
 
     def bind(self) -> None:
@@ -329,7 +333,8 @@ class Template:
         fds: list[int] = []
         try:
             conn.settimeout(REQUEST_TIMEOUT_S)
-            if _peer_uid(conn) != os.getuid():
+            peer_pid, peer_uid = _peer(conn)
+            if peer_uid != os.getuid():
                 raise Refused("requests are accepted from this template's own user only")
             line, fds = _receive(conn)
             try:
@@ -356,7 +361,7 @@ class Template:
                 reply = self._hold(req, fds)
                 fds = []  # kept, not closed
             elif op == "adopt":
-                reply, send = self._adopt(req)
+                reply, send = self._adopt(req, peer_pid)
             elif op == "release":
                 reply = {"released": self._release(_checked_id(req))}
             else:
@@ -399,14 +404,23 @@ class Template:
         log(f"holding {len(fds)} socket(s) for {sandbox_id}")
         return {"held": len(fds)}
 
-    def _adopt(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
-        entry = self.held.get(_checked_id(req))
+    def _adopt(self, req: dict[str, Any], peer: int) -> tuple[dict[str, Any], list[int]]:
+        """Lend the held sockets to the restoring sandbox ``peer``: copies go out, ours
+        stay until release.  One borrower at a time: while it lives, a second restore
+        of the same image gets nothing and binds its own port."""
+        sandbox_id = _checked_id(req)
+        entry = self.held.get(sandbox_id)
         if entry is None:
             return {"kinds": []}, []
+        borrower = self.lent.get(sandbox_id)
+        if borrower is not None and borrower != peer and proto.pid_alive(borrower):
+            raise Refused(f"the sockets held for {sandbox_id} are in use by pid {borrower}")
+        self.lent[sandbox_id] = peer
         fds, kinds, _ = entry
-        return {"kinds": kinds}, list(fds)  # copies go out; ours stay until release
+        return {"kinds": kinds}, list(fds)
 
     def _release(self, sandbox_id: str) -> bool:
+        self.lent.pop(sandbox_id, None)
         entry = self.held.pop(sandbox_id, None)
         if entry is not None:
             _close_all(entry[0])

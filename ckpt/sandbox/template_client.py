@@ -155,11 +155,7 @@ def _wait_pid_gone(pid: int, timeout: float = 10.0) -> bool:
     """Wait until ``pid`` has exited (a zombie counts as gone)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
-                    return True
-        except OSError:
+        if not proto.pid_alive(pid):
             return True
         time.sleep(0.01)
     return False

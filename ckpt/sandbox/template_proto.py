@@ -90,6 +90,16 @@ def version() -> str:
     return _version
 
 
+def pid_alive(pid: int) -> bool:
+    """Is ``pid`` a live process (not gone, not a zombie)?  Read from /proc: this module
+    must stay free of psutil, which the template never needs."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
 def read_info(root: str) -> dict[str, Any] | None:
     try:
         with open(info_path(root), "rb") as f:
