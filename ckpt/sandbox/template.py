@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 POLL_S = 1.0
 IDLE_DEFAULT_S = 1800.0
 HOLD_DEFAULT_S = 600.0
+LOCK_WAIT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
 
 
@@ -83,6 +84,7 @@ def warm() -> dict[str, Any]:
         k = kernel.build_workload(workload)
         for engine in state.ENGINES:
             state.loads(state.dumps(k, engine=engine), engine=engine)
+    _cgroup_mounts()  # read mountinfo once, not per request
     gc.collect()
     t_end = time.perf_counter_ns()
     return {
@@ -105,13 +107,21 @@ def _peer(conn: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-
 def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
-    """One request line and the descriptors that came with it (all of them, always)."""
+    """One request line and the descriptors that came with it (all of them, always).
+
+    The whole request must arrive within REQUEST_TIMEOUT_S: a client trickling a byte
+    at a time cannot hold the (single-threaded) template longer than that."""
     fds: list[int] = []
     buf = bytearray()
     space = socket.CMSG_SPACE(proto.MAX_FDS * array.array("i").itemsize)
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
     while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            _close_all(fds)
+            raise Refused(f"the request did not arrive within {REQUEST_TIMEOUT_S:g} s")
+        conn.settimeout(left)
         data, ancdata, flags, _ = conn.recvmsg(65536, space)
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -151,11 +161,10 @@ def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any
         raise Refused("spawn needs an absolute 'socket' path")
     if len(os.fsencode(sock)) > 107:
         raise Refused("socket path too long")
-    parent = os.path.dirname(sock)
-    under_root = os.path.realpath(parent) == os.path.realpath(os.path.join(root, sandbox_id))
-    in_tmp = os.path.basename(sock).startswith("ckpt-") and parent == proto.tmpdir()
-    if not (under_root or in_tmp):
-        raise Refused("socket must be in the sandbox's directory under this template's root")
+    from ckpt.sandbox.paths import Root
+
+    if sock != str(Root(root).socket_path(sandbox_id)):
+        raise Refused("socket must be the sandbox's own control socket under this root")
     n_cgroup = req.get("cgroup_fds")
     if not isinstance(n_cgroup, int) or isinstance(n_cgroup, bool) or n_cgroup < 0:
         raise Refused("spawn needs an integer 'cgroup_fds'")
@@ -173,9 +182,15 @@ def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any
         raise Refused("the log descriptor must be a writable regular file")
     if not stat.S_ISFIFO(os.fstat(ready_fd).st_mode) or not _writable(ready_fd):
         raise Refused("the ready descriptor must be the write end of a pipe")
+    mounts = _cgroup_mounts()
     for fd in cgroup_fds:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _fd_target(fd).endswith("/cgroup.procs"):
-            raise Refused("cgroup descriptors must be open cgroup.procs files")
+        target = _fd_target(fd)
+        if (
+            not stat.S_ISREG(os.fstat(fd).st_mode)
+            or not target.endswith("/cgroup.procs")
+            or not target.startswith(mounts)
+        ):
+            raise Refused("cgroup descriptors must be open cgroup.procs files of a cgroup fs")
         if not _writable(fd):
             raise Refused("cgroup descriptors must be open for writing")
     return {
@@ -186,6 +201,24 @@ def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any
         "cgroup_fds": cgroup_fds,
         "env": env,
     }
+
+
+_mounts: tuple[str, ...] | None = None
+
+
+def _cgroup_mounts() -> tuple[str, ...]:
+    """Where this host's cgroup file systems are mounted, each ending in ``/``."""
+    global _mounts
+    if _mounts is None:
+        from ckpt.cgroups import detect
+
+        try:
+            lay = detect.layout()
+            found = [lay.unified, *lay.v1.values()]
+        except Exception:  # no readable mountinfo: accept no cgroup descriptor at all
+            found = []
+        _mounts = tuple(dict.fromkeys(f"{m}/" for m in found if m is not None))
+    return _mounts
 
 
 def _writable(fd: int) -> bool:
@@ -265,7 +298,35 @@ class Template:
         self.stale = False  # a newer ckpt asked: fork no more, exit once nothing is held
         self.held: dict[str, tuple[list[int], list[str], float]] = {}
         self.lent: dict[str, int] = {}  # sandbox ID -> pid of the restore using them
+        self.after_send: list[str] = []
+        self.lock_fd: int | None = None
         self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
+
+    def take_over(self) -> None:
+        """Collect the held sockets of a stale template still serving our socket path."""
+        try:
+            reply, fds = proto.exchange(
+                self.sock_path,
+                {"op": "migrate"},
+                timeout=REQUEST_TIMEOUT_S,
+                max_fds=handover.MAX_SOCKETS,
+            )
+        except (OSError, ValueError):
+            return  # nobody there, or not answering: nothing to take over
+        held = (reply.get("result") or {}).get("held") if reply.get("ok") else None
+        if not isinstance(held, list):
+            _close_all(fds)
+            return
+        at = 0
+        for entry in held:
+            kinds = entry.get("kinds") if isinstance(entry, dict) else None
+            if not isinstance(kinds, list) or at + len(kinds) > len(fds):
+                break
+            self.held[str(entry.get("id"))] = (fds[at : at + len(kinds)], kinds, time.monotonic())
+            at += len(kinds)
+        _close_all(fds[at:])
+        if self.held:
+            log(f"took over the sockets held for {', '.join(sorted(self.held))}")
 
     def bind(self) -> None:
         """Bind under a temporary name and rename into place: clients see a warm
@@ -347,9 +408,7 @@ class Template:
             send: list[int] = []
             if op == "spawn":
                 if req.get("version") != self.version:
-                    # Stale: fork no more; exit once nothing is held, so the client
-                    # can start a fresh template for the new code.
-                    self.stale = True
+                    self._go_stale()
                     raise Refused(f"{proto.VERSION_MISMATCH}: template runs {self.version}")
                 reply = self._spawn(check_spawn(req, fds, self.root), conn)
             elif op == "status":
@@ -362,11 +421,16 @@ class Template:
                 fds = []  # kept, not closed
             elif op == "adopt":
                 reply, send = self._adopt(req, peer_pid)
+            elif op == "migrate":
+                reply, send = self._migrate()
             elif op == "release":
                 reply = {"released": self._release(_checked_id(req))}
             else:
                 raise Refused(f"unknown op {op!r}")
             _send(conn, {"ok": True, "result": reply}, send)
+            for sandbox_id in self.after_send:
+                self._release(sandbox_id)
+            self.after_send = []
         except Refused as exc:
             self.refused += 1
             log(f"refused: {exc}")
@@ -426,6 +490,27 @@ class Template:
             _close_all(entry[0])
             log(f"released the sockets held for {sandbox_id}")
         return entry is not None
+
+    def _go_stale(self) -> None:
+        """A newer ckpt asked: fork no more, and let a fresh template take the lock; it
+        collects our held sockets (``migrate``) before it serves, and we exit."""
+        if self.stale:
+            return
+        self.stale = True
+        log("a newer ckpt is in use: handing over to a fresh template")
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # releases the flock for the fresh template
+            self.lock_fd = None
+
+    def _migrate(self) -> tuple[dict[str, Any], list[int]]:
+        """Give every held socket to the fresh template that replaces us, then exit."""
+        held = [{"id": sid, "kinds": kinds} for sid, (_, kinds, _) in self.held.items()]
+        fds = [fd for fds, _, _ in self.held.values() for fd in fds]
+        if len(fds) > handover.MAX_SOCKETS:
+            raise Refused(f"too many held sockets to migrate ({len(fds)})")
+        self.after_send = list(self.held)  # closed once the reply (and fds) went out
+        self.running = False
+        return {"held": held}, fds
 
     def _expire_holds(self) -> None:
         now = time.monotonic()
@@ -542,20 +627,36 @@ def parse_args(argv: list[str]) -> dict[str, str]:
     return opts
 
 
+def _lock(root: str) -> int | None:
+    """The root's template lock, or None if another template keeps it.  A stale template
+    lets go of it as soon as a newer ckpt asks it for a sandbox, so wait a little."""
+    fd = os.open(proto.lock_path(root), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
 def main(argv: list[str] | None = None) -> None:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
-    lock_fd = os.open(proto.lock_path(opts["root"]), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    lock_fd = _lock(opts["root"])
+    if lock_fd is None:
         return  # another template for this root is starting or serving
     t = Template(os.path.abspath(opts["root"]), opts["socket"], opts["version"])
+    t.lock_fd = lock_fd
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})
     t.warm_info = warm()
     if os.environ.get("CKPT_TEMPLATE_GC_FREEZE", "1") != "0":
         gc.freeze()  # children's collections skip the template's objects: see README
+    t.take_over()
     t.bind()
     proto.write_info(opts["root"], {**info, "state": "serving"})
     log(f"warm ({t.warm_info}); serving on {t.sock_path}")

@@ -167,7 +167,9 @@ def start(root: Path, *, wait: bool = False) -> None:
     With ``wait``, return once it answers, raising SandboxError if it does not."""
     from ckpt.sandbox.lifecycle import child_env
 
-    if _template_pid(root) is not None:  # one is starting or serving already
+    info = proto.read_info(str(root)) or {}
+    if _template_pid(root) is not None and info.get("version") == proto.version():
+        # one of this version is starting or serving already
         if wait:
             _wait_serving(root)
         return
@@ -194,7 +196,7 @@ def start(root: Path, *, wait: bool = False) -> None:
             env=child_env(),
         )
     # Recorded at once, so `ckpt template stop` finds a template that is still warming.
-    proto.write_info(str(root), {"pid": proc.pid, "state": "starting"})
+    proto.write_info(str(root), {"pid": proc.pid, "version": proto.version(), "state": "starting"})
     if wait:
         _wait_serving(root)
 
