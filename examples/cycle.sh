@@ -19,6 +19,7 @@ ID="example-$$"  # cgroups are host-wide: unique per run
 ck() { $CKPT --root "$ROOT" "$@"; }
 cleanup() {
     if [ -d "$ROOT/$ID" ]; then ck delete --force "$ID" >/dev/null 2>&1 || true; fi
+    ck template stop >/dev/null 2>&1 || true  # the root's warm template, if one started
     rm -rf "$WORK"
 }
 trap cleanup EXIT INT TERM

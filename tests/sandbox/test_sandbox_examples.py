@@ -65,5 +65,5 @@ def test_demo_tours_and_cleans_up() -> None:
     sandbox_id = re.search(r"sandbox (demo-\d+): pid", proc.stdout)
     assert sandbox_id is not None
     assert cgroup_dirs(sandbox_id.group(1)) == []
-    tmp = re.search(r"removed the sandbox, its cgroup and (\S+)", proc.stdout)
+    tmp = re.search(r"removed the sandbox, its cgroup, the template and (\S+)", proc.stdout)
     assert tmp is not None and not Path(tmp.group(1)).exists()
