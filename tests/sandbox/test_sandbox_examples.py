@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import cgroup_dirs
+from .conftest import cgroup_dirs, sandbox_processes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -67,3 +67,5 @@ def test_demo_tours_and_cleans_up() -> None:
     assert cgroup_dirs(sandbox_id.group(1)) == []
     tmp = re.search(r"removed the sandbox, its cgroup, the template and (\S+)", proc.stdout)
     assert tmp is not None and not Path(tmp.group(1)).exists()
+    assert "forked from the template: True; listening socket: handed over" in proc.stdout
+    assert sandbox_processes(Path(tmp.group(1)) / "root") == []  # the template too
