@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 Responder = Callable[[str, str], tuple[int, dict]]
 MAX_HEADER = 64 * 1024
+ACCEPT_PARK_S = 10.0  # the accept thread parks at once; this only bounds a stuck one
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -76,6 +77,7 @@ class HttpServer:
         self._parked: list[socket.socket] = []
         self._drain_r, self._drain_w = os.pipe()  # readable while draining
         self._adopted = list(conns)
+        self._reading_paused = False
 
     def start(self) -> None:
         self.sock.setblocking(False)
@@ -107,8 +109,11 @@ class HttpServer:
         connections were parked; raises DrainTimeout (and undrains) if requests are
         still running after ``timeout`` seconds."""
         os.write(self._drain_w, b"x")
-        deadline = time.monotonic() + timeout
-        with self._lock:
+        with self._lock:  # the accept thread parks at once: not charged to the timeout
+            park_by = time.monotonic() + ACCEPT_PARK_S
+            while self._accepting and time.monotonic() < park_by:
+                self._lock.wait(0.05)
+            deadline = time.monotonic() + timeout
             while self._active or self._accepting:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -187,18 +192,41 @@ class HttpServer:
         with contextlib.suppress(OSError):
             conn.close()
 
+    def _await_request(self, conn: socket.socket) -> bool:
+        """Wait for the next request on ``conn``: True to park it (the server drains).
+
+        While reading is paused (the kernel is frozen) nothing is read: a request that
+        arrives stays in the socket buffer, so a drain can still park the connection
+        and the next sandbox answers it."""
+        while True:
+            ready = select.select([conn, self._drain_r], [], [])[0]
+            if self._closed:
+                return False
+            if conn not in ready:
+                return True
+            with self._lock:
+                if not self._reading_paused:
+                    return False
+                self._lock.wait(0.05)
+            if self.draining:
+                return True
+
+    def pause_reading(self, paused: bool) -> None:
+        """Read no new request while ``paused`` (requests already read go on)."""
+        with self._lock:
+            self._reading_paused = paused
+            self._lock.notify_all()
+
     def _serve_requests(self, conn: socket.socket) -> bool:
         """Answer requests until the client closes (False) or, with nothing of a next
         request read yet, the server drains (True: park the connection)."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = b""
         while True:
-            if not buf:  # between requests: the only place a connection parks
-                ready = select.select([conn, self._drain_r], [], [])[0]
-                if self._closed:
-                    return False
-                if conn not in ready:
-                    return True
+            if not buf and self._await_request(conn):  # between requests
+                return True
+            if self._closed:
+                return False
             while b"\r\n\r\n" not in buf:
                 chunk = conn.recv(65536)
                 if not chunk:

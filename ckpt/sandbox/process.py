@@ -357,11 +357,15 @@ class Host:
         with self.cond:
             self.frozen = True
             self.kernel.pause()
+            if self.http is not None:
+                self.http.pause_reading(True)
 
     def _thaw(self) -> None:
         with self.cond:
             self.kernel.resume()
             self.frozen = False
+            if self.http is not None:
+                self.http.pause_reading(False)
             self.cond.notify_all()
 
     def pause(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -496,12 +500,19 @@ class Host:
         requests finish (see ``HttpServer.drain``).  Returns the connections parked."""
         if self.http is None:
             return None
-        timeout = float(params.get("drain_timeout") or DRAIN_TIMEOUT_S)
+        given = params.get("drain_timeout")
+        timeout = DRAIN_TIMEOUT_S if given is None else float(given)
         from ckpt.sandbox.http import DrainTimeout
 
         try:
             return self.http.drain(timeout)
         except DrainTimeout as exc:
+            if self.frozen:
+                raise SandboxError(
+                    f"checkpoint of {self.id} not taken: {exc}, read before the sandbox "
+                    "was paused; it stays paused. Resume it (they are answered) and "
+                    "checkpoint again"
+                ) from None
             raise SandboxError(
                 f"checkpoint of {self.id} not taken: {exc}; the sandbox goes on serving. "
                 "Retry, or give the requests longer with --drain-timeout"

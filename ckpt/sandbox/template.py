@@ -380,6 +380,7 @@ class Template:
             with conn:
                 self._handle(conn)
             self._reap()
+            self._expire_holds()  # steady traffic must not keep a hold alive
 
     def _reap(self) -> None:
         while True:
