@@ -73,6 +73,9 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
     steps: int = 0
     restores: int = 0
     rng_state: int = 0x2545F4914F6CDD1D
+    # What is due next (timers by expiry, tasks that may take a signal): a cache of the
+    # graph, rebuilt after a restore (``ckpt/kernel/events.py``).
+    _event_index: Any = state.field(nosave=True, default=None)  # noqa: RUF009
 
     # -- small helpers ------------------------------------------------------------------
     def uid(self) -> int:
