@@ -163,6 +163,9 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
             "path": path,
             "uptime_ns": self.now,
         }
+        program = http.server.program
+        if status == 200 and program is not None:
+            body.update(program.http_body(self, http.server, path))
         if http.access_log is not None and http.server.state is not TaskState.ZOMBIE:
             line = f'{self.timekeeper.realtime_ns} "{method.upper()} {path}" {status}\n'
             log = http.access_log

@@ -175,6 +175,12 @@ class MemoryFile:
     def unfetched(self) -> int:
         return len(self._unfetched)
 
+    @property
+    def loading(self) -> bool:
+        """Whether a background page load is still reading the page file."""
+        source = self._source
+        return source is not None and not getattr(source, "done", True)
+
     def usage(self) -> tuple[int, int, int]:
         """(allocated frames, frames holding non-zero data, frames not fetched yet)."""
         nonzero = sum(1 for data in self._data.values() if data != ZERO_PAGE)

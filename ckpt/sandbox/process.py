@@ -273,7 +273,7 @@ class Host:
             if close is not None:
                 close()
         t_state = time.perf_counter_ns()
-        pages = image.open_pages(lazy=bool(params.get("background")))
+        pages = image.open_pages(lazy=bool(params.get("background")), on_error=self._pages_failed)
         k.memory_file.restore_pages(pages)
         t_pages = time.perf_counter_ns()
         k.note_restored()
@@ -311,6 +311,17 @@ class Host:
             "stats_text": str(stats) if stats is not None else None,
             "cpu_usec": self_cpu_usec(),
         }
+
+    def _pages_failed(self, exc: BaseException) -> None:
+        """A background page load found the page file damaged: stop, never run on with
+        memory we do not have (called once, from the thread that found it)."""
+        log(
+            f"restore: page file damaged during background load: {exc}; "
+            "stopping the sandbox rather than run with wrong memory"
+        )
+        self.exiting.set()
+        sys.stderr.flush()
+        os._exit(70)  # EX_SOFTWARE
 
     def _freeze(self) -> None:
         with self.cond:

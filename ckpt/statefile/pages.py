@@ -6,6 +6,14 @@ pages.img in order (few, large writes).  All-zero pages are only counted and lis
 zero runs: they cost nothing in pages.img.  Loading is eager (all runs on the pool) or
 lazy: ``open`` returns after the metadata is read and a background thread fills runs in
 order, while a page asked for earlier fetches its own run at once.
+
+A lazy load that finds a run truncated or corrupt (its tag does not match) never hands
+out its pages: every later read of them raises the error, and ``on_error`` is called
+once, from whichever thread found it first, so the host can stop the sandbox at once
+rather than let it run on with memory it does not have.
+
+Testing hook: ``CKPT_FAULT=pages-fill-delay:SECONDS`` makes the background fill sleep
+that long before each run, so a test can see requests served while pages still load.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -363,6 +372,17 @@ class _Indices(Sequence[int]):
         return r >= 0 and page < self._starts[r] + (self._cum[r + 1] - self._cum[r])
 
 
+def _fill_delay() -> float:
+    """Seconds to sleep before each run of a lazy fill (``CKPT_FAULT``, tests only)."""
+    name, _, value = os.environ.get("CKPT_FAULT", "").partition(":")
+    if name != "pages-fill-delay":
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 0.0
+
+
 class LoadedPages:
     """The pages of an image, loaded eagerly or filled lazily in the background."""
 
@@ -375,8 +395,12 @@ class LoadedPages:
         *,
         lazy: bool,
         verify: bool = True,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.summary = meta.summary
+        self._on_error = on_error
+        self._error_lock = threading.Lock()
+        self._fill_delay = _fill_delay() if lazy else 0.0
         self.lazy = lazy
         self._meta = meta
         self._path = pages_path
@@ -429,17 +453,34 @@ class LoadedPages:
         with self._locks[i]:
             data = self._data[i]
             if data is None:
-                data = self._data[i] = self._fetch(i)
+                if self._error is not None:
+                    raise self._error
+                try:
+                    data = self._data[i] = self._fetch(i)
+                except BaseException as exc:
+                    self._fail(exc)
+                    raise
             return data
+
+    def _fail(self, exc: BaseException) -> None:
+        """Remember the first failure and tell ``on_error`` about it, once."""
+        with self._error_lock:
+            if self._error is not None:
+                return
+            self._error = exc
+        if self._on_error is not None:
+            self._on_error(exc)
 
     def _fill(self) -> None:
         try:
             for i in range(len(self._data)):
                 if self._closed:
                     return
+                if self._fill_delay and self._data[i] is None:
+                    time.sleep(self._fill_delay)
                 self._load(i)
         except BaseException as exc:
-            self._error = exc
+            self._fail(exc)
         finally:
             self._close_fd()
 
