@@ -316,6 +316,55 @@ def bench_checkpointfile_cmd(
         typer.echo(line)  # unwrapped, for benchstat
 
 
+# --- scale (ckpt/bench/scale.py) --------------------------------------------------
+
+
+@bench_app.command("scale")
+def bench_scale_cmd(
+    files: Annotated[
+        str, typer.Option("--files", help="files:N sizes, comma-separated ('' to skip).")
+    ] = "1000,10000,100000",
+    graphs: Annotated[
+        str, typer.Option("--graphs", help="graph:N sizes, comma-separated ('' to skip).")
+    ] = "1000,4000,16000",
+    memory: Annotated[
+        str, typer.Option("--memory", help="memory:N sizes in MiB, comma-separated.")
+    ] = "16,64,256,1024",
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Repetitions per size.")] = 1,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where sandboxes and images go (default: temp).")
+    ] = None,
+    plot_path: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also draw cost against size to FILE.png (needs [plot])."),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+    ] = False,
+) -> None:
+    """Checkpoint and restore cost against object count and memory size, real sandboxes."""
+    import json as _json
+
+    from ckpt.bench import scale
+
+    res = scale.run(
+        scale.parse_sizes(files, "files"),
+        scale.parse_sizes(graphs, "graphs"),
+        scale.parse_sizes(memory, "memory"),
+        count=count,
+        workdir=workdir,
+        progress=True,
+    )
+    if plot_path is not None:
+        scale.plot(res, plot_path)
+    if json_out:
+        typer.echo(_json.dumps(scale.to_json(res), indent=2, default=str))
+        return
+    out.print(scale.render(res))
+    for line in scale.go_lines(res["points"]):
+        typer.echo(line)  # unwrapped, for benchstat
+
+
 # --- sandbox lifecycle commands (ckpt/sandbox) ------------------------------------
 
 

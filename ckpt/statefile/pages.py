@@ -22,7 +22,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -505,6 +505,12 @@ class LoadedPages:
             if index < first + n:
                 return ZERO_PAGE
         raise StatefileError(f"page {index} is not in the image")
+
+    def stored_runs(self) -> Iterator[tuple[int, bytes]]:
+        """Each stored run as (first page, its raw pages), in order (loaded if needed):
+        the exact data the checkpoint compressed, for comparing with a plain codec."""
+        for i, run in enumerate(self._meta.runs):
+            yield run.first_page, self._load(i)
 
     def wait(self) -> None:
         """Block until every page is loaded; raise the background fill's error, if any."""
