@@ -458,7 +458,7 @@ def render(result: dict[str, Any]) -> Any:
         rss.add_column(col, justify="left" if col == "workload" else "right")
     for p in points:
         if not p.reps:
-            times.add_row(Text(p.workload), Text(f"failed: {p.error}"[:60]), "", "", "", "")
+            times.add_row(Text(p.workload), "failed", "", "", "", "")
             continue
         times.add_row(
             Text(p.workload),
@@ -499,7 +499,8 @@ def render(result: dict[str, Any]) -> Any:
                 _r(bg, "{:.2f}x"),
             )
         parts.append(pages)
-    parts.append(Text("\n".join(verdicts(result["summary"]))))
+    failed = [f"{p.workload}: failed: {p.error}" for p in points if not p.reps]
+    parts.append(Text("\n".join(failed + verdicts(result["summary"]))))
     return Group(*parts)
 
 
