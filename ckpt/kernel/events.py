@@ -23,6 +23,7 @@ import heapq
 from typing import TYPE_CHECKING, Any
 
 from ckpt.kernel.clock import CLOCK_REALTIME
+from ckpt.kernel.task import TaskState
 from ckpt.kernel.timers import ITIMER_PROF, ITIMER_REAL, ITIMER_VIRTUAL, PosixTimer, TimerFD
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ NEVER = 1 << 62
 class EventIndex:
     """Timers by expiry and tasks that may have a deliverable signal (see module doc)."""
 
-    __slots__ = ("_mono", "_real", "_seq", "cpu_groups", "ready", "round", "tfds")
+    __slots__ = ("_mono", "_real", "_seq", "cpu_groups", "groups", "ready", "round", "tfds")
 
     def __init__(self) -> None:
         self._mono: list[tuple[int, int, int, Any, Any]] = []
@@ -46,6 +47,7 @@ class EventIndex:
         self.cpu_groups: dict[int, ThreadGroup] = {}  # tgid -> group with a CPU itimer
         self.tfds: dict[int, TimerFD] = {}  # id(timerfd) -> timerfd still open
         self.ready: dict[int, Task] = {}  # tid -> task that may take a signal
+        self.groups: dict[int, ThreadGroup] = {}  # tgid -> group with a new shared signal
         # While signals are being delivered: [heap of tids still to visit this round,
         # tid being visited, first tid allocated after the round began].
         self.round: list[Any] | None = None
@@ -162,8 +164,29 @@ class EventIndex:
             heapq.heappush(r[0], tid)  # still ahead in this round: visit it in this round
 
     def mark_group(self, tg: ThreadGroup) -> None:
+        """A signal was queued for the whole group: any thread may take it.  Between
+        rounds the group is noted once however many signals it gets; ``take_ready``
+        marks its threads when the next round starts."""
+        if self.round is None:
+            self.groups[tg.tgid] = tg
+            return
         for task in tg.tasks:
             self.mark(task)
+
+    def take_ready(self) -> dict[int, Task]:
+        """The ready set for a new round, with the noted groups' threads added.
+
+        A stopped thread is left out: only SIGKILL reaches it, and sending SIGKILL
+        continues the group, which marks its threads one by one.
+        """
+        ready = self.ready
+        if self.groups:
+            for tg in self.groups.values():
+                for task in tg.tasks:
+                    if task.state is not TaskState.STOPPED:
+                        ready[task.tid] = task
+            self.groups.clear()
+        return ready
 
 
 def _firing_order(item: tuple[int, Any, Any]) -> tuple[int, int, int, int]:

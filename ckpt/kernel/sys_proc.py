@@ -404,26 +404,19 @@ class ProcessCalls:
             for queue in self._queues(tg):
                 queue[:] = [i for i in queue if i.signo not in STOP_SIGNALS]
         action = tg.sighand.action_for(signo)
-        blocked = signo not in UNCATCHABLE and all(
-            t.sigmask & sigbit(signo) for t in tg.tasks if t.state is not TaskState.ZOMBIE
-        )
-        if action in (SignalAction.IGNORE, SignalAction.CONTINUE) and not blocked:
-            return False
+        if action in (SignalAction.IGNORE, SignalAction.CONTINUE) and not (
+            signo not in UNCATCHABLE
+            and all(t.sigmask & sigbit(signo) for t in tg.tasks if t.state is not TaskState.ZOMBIE)
+        ):
+            return False  # discarded unless every thread blocks it
         queue = tg.shared_pending if isinstance(target, ThreadGroup) else target.pending
         if signo < SIGRTMIN and not timer and any(i.signo == signo for i in queue):
             return False  # standard signals do not queue twice
         queue.append(info)
-        # Mark who may take it.  A task with the signal blocked, or stopped (only SIGKILL
-        # reaches a stopped task), cannot: sigprocmask and SIGCONT mark it when that ends.
-        events, bit = self._events(), sigbit(signo)
-        ready = events.ready if events.round is None else None
-        stopped = TaskState.STOPPED
-        for task in tg.tasks if isinstance(target, ThreadGroup) else (target,):
-            if signo == SIGKILL or not (task.sigmask & bit or task.state is stopped):
-                if ready is not None:
-                    ready[task.tid] = task  # no round under way: mark() in short
-                else:
-                    events.mark(task)
+        if isinstance(target, ThreadGroup):
+            self._events().mark_group(tg)  # any of its threads may take it
+        else:
+            self._events().mark(target)
         return True
 
     def _queues(self, tg: ThreadGroup) -> list[list[SigInfo]]:
@@ -492,7 +485,7 @@ class ProcessCalls:
         during the round is visited in it if the walk had not reached it yet.
         """
         events = self._events()
-        ready = events.ready
+        ready = events.take_ready()
         if not ready:
             return False
         order = sorted(ready)
