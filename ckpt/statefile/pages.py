@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -117,48 +118,71 @@ class PageWriter:
         pages_f.write(PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id))
 
     def write_pages(self, pages: Iterable[tuple[int, Any]]) -> PageSummary:
-        """Consume ``(index, 4096-byte page)`` pairs in ascending order; return totals."""
+        """Consume ``(index, 4096-byte page)`` pairs in ascending order; return totals.
+
+        Pages stream through: a run is handed to the pool as soon as it is complete,
+        and at most ``Ordered.max_inflight`` runs are held, whatever the memory size.
+        """
         if self.written:
             raise StatefileError("write_pages was already called for this image")
         self.written = True
-        run = bytearray()
-        run_first = -1
-        zero_first = zero_n = 0
-        last = -1
-        for index, data in pages:
-            if index <= last:
-                raise StatefileError(
-                    f"pages must come in ascending order: page {index} after page {last}"
-                )
-            if len(data) != PAGE_SIZE:
-                raise StatefileError(f"page {index} is {len(data)} bytes, not {PAGE_SIZE}")
-            self._scanned += 1
-            page = data if isinstance(data, bytes | bytearray) else bytes(data)
-            if page == ZERO_PAGE:
-                if zero_n and zero_first + zero_n == index:
-                    zero_n += 1
-                else:
-                    if zero_n:
-                        self._zero_runs.append((zero_first, zero_n))
-                    zero_first, zero_n = index, 1
-                self._zero += 1
-            else:
-                npages = len(run) // PAGE_SIZE
-                if run and (run_first + npages != index or npages == PAGES_PER_CHUNK):
-                    self._submit(run_first, bytes(run))
-                    run.clear()
-                if not run:
-                    run_first = index
-                run += page
-                self._stored += 1
-            last = index
-        if run:
-            self._submit(run_first, bytes(run))
-        if zero_n:
-            self._zero_runs.append((zero_first, zero_n))
+        # The pool's workers wait for the GIL each time zstd hands a run back; with the
+        # default 5 ms switch interval they wait on this loop far longer than they
+        # compress (memory:256 in process: 166 -> 213 MiB/s at 0.5 ms, median of 3).
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, 0.0005))
+        try:
+            self._write_pages(pages)
+        finally:
+            sys.setswitchinterval(switch)
         for done in self._ordered.drain():
             self._emit(done)
         return self.summary()
+
+    def _write_pages(self, pages: Iterable[tuple[int, Any]]) -> None:
+        zero_page = ZERO_PAGE
+        zero_runs = self._zero_runs
+        run: list[Any] = []
+        run_first = run_next = -1
+        zero_first = zero_n = 0
+        last = -1
+        zero = stored = 0
+        try:
+            for index, data in pages:
+                if index <= last:
+                    raise StatefileError(
+                        f"pages must come in ascending order: page {index} after page {last}"
+                    )
+                if len(data) != PAGE_SIZE:
+                    raise StatefileError(f"page {index} is {len(data)} bytes, not {PAGE_SIZE}")
+                last = index
+                if type(data) is not bytes:
+                    data = bytes(data)  # the caller may reuse its buffer
+                if data == zero_page:
+                    if zero_n and zero_first + zero_n == index:
+                        zero_n += 1
+                    else:
+                        if zero_n:
+                            zero_runs.append((zero_first, zero_n))
+                        zero_first, zero_n = index, 1
+                    zero += 1
+                    continue
+                if run and (index != run_next or len(run) == PAGES_PER_CHUNK):
+                    self._submit(run_first, b"".join(run))
+                    run = []
+                if not run:
+                    run_first = index
+                run.append(data)
+                run_next = index + 1
+                stored += 1
+            if run:
+                self._submit(run_first, b"".join(run))
+            if zero_n:
+                zero_runs.append((zero_first, zero_n))
+        finally:
+            self._zero += zero
+            self._stored += stored
+            self._scanned += zero + stored
 
     def _submit(self, first: int, raw: bytes) -> None:
         npages = len(raw) // PAGE_SIZE
