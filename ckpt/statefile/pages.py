@@ -523,12 +523,25 @@ class LoadedPages:
                     raise self._error
                 off = (index - run.first_page) * PAGE_SIZE
                 return self._load(r)[off : off + PAGE_SIZE]
+
         z = bisect.bisect_right(self._zero_starts, index) - 1
         if z >= 0:
             first, n = self._meta.zero_runs[z]
             if index < first + n:
                 return ZERO_PAGE
         raise StatefileError(f"page {index} is not in the image")
+
+    def read_page_view(self, index: int) -> memoryview | bytes:
+        """Page ``index`` as a read-only view into its loaded run (no copy), or zeros."""
+        r = bisect.bisect_right(self._starts, index) - 1
+        if r >= 0:
+            run = self._meta.runs[r]
+            if index < run.first_page + run.npages:
+                if self._data[r] is None and self._error is not None:
+                    raise self._error
+                off = (index - run.first_page) * PAGE_SIZE
+                return memoryview(self._load(r))[off : off + PAGE_SIZE]
+        return self.read_page(index)
 
     def stored_runs(self) -> Iterator[tuple[int, bytes]]:
         """Each stored run as (first page, its raw pages), in order (loaded if needed):
