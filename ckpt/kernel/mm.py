@@ -145,15 +145,21 @@ class MemoryFile:
         them by ``materialize()``.  Frames the page file does not record stay zero.
         """
         self._data.clear()
-        recorded = set(loaded.indices)
-        missing = [f for f in self.refs if f not in recorded]
-        if missing and len(missing) == len(self.refs):
+        ranges = getattr(loaded.indices, "ranges", None)
+        if ranges is not None:  # built range by range in C, not index by index
+            recorded: set[int] = set()
+            for first, n in ranges():
+                recorded.update(range(first, first + n))
+        else:
+            recorded = set(loaded.indices)
+        unfetched = self.refs.keys() & recorded
+        if self.refs and not unfetched:
             raise KernelError(
                 f"the page file records none of the {len(self.refs)} allocated frames; "
                 "was it written for this kernel?"
             )
         self._source = loaded
-        self._unfetched = {f for f in self.refs if f in recorded}
+        self._unfetched = unfetched
 
     def materialize(self) -> int:
         """Fetch every frame not read yet; returns how many were fetched."""

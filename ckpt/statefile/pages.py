@@ -389,6 +389,11 @@ class _Indices(Sequence[int]):
         for s, a, b in zip(self._starts, self._cum, self._cum[1:], strict=False):
             yield from range(s, s + (b - a))
 
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        """(first page, count) for each run of recorded pages, ascending."""
+        for s, a, b in zip(self._starts, self._cum, self._cum[1:], strict=False):
+            yield s, b - a
+
     def __contains__(self, page: object) -> bool:
         if not isinstance(page, int):
             return False
