@@ -346,6 +346,27 @@ def _growth(points: Sequence[Point], kind: str, attr: str) -> dict[str, Any] | N
     return {"from": lo.workload, "to": hi.workload, "ratio": ratio}
 
 
+def _marginal(points: Sequence[Point], kind: str, attr: str) -> dict[str, Any] | None:
+    """Cost of one more object between the two largest sizes over that between the two
+    smallest: the fixed cost of a sandbox (spawn, imports) cancels out, so 1.0 is
+    linear even where a small sandbox's per-object figure is mostly fixed cost."""
+    ok = [p for p in points if p.kind == kind and p.reps and getattr(p, attr)]
+    if len(ok) < 3:
+        return None
+
+    def slope(a: Point, b: Point) -> float:
+        return (getattr(b, attr) - getattr(a, attr)) / (b.size - a.size)
+
+    lo, hi = slope(ok[0], ok[1]), slope(ok[-2], ok[-1])
+    return {
+        "from": f"{ok[0].workload}..{ok[1].size}",
+        "to": f"{ok[-2].workload}..{ok[-1].size}",
+        "ns_from": lo,
+        "ns_to": hi,
+        "ratio": hi / lo if lo > 0 else float("nan"),
+    }
+
+
 def summarize(points: Sequence[Point]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in ("files", "graph", "memory"):
@@ -353,6 +374,9 @@ def summarize(points: Sequence[Point]) -> dict[str, Any]:
             g = _growth(points, kind, attr)
             if g is not None:
                 out[f"{kind}_{attr[:-3]}_per_unit_growth"] = g
+            m = _marginal(points, kind, attr)
+            if m is not None:
+                out[f"{kind}_{attr[:-3]}_marginal_growth"] = m
     mem = [p for p in points if p.kind == "memory" and p.reps]
     if mem:
         big = mem[-1]
@@ -385,10 +409,16 @@ def verdicts(summary: dict[str, Any]) -> list[str]:
             f"(<= {PER_OBJECT_TARGET}x) {_mark(g['ratio'] <= PER_OBJECT_TARGET)}"
         )
     for kind in ("files", "graph"):
-        for phase in ("checkpoint", "restore"):
+        for phase in ("boot", "checkpoint", "restore"):
             g = summary.get(f"{kind}_{phase}_per_unit_growth")
-            if g:
+            if g and (kind, phase) != ("graph", "boot"):
                 lines.append(f"{phase} per object {g['from']} -> {g['to']}: {g['ratio']:.2f}x")
+            m = summary.get(f"{kind}_{phase}_marginal_growth")
+            if m:
+                lines.append(
+                    f"  one more object: {_t(m['ns_from'])} at {m['from']}, "
+                    f"{_t(m['ns_to'])} at {m['to']} ({m['ratio']:.2f}x)"
+                )
     r = summary.get("rss_growth_largest")
     if r and r["bytes"] == r["bytes"]:
         ok = r["bytes"] <= RSS_GROWTH_TARGET

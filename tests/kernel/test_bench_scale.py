@@ -123,3 +123,17 @@ def test_tiny_real_run_measures_every_phase(tmp_path: Path) -> None:
     assert mem.eager_first_ns and mem.background_first_ns
     assert res["summary"]["digests_ok"] is True
     assert not any((tmp_path / "root").glob("scale-*"))  # every sandbox deleted
+
+
+def test_marginal_cost_cancels_the_fixed_cost_of_a_sandbox() -> None:
+    points = []
+    for n in (1000, 4000, 16000):
+        p = scale.Point(f"graph:{n}", "graph", n, reps=1)
+        p.boot_ns = 4e8 + n * 5e4  # 400 ms to start, 50 µs per object
+        p.checkpoint_ns = p.restore_ns = 1e6 * n
+        points.append(p)
+    summary = scale.summarize(points)
+    m = summary["graph_boot_marginal_growth"]
+    assert m["ratio"] == pytest.approx(1.0) and m["ns_to"] == pytest.approx(5e4)
+    assert summary["graph_boot_per_unit_growth"]["ratio"] < 0.2  # fixed cost dominates
+    assert any("one more object: 50.0 µs" in line for line in scale.verdicts(summary))
