@@ -58,6 +58,7 @@ class Point:
     reps: int = 0
     error: str | None = None
     boot_ns: float = 0.0
+    boot_cpu_ns: float = 0.0  # the sandbox process's CPU from its start to booted
     checkpoint_ns: float = 0.0
     checkpoint_cpu_ns: float = 0.0
     restore_ns: float = 0.0
@@ -98,7 +99,7 @@ class Point:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["unit"] = self.unit
-        for name in ("boot_ns", "checkpoint_ns", "restore_ns", "checkpoint_cpu_ns"):
+        for name in ("boot_ns", "boot_cpu_ns", "checkpoint_ns", "restore_ns", "checkpoint_cpu_ns"):
             d[name.replace("_ns", "_ns_per_" + self.unit)] = self.per_unit(getattr(self, name))
         d["pipeline_mib_s"] = self.pipeline_mibs
         d["zstd_mib_s"] = self.zstd_mibs
@@ -131,6 +132,13 @@ def _status_kib(pid: int, field_name: str) -> int:
             if line.startswith(field_name + ":"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _process_cpu_ns(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") * 1e9
 
 
 def _reset_peak(pid: int) -> bool:
@@ -208,6 +216,7 @@ def _one(root: Any, workdir: Path, workload: str, tag: str, say: Callable[[str],
         run = lifecycle.run(root, ids[0], workload)
         v["boot_ns"] = run.timings.phases_ns["Run"]
         pid = run.state.pid
+        v["boot_cpu_ns"] = _process_cpu_ns(pid)
         digest = _get(run.state, "/memory")["memory_sha256"] if serves else None
         v["rss_before"] = _status_kib(pid, "VmRSS")
         reset = _reset_peak(pid)
@@ -359,8 +368,8 @@ def _marginal(points: Sequence[Point], kind: str, attr: str) -> dict[str, Any] |
 
     lo, hi = slope(ok[0], ok[1]), slope(ok[-2], ok[-1])
     return {
-        "from": f"{ok[0].workload}..{ok[1].size}",
-        "to": f"{ok[-2].workload}..{ok[-1].size}",
+        "from": f"{_n(ok[0].size)}..{_n(ok[1].size)}",
+        "to": f"{_n(ok[-2].size)}..{_n(ok[-1].size)}",
         "ns_from": lo,
         "ns_to": hi,
         "ratio": hi / lo if lo > 0 else float("nan"),
@@ -370,7 +379,7 @@ def _marginal(points: Sequence[Point], kind: str, attr: str) -> dict[str, Any] |
 def summarize(points: Sequence[Point]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in ("files", "graph", "memory"):
-        for attr in ("boot_ns", "checkpoint_ns", "restore_ns"):
+        for attr in ("boot_ns", "boot_cpu_ns", "checkpoint_ns", "restore_ns"):
             g = _growth(points, kind, attr)
             if g is not None:
                 out[f"{kind}_{attr[:-3]}_per_unit_growth"] = g
@@ -409,15 +418,16 @@ def verdicts(summary: dict[str, Any]) -> list[str]:
             f"(<= {PER_OBJECT_TARGET}x) {_mark(g['ratio'] <= PER_OBJECT_TARGET)}"
         )
     for kind in ("files", "graph"):
-        for phase in ("boot", "checkpoint", "restore"):
+        for phase in ("boot", "boot_cpu", "checkpoint", "restore"):
             g = summary.get(f"{kind}_{phase}_per_unit_growth")
+            what = phase.replace("_cpu", " CPU")
             if g and (kind, phase) != ("graph", "boot"):
-                lines.append(f"{phase} per object {g['from']} -> {g['to']}: {g['ratio']:.2f}x")
+                lines.append(f"{what} per object {g['from']} -> {g['to']}: {g['ratio']:.2f}x")
             m = summary.get(f"{kind}_{phase}_marginal_growth")
-            if m:
+            if m and m["ns_from"] > 0 and m["ns_to"] > 0:
                 lines.append(
-                    f"  one more object: {_t(m['ns_from'])} at {m['from']}, "
-                    f"{_t(m['ns_to'])} at {m['to']} ({m['ratio']:.2f}x)"
+                    f"  one more object: {_t(m['ns_from'])} ({m['from']}) -> "
+                    f"{_t(m['ns_to'])} ({m['to']}): {m['ratio']:.2f}x"
                 )
     r = summary.get("rss_growth_largest")
     if r and r["bytes"] == r["bytes"]:
@@ -446,6 +456,14 @@ def _mark(ok: bool) -> str:
 
 
 # -- rendering --------------------------------------------------------------------------
+
+
+def _n(size: int) -> str:
+    """1000 as 1k, 1000000 as 1M: sizes short enough for one verdict line."""
+    for div, suffix in ((1_000_000, "M"), (1000, "k")):
+        if size >= div and size % div == 0:
+            return f"{size // div}{suffix}"
+    return str(size)
 
 
 def _t(ns: float | None) -> str:
@@ -481,7 +499,7 @@ def render(result: dict[str, Any]) -> Any:
     for col in ("workload", "boot", "ckpt", "ckpt CPU", "restore", "restore CPU"):
         times.add_column(col, justify="left" if col == "workload" else "right")
     unit = Table(title="per object (files, graph) or per MiB (memory)", title_justify="left")
-    for col in ("workload", "boot", "ckpt", "ckpt CPU", "restore", "objects"):
+    for col in ("workload", "boot", "boot CPU", "ckpt", "restore", "objects"):
         unit.add_column(col, justify="left" if col == "workload" else "right")
     rss = Table(title="sandbox memory", title_justify="left")
     for col in ("workload", "RSS before", "ckpt growth", "restored peak"):
@@ -501,8 +519,8 @@ def render(result: dict[str, Any]) -> Any:
         unit.add_row(
             Text(f"{p.workload} /{p.unit}"),
             _t(p.per_unit(p.boot_ns)),
+            _t(p.per_unit(p.boot_cpu_ns)),
             _t(p.per_unit(p.checkpoint_ns)),
-            _t(p.per_unit(p.checkpoint_cpu_ns)),
             _t(p.per_unit(p.restore_ns)),
             _r(p.objects),
         )
@@ -546,7 +564,7 @@ def go_lines(points: Sequence[Point]) -> list[str]:
         u = p.unit
         lines.append(
             f"BenchmarkScaleBoot/{name}\t{p.reps}\t{p.boot_ns:.0f} ns/op\t"
-            f"{p.per_unit(p.boot_ns):.0f} ns/{u}"
+            f"{p.boot_cpu_ns:.0f} cpu-ns/op\t{p.per_unit(p.boot_ns):.0f} ns/{u}"
         )
         lines.append(
             f"BenchmarkScaleCheckpoint/{name}\t{p.reps}\t{p.checkpoint_ns:.0f} ns/op\t"
@@ -600,7 +618,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ) from None
     points: list[Point] = [p for p in result["points"] if p.reps]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    phases = (("boot_ns", "boot"), ("checkpoint_ns", "checkpoint"), ("restore_ns", "restore"))
+    phases = (
+        ("boot_ns", "boot"),
+        ("boot_cpu_ns", "boot CPU"),
+        ("checkpoint_ns", "checkpoint"),
+        ("restore_ns", "restore"),
+    )
     ax = axes[0]
     for kind, marker in (("files", "o"), ("graph", "s")):
         pts = [p for p in points if p.kind == kind]

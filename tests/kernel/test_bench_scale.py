@@ -114,7 +114,7 @@ def test_tiny_real_run_measures_every_phase(tmp_path: Path) -> None:
     assert set(points) == {"files:60", "graph:40", "memory:1"}
     for p in points.values():
         assert p.error is None and p.reps == 1
-        assert p.boot_ns > 0 and p.checkpoint_ns > 0 and p.restore_ns > 0
+        assert p.boot_ns > 0 and p.checkpoint_ns > 0 and p.restore_ns > 0 and p.boot_cpu_ns > 0
         assert p.restore_peak_rss > 0 and p.rss_before > 0
         assert p.objects and p.objects > 0
     mem = points["memory:1"]
@@ -136,4 +136,6 @@ def test_marginal_cost_cancels_the_fixed_cost_of_a_sandbox() -> None:
     m = summary["graph_boot_marginal_growth"]
     assert m["ratio"] == pytest.approx(1.0) and m["ns_to"] == pytest.approx(5e4)
     assert summary["graph_boot_per_unit_growth"]["ratio"] < 0.2  # fixed cost dominates
-    assert any("one more object: 50.0 µs" in line for line in scale.verdicts(summary))
+    assert "  one more object: 50.0 µs (1k..4k) -> 50.0 µs (4k..16k): 1.00x" in (
+        scale.verdicts(summary)
+    )
