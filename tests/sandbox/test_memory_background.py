@@ -14,7 +14,7 @@ from ckpt.sandbox.http import get_json
 from .conftest import Cli
 
 MEM = f"mem-{os.getpid()}"
-SLOW_FILL = {"CKPT_FAULT": "pages-fill-delay:0.4"}  # ~25 runs: ~10 s of background fill
+SLOW_FILL = {"CKPT_FAULT": "pages-fill-delay:2"}  # ~25 runs: ~50 s unless touched
 
 
 def _get(cli: Cli, path: str) -> dict:
