@@ -474,9 +474,10 @@ def bench_load_cmd(
         bool, typer.Option("--json", help="Print one JSON document instead of tables.")
     ] = False,
 ) -> None:
-    """Real HTTP clients on 127.0.0.1 keep an http sandbox busy across checkpoint →
-    restore cycles: requests answered, refused and dropped, latency, and the server's
-    count against the clients'; with the warm template (socket handover) and without."""
+    """Real HTTP clients keep an http sandbox busy across checkpoint/restore cycles.
+
+    Requests answered, refused and dropped, latency, and the server's count against the
+    clients', with the warm template (socket handover) and without.  127.0.0.1 only."""
     from ckpt.bench import load
 
     chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
@@ -491,6 +492,55 @@ def bench_load_cmd(
     out.print(load.render(report))
     for line in load.go_lines(report):
         say(line)
+
+
+# --- scale (ckpt/bench/scale.py) --------------------------------------------------
+
+
+@bench_app.command("scale")
+def bench_scale_cmd(
+    files: Annotated[
+        str, typer.Option("--files", help="files:N sizes, comma-separated ('' to skip).")
+    ] = "1000,10000,100000",
+    graphs: Annotated[
+        str, typer.Option("--graphs", help="graph:N sizes, comma-separated ('' to skip).")
+    ] = "1000,4000,16000",
+    memory: Annotated[
+        str, typer.Option("--memory", help="memory:N sizes in MiB, comma-separated.")
+    ] = "16,64,256,1024",
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Repetitions per size.")] = 1,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Where sandboxes and images go (default: temp).")
+    ] = None,
+    plot_path: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also draw cost against size to FILE.png (needs [plot])."),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+    ] = False,
+) -> None:
+    """Checkpoint and restore cost against object count and memory size, real sandboxes."""
+    import json as _json
+
+    from ckpt.bench import scale
+
+    res = scale.run(
+        scale.parse_sizes(files, "files"),
+        scale.parse_sizes(graphs, "graphs"),
+        scale.parse_sizes(memory, "memory"),
+        count=count,
+        workdir=workdir,
+        progress=True,
+    )
+    if plot_path is not None:
+        scale.plot(res, plot_path)
+    if json_out:
+        typer.echo(_json.dumps(scale.to_json(res), indent=2, default=str))
+        return
+    out.print(scale.render(res))
+    for line in scale.go_lines(res["points"]):
+        typer.echo(line)  # unwrapped, for benchstat
 
 
 # --- sandbox lifecycle commands (ckpt/sandbox) ------------------------------------
@@ -543,7 +593,10 @@ IgnoreCgroupsOpt = Annotated[
 def run_cmd(
     sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID.")],
     workload: Annotated[
-        str, typer.Option("--workload", "-w", help="empty, http, nginx, files:N or graph:N.")
+        str,
+        typer.Option(
+            "--workload", "-w", help="empty, http, nginx, files:N, graph:N or memory:N (MiB)."
+        ),
     ],
     cpu: CpuOpt = None,
     port: Annotated[int, typer.Option("--port", help="TCP port to serve on; 0 = free.")] = 0,

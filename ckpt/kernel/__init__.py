@@ -2,7 +2,7 @@
 
 Public API (see ``/work/shared`` contracts)::
 
-    k = kernel.build_workload("nginx")      # or "empty", "http", "files:N", "graph:N"
+    k = kernel.build_workload("nginx")      # or "empty", "http", "files:N", "graph:N", "memory:N"
     kernel.WORKLOADS
     k.run_for(ns); k.pause(); k.resume(); k.fingerprint(); k.describe()
     k.memory_file.pages(); k.memory_file.restore_pages(loaded)
@@ -10,7 +10,8 @@ Public API (see ``/work/shared`` contracts)::
 Modules: ``clock`` (Timekeeper), ``task`` (tasks, thread groups, signals, PID
 namespace), ``mm`` (MemoryFile, MemoryManager, VMAs), ``vfs`` (mounts, dentries, inodes,
 file descriptions, fd tables, pipes), ``locks`` (FileLocks), ``timers``, ``net``
-(sockets), ``kernel`` (the root and its system calls), ``workloads``.
+(sockets), ``kernel`` (the root and its system calls), ``events`` (what is due next:
+timers by expiry, tasks that may take a signal), ``workloads`` and ``memfill``.
 """
 
 from __future__ import annotations

@@ -73,6 +73,9 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
     steps: int = 0
     restores: int = 0
     rng_state: int = 0x2545F4914F6CDD1D
+    # What is due next (timers by expiry, tasks that may take a signal): a cache of the
+    # graph, rebuilt after a restore (``ckpt/kernel/events.py``).
+    _event_index: Any = state.field(nosave=True, default=None)  # noqa: RUF009
 
     # -- small helpers ------------------------------------------------------------------
     def uid(self) -> int:
@@ -160,6 +163,9 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
             "path": path,
             "uptime_ns": self.now,
         }
+        program = http.server.program
+        if status == 200 and program is not None:
+            body.update(program.http_body(self, http.server, path))
         if http.access_log is not None and http.server.state is not TaskState.ZOMBIE:
             line = f'{self.timekeeper.realtime_ns} "{method.upper()} {path}" {status}\n'
             log = http.access_log

@@ -71,7 +71,9 @@ class MemoryFile:
     next_frame: int = 0
     free_frames: list[int] = field(default_factory=list)
     # Host-side contents: frame -> data.  Absent frames are zero (or not fetched yet).
-    _data: dict[int, bytearray] = state.field(nosave=True, default_factory=dict)  # noqa: RUF009
+    # A frame fetched from a restored page file is a read-only view into the loaded run
+    # (no copy: restored memory is held once); its first write makes it a bytearray.
+    _data: dict[int, bytearray | memoryview] = state.field(nosave=True, default_factory=dict)  # noqa: RUF009
     # After a restore: where unfetched frames come from, and which are still unfetched.
     _source: Any = state.field(nosave=True, default=None)  # noqa: RUF009
     _unfetched: set[int] = state.field(nosave=True, default_factory=set)  # noqa: RUF009
@@ -118,6 +120,8 @@ class MemoryFile:
         page = self._data.get(frame)
         if page is None:
             page = self._data[frame] = bytearray(PAGE_SIZE)
+        elif type(page) is not bytearray:
+            page = self._data[frame] = bytearray(page)  # first write to a restored page
         page[offset : offset + len(data)] = data
 
     def copy(self, frame: int) -> int:
@@ -141,15 +145,21 @@ class MemoryFile:
         them by ``materialize()``.  Frames the page file does not record stay zero.
         """
         self._data.clear()
-        recorded = set(loaded.indices)
-        missing = [f for f in self.refs if f not in recorded]
-        if missing and len(missing) == len(self.refs):
+        ranges = getattr(loaded.indices, "ranges", None)
+        if ranges is not None:  # built range by range in C, not index by index
+            recorded: set[int] = set()
+            for first, n in ranges():
+                recorded.update(range(first, first + n))
+        else:
+            recorded = set(loaded.indices)
+        unfetched = self.refs.keys() & recorded
+        if self.refs and not unfetched:
             raise KernelError(
                 f"the page file records none of the {len(self.refs)} allocated frames; "
                 "was it written for this kernel?"
             )
         self._source = loaded
-        self._unfetched = {f for f in self.refs if f in recorded}
+        self._unfetched = unfetched
 
     def materialize(self) -> int:
         """Fetch every frame not read yet; returns how many were fetched."""
@@ -160,13 +170,15 @@ class MemoryFile:
         return len(todo)
 
     def _fetch(self, frame: int) -> None:
-        data = self._source.read_page(frame)
+        source = self._source
+        read = getattr(source, "read_page_view", None) or source.read_page
+        data = read(frame)
         if len(data) != PAGE_SIZE:
             raise KernelError(
                 f"page file gave {len(data)} bytes for frame {frame}, want {PAGE_SIZE}"
             )
         if data != ZERO_PAGE:
-            self._data[frame] = bytearray(data)
+            self._data[frame] = data if isinstance(data, memoryview) else bytearray(data)
         self._unfetched.discard(frame)
         if not self._unfetched:
             self._source = None
@@ -174,6 +186,12 @@ class MemoryFile:
     @property
     def unfetched(self) -> int:
         return len(self._unfetched)
+
+    @property
+    def loading(self) -> bool:
+        """Whether a background page load is still reading the page file."""
+        source = self._source
+        return source is not None and not getattr(source, "done", True)
 
     def usage(self) -> tuple[int, int, int]:
         """(allocated frames, frames holding non-zero data, frames not fetched yet)."""

@@ -99,3 +99,37 @@ class SignalCounter(Program):
 
     def on_signal(self, kernel: Kernel, task: Task, info: SigInfo) -> None:
         self.seen.append(info.signo)
+
+
+@state.savable
+@dataclass(eq=False)
+class MemoryServer(Program):
+    """The ``memory:N`` server: holds ``npages`` dirty anonymous pages at ``addr`` and
+    answers ``GET /memory`` with their digest, so a restore can be checked page by page."""
+
+    addr: int = 0
+    npages: int = 0
+
+    def http_body(self, kernel: Kernel, task: Task, path: str) -> dict[str, object]:
+        body: dict[str, object] = {
+            "memory_mib": self.npages * 4096 >> 20,
+            "pages_loading": kernel.memory_file.loading,  # before the digest touches any
+        }
+        if path.split("?", 1)[0] == "/memory":
+            body["memory_sha256"] = memory_digest(kernel, task, self.addr, self.npages)
+        return body
+
+
+def memory_digest(kernel: Kernel, task: Task, addr: int, npages: int) -> str:
+    """SHA-256 of ``npages`` pages of ``task``'s memory from ``addr``, as the task sees
+    them (a restored page not fetched yet is fetched now)."""
+    import hashlib
+
+    mm = task.tg.mm
+    assert mm is not None
+    h = hashlib.sha256()
+    chunk = 256 * 4096
+    end = addr + npages * 4096
+    for at in range(addr, end, chunk):
+        h.update(mm.read(at, min(chunk, end - at)))
+    return h.hexdigest()

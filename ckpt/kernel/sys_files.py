@@ -121,6 +121,7 @@ class FileCalls:
             file.sock.shutdown()
         elif isinstance(file, TimerFD) and file in self.timerfds:
             self.timerfds.remove(file)
+            self._events().timerfd_closed(file)
         if inode is not None:
             inode.open_count -= 1
             inode.release_if_unused(self.memory_file)

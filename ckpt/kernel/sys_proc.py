@@ -7,6 +7,7 @@ A mixin of ``Kernel`` (``ckpt/kernel/kernel.py``): the methods use the kernel's 
 from __future__ import annotations
 
 import errno
+import heapq
 
 from ckpt.errors import KernelError, SyscallError
 from ckpt.kernel.abi import (
@@ -118,6 +119,7 @@ class ProcessCalls:
         thread.state = TaskState.SLEEPING
         task.tg.tasks.append(thread)
         self.pidns.tasks[tid] = thread
+        self._events().mark(thread)  # it may take the group's shared pending signals
         return thread
 
     def _inherit_thread_state(self, parent: Task, child: Task) -> None:
@@ -359,6 +361,7 @@ class ProcessCalls:
     def sigprocmask(self, task: Task, mask: int) -> int:
         old = task.sigmask
         task.sigmask = mask & ~(sigbit(SIGKILL) | sigbit(SIGSTOP))  # never block KILL/STOP
+        self._events().mark(task)  # an unblocked signal may now be deliverable
         return old
 
     def kill(self, sender: Task | None, pid: int, signo: int) -> None:
@@ -401,15 +404,19 @@ class ProcessCalls:
             for queue in self._queues(tg):
                 queue[:] = [i for i in queue if i.signo not in STOP_SIGNALS]
         action = tg.sighand.action_for(signo)
-        blocked = (
-            all(t.sigmask & sigbit(signo) for t in tg.live_tasks()) and signo not in UNCATCHABLE
-        )
-        if action in (SignalAction.IGNORE, SignalAction.CONTINUE) and not blocked:
-            return False
+        if action in (SignalAction.IGNORE, SignalAction.CONTINUE) and not (
+            signo not in UNCATCHABLE
+            and all(t.sigmask & sigbit(signo) for t in tg.tasks if t.state is not TaskState.ZOMBIE)
+        ):
+            return False  # discarded unless every thread blocks it
         queue = tg.shared_pending if isinstance(target, ThreadGroup) else target.pending
         if signo < SIGRTMIN and not timer and any(i.signo == signo for i in queue):
             return False  # standard signals do not queue twice
         queue.append(info)
+        if isinstance(target, ThreadGroup):
+            self._events().mark_group(tg)  # any of its threads may take it
+        else:
+            self._events().mark(target)
         return True
 
     def _queues(self, tg: ThreadGroup) -> list[list[SigInfo]]:
@@ -420,8 +427,10 @@ class ProcessCalls:
             return
         tg.stopped = False
         tg.stop_unreported = False
+        events = self._events()
         for task in tg.live_tasks():
             task.state = self._idle_state(task)
+            events.mark(task)  # no longer stopped: what was held back can be delivered
         leader = tg.leader
         if notify and leader is not None and leader.parent is not None:
             self.send_signal(leader.parent.tg, SigInfo(SIGCHLD, CLD_CONTINUED, tg.tgid))
@@ -445,46 +454,79 @@ class ProcessCalls:
         return TaskState.RUNNING if program is not None and program.busy else TaskState.SLEEPING
 
     def _dequeue(self, task: Task) -> SigInfo | None:
+        """The signal ``task`` takes next: SIGKILL first, else the lowest unblocked
+        signal number (first queued among equals), own queue before the group's."""
+        mask = task.sigmask
+        stopped = task.state is TaskState.STOPPED
         for queue in (task.pending, task.tg.shared_pending):
+            if not queue:
+                continue
             best = None
+            best_signo = 1 << 30
             for info in queue:
-                if info.signo == SIGKILL:
+                signo = info.signo
+                if signo == SIGKILL:
                     best = info
                     break
-                if task.sigmask & sigbit(info.signo):
+                if stopped or mask >> (signo - 1) & 1:
                     continue
-                if task.state is TaskState.STOPPED:
-                    continue
-                if best is None or info.signo < best.signo:
-                    best = info
+                if signo < best_signo:
+                    best, best_signo = info, signo
             if best is not None:
                 queue.remove(best)
                 return best
         return None
 
     def _deliver_signals(self) -> bool:
-        """Deliver one pending signal to each task that can take one; True if any."""
+        """Deliver one pending signal to each task that can take one; True if any.
+
+        Only tasks whose queues, mask or stop state changed are visited (the event
+        index's ready set), in tid order as a walk over every task would; one marked
+        during the round is visited in it if the walk had not reached it yet.
+        """
+        events = self._events()
+        ready = events.take_ready()
+        if not ready:
+            return False
+        order = sorted(ready)
+        events.round = rnd = [order, -1, self.pidns.next_pid]
         delivered = False
-        for task in self.tasks():
-            if task.state is TaskState.ZOMBIE:
-                continue
-            info = self._dequeue(task)
-            if info is None:
-                continue
-            delivered = True
-            tg = task.tg
-            if info.code == SI_TIMER and (timer := tg.posix_timers.get(info.timer_id)) is not None:
-                timer.delivered()
-            action = tg.sighand.action_for(info.signo)
-            if action is SignalAction.TERMINATE:
-                self.exit_group(tg, info.signo)
-            elif action is SignalAction.STOP:
-                self._stop_group(tg, info.signo)
-            elif action is SignalAction.HANDLE:
-                tg.handled[info.signo] = tg.handled.get(info.signo, 0) + 1
-                if task.blocked_on is not None:  # F_SETLKW returns EINTR
-                    self._cancel_wait(task)
-                    task.state = self._idle_state(task)
-                if task.program is not None:
-                    task.program.on_signal(self, task, info)
+        try:
+            while order:
+                tid = heapq.heappop(order)
+                if tid <= rnd[1]:
+                    continue  # marked twice
+                rnd[1] = tid
+                task = ready.get(tid)
+                if task is None:
+                    continue
+                if task.state is TaskState.ZOMBIE:
+                    del ready[tid]
+                    continue
+                info = self._dequeue(task)
+                if info is None:
+                    del ready[tid]  # nothing it can take until it is marked again
+                    continue
+                delivered = True
+                self._deliver(task, info)
+        finally:
+            events.round = None
         return delivered
+
+    def _deliver(self, task: Task, info: SigInfo) -> None:
+        """Act on one dequeued signal: its handler, or its default action."""
+        tg = task.tg
+        if info.code == SI_TIMER and (timer := tg.posix_timers.get(info.timer_id)) is not None:
+            timer.delivered()
+        action = tg.sighand.action_for(info.signo)
+        if action is SignalAction.TERMINATE:
+            self.exit_group(tg, info.signo)
+        elif action is SignalAction.STOP:
+            self._stop_group(tg, info.signo)
+        elif action is SignalAction.HANDLE:
+            tg.handled[info.signo] = tg.handled.get(info.signo, 0) + 1
+            if task.blocked_on is not None:  # F_SETLKW returns EINTR
+                self._cancel_wait(task)
+                task.state = self._idle_state(task)
+            if task.program is not None:
+                task.program.on_signal(self, task, info)

@@ -11,6 +11,7 @@ import errno
 from ckpt.errors import KernelError, SyscallError
 from ckpt.kernel.abi import SI_TIMER
 from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
+from ckpt.kernel.events import K_POSIX, K_TIMERFD, NEVER, EventIndex
 from ckpt.kernel.task import ITIMER_SIGNALS, SigInfo, Task, TaskState, ThreadGroup
 from ckpt.kernel.timers import ITIMER_PROF, ITIMER_REAL, ITIMER_VIRTUAL, PosixTimer, TimerFD
 from ckpt.kernel.vfs import O_RDONLY
@@ -28,6 +29,7 @@ class TimerCalls:
         tg = task.tg
         base = {ITIMER_REAL: self.now, ITIMER_VIRTUAL: tg.utime_ns, ITIMER_PROF: tg.cpu_ns}[which]
         tg.itimers[which].arm(base, value_ns, interval_ns)
+        self._events().itimer_armed(tg, which)
 
     def getitimer(self, task: Task, which: int) -> tuple[int, int]:
         tg = task.tg
@@ -57,6 +59,7 @@ class TimerCalls:
     def timer_settime(self, task: Task, timer_id: int, value_ns: int, interval_ns: int = 0) -> None:
         timer = self._posix_timer(task, timer_id)
         timer.arm(self.timekeeper.now(timer.clock), value_ns, interval_ns)
+        self._events().posix_armed(task.tg, timer)
 
     def timer_gettime(self, task: Task, timer_id: int) -> tuple[int, int]:
         timer = self._posix_timer(task, timer_id)
@@ -72,6 +75,7 @@ class TimerCalls:
     def timerfd_create(self, task: Task, clock: int = CLOCK_MONOTONIC) -> int:
         tfd = TimerFD(self.uid(), O_RDONLY, clock=clock)
         self.timerfds.append(tfd)
+        self._events().timerfd_opened(tfd)
         return self._table(task).install(tfd)
 
     def timerfd_settime(self, task: Task, fd: int, value_ns: int, interval_ns: int = 0) -> None:
@@ -79,6 +83,7 @@ class TimerCalls:
         if not isinstance(tfd, TimerFD):
             raise SyscallError(errno.EINVAL, f"fd {fd} is not a timerfd")
         tfd.arm(self.timekeeper.now(tfd.clock), value_ns, interval_ns)
+        self._events().timerfd_armed(tfd)
 
     def timerfd_gettime(self, task: Task, fd: int) -> tuple[int, int]:
         tfd = self._file(task, fd)
@@ -87,8 +92,20 @@ class TimerCalls:
         return tfd.remaining(self.timekeeper.now(tfd.clock)), tfd.interval_ns
 
     # -- the step loop --------------------------------------------------------------------
+    def _events(self) -> EventIndex:
+        """The index of armed timers and signal-ready tasks (rebuilt after a restore)."""
+        idx = self._event_index
+        if idx is None:
+            idx = self._event_index = EventIndex.build(self)
+        return idx
+
     def run_for(self, ns: int) -> None:
-        """Run the kernel for ``ns`` nanoseconds of simulated time, deterministically."""
+        """Run the kernel for ``ns`` nanoseconds of simulated time, deterministically.
+
+        Each step goes straight to the next timer expiry or program wake-up (or one
+        quantum while a task is busy), so the cost follows events, not how many timers,
+        files or tasks exist.
+        """
         if self.paused:
             raise KernelError("the kernel is paused; resume it before running it")
         if ns < 0:
@@ -96,15 +113,28 @@ class TimerCalls:
         target = self.now + ns
         self._settle()
         while self.now < target:
+            now = self.now
             next_t = min(target, self._next_event())
-            if self._busy_tasks():
-                next_t = min(next_t, self.now + QUANTUM_NS)
-            next_t = max(next_t, self.now + 1)
-            self._account_cpu(next_t - self.now)
-            self.timekeeper.advance(next_t - self.now)
+            busy = self._busy_tasks()
+            if busy:
+                next_t = min(next_t, now + QUANTUM_NS)
+            next_t = max(next_t, now + 1)
+            self._account_cpu(next_t - now, busy)
+            self.timekeeper.advance(next_t - now)
             self._fire_timers()
             self._settle()
         self.steps += 1
+
+    def next_event_ns(self) -> int | None:
+        """The monotonic time at which the kernel next has work (a timer expires, a
+        program wakes, or now while a task is busy), or None if nothing is due ever.
+
+        For a host that advances the clock in real time: it can sleep until then.
+        """
+        if self._busy_tasks():
+            return self.now
+        at = self._next_event()
+        return None if at >= NEVER else at
 
     def _settle(self) -> None:
         for _ in range(1000):
@@ -114,8 +144,13 @@ class TimerCalls:
                 return
 
     def _run_due_programs(self) -> bool:
-        ran = False
         now = self.now
+        if not any(
+            t.program is not None and t.program.wake_ns is not None and t.program.wake_ns <= now
+            for t in self.pidns.tasks.values()
+        ):
+            return False
+        ran = False
         for task in self.tasks():
             program = task.program
             if (
@@ -140,55 +175,40 @@ class TimerCalls:
             if t.state is TaskState.RUNNING and t.program is not None and t.program.busy
         ]
 
-    def _account_cpu(self, dt: int) -> None:
-        for task in self._busy_tasks():
+    def _account_cpu(self, dt: int, busy: list[Task]) -> None:
+        for task in busy:
             task.utime_ns += dt
             task.tg.utime_ns += dt
             task.tg.stime_ns += dt // 8  # the syscalls a busy task makes
 
     def _next_event(self) -> int:
         """The monotonic time of the next timer expiry or program wake-up."""
-        now, real = self.now, self.timekeeper.realtime_ns
-        best = 1 << 62
-        for tg in self.thread_groups():
-            if tg.exit_code is not None:
-                continue
-            real_it = tg.itimers[ITIMER_REAL]
-            if real_it.expiry_ns:
-                best = min(best, real_it.expiry_ns)
-            for timer in tg.posix_timers.values():
-                if timer.expiry_ns:
-                    at = (
-                        timer.expiry_ns
-                        if timer.clock == CLOCK_MONOTONIC
-                        else timer.expiry_ns - real + now
-                    )
-                    best = min(best, at)
-        for tfd in self.timerfds:
-            if tfd.expiry_ns:
-                at = tfd.expiry_ns if tfd.clock == CLOCK_MONOTONIC else tfd.expiry_ns - real + now
-                best = min(best, at)
+        best = self._events().next_expiry(self.now, self.timekeeper.realtime_ns)
         for task in self.pidns.tasks.values():
-            if task.program is not None and task.program.wake_ns is not None:
-                best = min(best, task.program.wake_ns)
+            program = task.program
+            if program is not None and program.wake_ns is not None and program.wake_ns < best:
+                best = program.wake_ns
         return best
 
     def _fire_timers(self) -> None:
-        for tg in self.thread_groups():
-            if tg.exit_code is not None:
-                continue
-            bases = (self.now, tg.utime_ns, tg.cpu_ns)
-            for which, it in enumerate(tg.itimers):
-                if it.expiry_ns and it.expire(bases[which]):
-                    self.send_signal(tg, SigInfo(ITIMER_SIGNALS[which], 0x80))
-            for timer in list(tg.posix_timers.values()):
-                if timer.expiry_ns and timer.expire(self.timekeeper.now(timer.clock)):
+        idx = self._events()
+        now = self.now
+        for kind, timer, tg in idx.due(now, self.timekeeper.realtime_ns):
+            if kind == K_TIMERFD:
+                timer.expire(self.timekeeper.now(timer.clock))
+                idx.timerfd_armed(timer)
+            elif kind == K_POSIX:
+                if timer.expire(self.timekeeper.now(timer.clock)):
                     info = SigInfo(timer.signo, SI_TIMER, timer_id=timer.id)
                     target: ThreadGroup | Task = tg
                     if timer.target_tid and timer.target_tid in self.pidns.tasks:
                         target = self.pidns.tasks[timer.target_tid]
                     if not self.send_signal(target, info, timer=True):
                         timer.delivered()  # discarded (ignored): nothing stays queued
-        for tfd in self.timerfds:
-            if tfd.expiry_ns:
-                tfd.expire(self.timekeeper.now(tfd.clock))
+                idx.posix_armed(tg, timer)
+            else:
+                base = (now, tg.utime_ns, tg.cpu_ns)[kind]
+                if timer.expire(base):
+                    self.send_signal(tg, SigInfo(ITIMER_SIGNALS[kind], 0x80))
+                if kind == ITIMER_REAL:
+                    idx.itimer_armed(tg, kind)

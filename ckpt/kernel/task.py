@@ -252,6 +252,10 @@ class Program:
     def on_signal(self, kernel: Kernel, task: Task, info: SigInfo) -> None:
         """A signal with a handler was delivered to ``task`` (the handler "ran")."""
 
+    def http_body(self, kernel: Kernel, task: Task, path: str) -> dict[str, object]:
+        """What the HTTP server program adds to a response for ``path`` (nothing here)."""
+        return {}
+
 
 @state.savable
 @dataclass(eq=False, slots=True)

@@ -4,7 +4,9 @@
 sandbox serves for real; ``nginx`` a master and 4 idle workers sharing the listener, an
 accept-mutex lock file held through FileLocks, logs, timers and several MiB of memory;
 ``files:N`` N open regular files, some locked (seed 001's object-heavy case);
-``graph:N`` a random process/file/lock/timer graph for tests.  Everything is derived from
+``graph:N`` a random process/file/lock/timer graph for tests; ``memory:N`` an HTTP
+server holding N MiB of dirty anonymous memory (zero, text-like and incompressible
+pages, see ``memfill``) whose ``GET /memory`` returns its digest.  Everything is derived from
 ``seed``, so two builds with the same options are identical (same fingerprint).
 """
 
@@ -17,12 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt.errors import KernelError, SyscallError
+from ckpt.kernel import memfill
 from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
 from ckpt.kernel.kernel import LOCK_EX, LOCK_SH, HttpService, Kernel, LockCmd
 from ckpt.kernel.locks import LockType
 from ckpt.kernel.mm import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, MapKind
 from ckpt.kernel.net import TCPSocket
-from ckpt.kernel.programs import NginxMaster, NginxWorker, SignalCounter
+from ckpt.kernel.programs import MemoryServer, NginxMaster, NginxWorker, SignalCounter
 from ckpt.kernel.rootfs import build_rootfs, page_bytes, page_cache
 from ckpt.kernel.task import (
     SIG_IGN,
@@ -55,7 +58,8 @@ from ckpt.kernel.vfs import (
 )
 
 MS = 1_000_000
-WORKLOADS = ("empty", "http", "nginx", "files:N", "graph:N")
+WORKLOADS = ("empty", "http", "nginx", "files:N", "graph:N", "memory:N")
+MEMORY_MAX_MIB = 16384
 NGINX_WORKERS = 4
 
 
@@ -330,6 +334,37 @@ def build_files(n: int, seed: int = 0, id: str | None = None, rootfs: str = "ful
     return k
 
 
+def build_memory(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
+    """An HTTP server holding ``n`` MiB of dirty anonymous memory in one mapping.
+
+    Served like ``http`` (same listener, counters and access log); ``GET /memory``
+    answers with the SHA-256 of the whole mapping, so a restore can be verified.
+    """
+    if not 1 <= n <= MEMORY_MAX_MIB:
+        raise KernelError(f"memory:N needs 1 <= N <= {MEMORY_MAX_MIB} (MiB), not {n}")
+    k, rng = new_kernel(f"memory:{n}", seed, id, rootfs)
+    init = k.spawn_init("memory-server")
+    npages = n << 8
+    std_fds(k, init)
+    map_image(k, init, "/usr/bin/sh", ["libc.so.6"], rng, heap_pages=8)
+    addr = k.mmap(init, npages * 4096, PROT_READ | PROT_WRITE, name="[anon:data]")
+    init.program = MemoryServer(addr=addr, npages=npages)
+    mm = init.tg.mm
+    assert mm is not None
+    for i, page in enumerate(memfill.pages(npages, rng)):
+        mm.write(addr + i * 4096, page)
+    sock_fd = k.socket_tcp(init)
+    k.bind(init, sock_fd, "127.0.0.1", 0)
+    k.listen(init, sock_fd, 128)
+    log_fd = k.open(init, "/var/log/memory.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC)
+    listener = k._file(init, sock_fd).sock  # type: ignore[attr-defined]
+    assert isinstance(listener, TCPSocket)
+    log = k._file(init, log_fd)
+    assert isinstance(log, RegularFD)
+    k.http = HttpService(k.boot_id, listener, init, log)
+    return k
+
+
 def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
     """A random but deterministic kernel of about ``n`` operations, for tests.
 
@@ -493,7 +528,11 @@ _BUILDERS: dict[str, Callable[..., Kernel]] = {
     "http": build_http,
     "nginx": build_nginx,
 }
-_COUNTED: dict[str, Callable[..., Kernel]] = {"files": build_files, "graph": build_graph}
+_COUNTED: dict[str, Callable[..., Kernel]] = {
+    "files": build_files,
+    "graph": build_graph,
+    "memory": build_memory,
+}
 
 
 def build_workload(name: str, **options: Any) -> Kernel:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 TICK_S = 0.05
+TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
 HOST = "127.0.0.1"
 DRAIN_TIMEOUT_S = 10.0
 
@@ -199,12 +200,23 @@ class Host:
             return self.kernel.http_request(method, path)
 
     def tick(self) -> None:
-        """Advance the kernel's clock in real time while it runs."""
+        """Advance the kernel's clock in real time while it runs.
+
+        It sleeps whole ticks until the kernel's next due event (at most
+        ``TICK_IDLE_MAX`` ticks), then runs the kernel for the ticks it slept: the clock
+        moves as it did tick by tick, but an idle sandbox wakes about once a second.
+        """
         step_ns = int(TICK_S * 1e9)
-        while not self.exiting.wait(TICK_S):
+        ticks = 1
+        while not self.exiting.wait(TICK_S * ticks):
             with self.cond:
-                if self.kernel is not None and not self.frozen:
-                    self.kernel.run_for(step_ns)
+                slept, ticks = ticks, 1
+                k = self.kernel
+                if k is not None and not self.frozen:
+                    k.run_for(step_ns * slept)
+                    due = k.next_event_ns()
+                    ahead = TICK_IDLE_MAX if due is None else (due - k.now) // step_ns
+                    ticks = max(1, min(TICK_IDLE_MAX, ahead))
 
     def _listen(self, port: int, adopted: tuple[Any, list[Any]] | None = None) -> str | None:
         """Serve the workload's listening socket for real: the one handed over by the
@@ -309,7 +321,7 @@ class Host:
             if close is not None:
                 close()
         t_state = time.perf_counter_ns()
-        pages = image.open_pages(lazy=bool(params.get("background")))
+        pages = image.open_pages(lazy=bool(params.get("background")), on_error=self._pages_failed)
         k.memory_file.restore_pages(pages)
         t_pages = time.perf_counter_ns()
         k.note_restored()
@@ -352,6 +364,17 @@ class Host:
             "stats_text": str(stats) if stats is not None else None,
             "cpu_usec": self_cpu_usec(),
         }
+
+    def _pages_failed(self, exc: BaseException) -> None:
+        """A background page load found the page file damaged: stop, never run on with
+        memory we do not have (called once, from the thread that found it)."""
+        log(
+            f"restore: page file damaged during background load: {exc}; "
+            "stopping the sandbox rather than run with wrong memory"
+        )
+        self.exiting.set()
+        sys.stderr.flush()
+        os._exit(70)  # EX_SOFTWARE
 
     def _freeze(self) -> None:
         with self.cond:

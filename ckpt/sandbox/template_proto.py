@@ -37,7 +37,7 @@ MAX_FDS = 250  # a hold brings a listener and every parked connection
 VERSION_MISMATCH = "version mismatch"
 # Built and round-tripped through every engine while warming: together they hold
 # every kind of kernel object a sandbox saves.
-WARM_WORKLOADS = ("http", "nginx", "files:20", "graph:50", "empty")
+WARM_WORKLOADS = ("http", "nginx", "files:20", "graph:50", "memory:1", "empty")
 
 _version: str | None = None
 

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -450,8 +451,11 @@ class Image:
             verify=self.verified,
         )
 
-    def open_pages(self, lazy: bool = False) -> LoadedPages:
-        """Load the pages (eager), or return at once and fill them in the background."""
+    def open_pages(
+        self, lazy: bool = False, on_error: Callable[[BaseException], None] | None = None
+    ) -> LoadedPages:
+        """Load the pages (eager), or return at once and fill them in the background;
+        ``on_error`` hears once of a run found truncated or corrupt while filling."""
         return LoadedPages(
             self.pages_meta(),
             self.dir / PAGES_IMG,
@@ -459,6 +463,7 @@ class Image:
             self.header.image_id,
             lazy=lazy,
             verify=self.verified,
+            on_error=on_error,
         )
 
     def stats(self) -> dict[str, Any] | None:
