@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 Responder = Callable[[str, str], tuple[int, dict]]
 MAX_HEADER = 64 * 1024
-ACCEPT_PARK_S = 10.0  # the accept thread parks at once; this only bounds a stuck one
+ACCEPT_PARK_S = 10.0  # idle threads park at once; this only bounds a stuck one
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -78,6 +78,7 @@ class HttpServer:
         self._drain_r, self._drain_w = os.pipe()  # readable while draining
         self._adopted = list(conns)
         self._reading_paused = False
+        self._busy = 0  # connection threads inside a request
 
     def start(self) -> None:
         self.sock.setblocking(False)
@@ -109,9 +110,11 @@ class HttpServer:
         connections were parked; raises DrainTimeout (and undrains) if requests are
         still running after ``timeout`` seconds."""
         os.write(self._drain_w, b"x")
-        with self._lock:  # the accept thread parks at once: not charged to the timeout
+        with self._lock:
+            # The accept thread and idle connections park at once: that is not charged
+            # to the timeout, which is for requests being answered (``_busy``).
             park_by = time.monotonic() + ACCEPT_PARK_S
-            while self._accepting and time.monotonic() < park_by:
+            while (self._accepting or self._active > self._busy) and time.monotonic() < park_by:
                 self._lock.wait(0.05)
             deadline = time.monotonic() + timeout
             while self._active or self._accepting:
@@ -227,45 +230,59 @@ class HttpServer:
                 return True
             if self._closed:
                 return False
-            while b"\r\n\r\n" not in buf:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return False
-                buf += chunk
-                if len(buf) > MAX_HEADER:
-                    self._reply(conn, 400, {"error": "request header too large"}, False)
-                    return False
-            head, _, buf = buf.partition(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            parts = lines[0].split(" ")
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                self._reply(conn, 400, {"error": "malformed request line"}, False)
-                return False
-            method, target, version = parts
-            headers = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
+            with self._lock:
+                self._busy += 1  # a request has begun: a drain waits for it
             try:
-                length = int(headers.get("content-length", "0") or 0)
-            except ValueError:
-                self._reply(conn, 400, {"error": "bad Content-Length"}, False)
+                buf = self._one_request(conn, buf)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self._lock.notify_all()
+            if buf is None:
                 return False
-            while len(buf) < length:  # bodies are ignored, but must be consumed
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return False
-                buf += chunk
-            buf = buf[length:]
-            conn_hdr = headers.get("connection", "").lower()
-            keep = conn_hdr != "close" if version == "HTTP/1.1" else conn_hdr == "keep-alive"
-            try:
-                status, body = self.respond(method, target)
-            except Exception as exc:  # keep serving; report the failure to the client
-                status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
-            if not self._reply(conn, status, body, keep) or not keep:
-                return False
+
+    def _one_request(self, conn: socket.socket, buf: bytes) -> bytes | None:
+        """Read and answer one request; the bytes read past it, or None to close."""
+        while b"\r\n\r\n" not in buf:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+            if len(buf) > MAX_HEADER:
+                self._reply(conn, 400, {"error": "request header too large"}, False)
+                return None
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            self._reply(conn, 400, {"error": "malformed request line"}, False)
+            return None
+        method, target, version = parts
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        try:
+            length = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            self._reply(conn, 400, {"error": "bad Content-Length"}, False)
+            return None
+        while len(buf) < length:  # bodies are ignored, but must be consumed
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+        buf = buf[length:]
+        conn_hdr = headers.get("connection", "").lower()
+        keep = conn_hdr != "close" if version == "HTTP/1.1" else conn_hdr == "keep-alive"
+        try:
+            status, body = self.respond(method, target)
+        except Exception as exc:  # keep serving; report the failure to the client
+            status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
+        if not self._reply(conn, status, body, keep) or not keep:
+            return None
+        return buf
 
     @staticmethod
     def _reply(conn: socket.socket, status: int, body: dict, keep: bool) -> bool:

@@ -91,7 +91,9 @@ class Root:
     """The root directory holding one subdirectory per sandbox."""
 
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+        # normalised once (``..`` resolved lexically, as the template does), so every
+        # path derived from it, sockets included, is spelled the same by every process
+        self.path = Path(os.path.abspath(path))
 
     def ensure(self) -> None:
         try:

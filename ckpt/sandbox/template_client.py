@@ -100,7 +100,7 @@ def _template_pid(root: Path) -> int | None:
             argv = f.read().split(b"\0")
     except OSError:
         return None
-    if b"ckpt.sandbox.template" not in argv or os.fsencode(str(root.absolute())) not in argv:
+    if b"ckpt.sandbox.template" not in argv or os.fsencode(os.path.abspath(root)) not in argv:
         return None
     return pid
 
@@ -120,8 +120,9 @@ def kill(root: Path) -> bool:
 
 
 def _wait_gone(root: Path, pid: int, timeout: float = 10.0) -> bool:
+    """Wait until the template ``pid`` has exited (not merely stopped being recorded)."""
     deadline = time.monotonic() + timeout
-    while _template_pid(root) == pid:
+    while _template_pid(root) == pid or proto.pid_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
@@ -182,7 +183,7 @@ def start(root: Path, *, wait: bool = False) -> None:
                 "-m",
                 "ckpt.sandbox.template",
                 "--root",
-                str(root.absolute()),
+                os.path.abspath(root),
                 "--socket",
                 proto.socket_path(str(root)),
                 "--version",
