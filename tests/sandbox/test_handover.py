@@ -18,17 +18,16 @@ import json
 import os
 import shutil
 import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import psutil
 import pytest
 
 from ckpt.sandbox import rpc, template_client
 
 from .conftest import Cli, cgroup_dirs, sandbox_processes
+from .waiting import free_port, gone, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -40,31 +39,6 @@ TAG = os.getpid()  # cgroups are host-wide: IDs unique to this test run
 
 def sid(name: str) -> str:
     return f"hov{name}-{TAG}"
-
-
-def free_port() -> int:
-    """A port nobody listens on now (bound, then closed), for ``run --port``."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def wait_for(pred: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def error_line(proc: Any) -> str:

@@ -17,8 +17,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +28,7 @@ from ckpt.sandbox import template_proto as proto
 from ckpt.sandbox.http import get_json
 
 from .conftest import CGROUP_ROOT, Cli, cgroup_dirs, quota_allowed, sandbox_processes
+from .waiting import gone, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,25 +48,6 @@ def tcli(cli: Cli) -> Cli:
     for key in ("CKPT_TEMPLATE", "CKPT_TEMPLATE_IDLE_S"):
         cli.env.pop(key, None)
     return cli
-
-
-def wait_for(pred: Callable[[], T | None], what: str, timeout: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    """Exited (or a zombie init has not reaped yet), in one look."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def serving(root: Path, *, not_pid: int | None = None) -> dict[str, Any]:

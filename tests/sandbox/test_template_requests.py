@@ -35,30 +35,13 @@ from ckpt.sandbox import template_proto as proto
 from ckpt.sandbox.paths import Root
 
 from .conftest import Cli, sandbox_processes
+from .waiting import gone, wait_for
 
 pytestmark = pytest.mark.slow
 
 WAIT_S = 90.0
 SID = f"tplreq-{os.getpid()}"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def wait_for(pred: Any, what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 # -- a template of our own, shared by the module --------------------------------------
