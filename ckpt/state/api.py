@@ -61,21 +61,8 @@ def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, int, in
     if paused:
         gc.disable()
     try:
-        if module is typed:
-            hooked: set[int] = set()
-            try:
-                payload, walk = typed.save(root, stats, hooked=hooked)
-                data = w.frame(payload)
-            except (typed.NeedsTagged, OverflowError):
-                # A scalar slot holds an int beyond 64 bits, an enum member or a
-                # subclass instance: save again with self-describing scalars.
-                if stats is not None:
-                    stats.__init__()
-                payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
-                data = w.frame(payload)
-        else:
-            payload, walk = module.save(root, stats)
-            data = w.frame(payload)
+        payload, walk = module.save(root, stats)
+        data = w.frame(payload)
         counts = (len(walk.objects) - 1, len(walk.types))
         del payload
         walk.release()

@@ -41,7 +41,7 @@ class SaveWalk:
         self.pending: list[list] = []
         self.cmemo: dict[int, Any] = {}  # id(container) -> owner object
         self.shared: dict[int, Any] = {}  # id(container) -> container, reached twice
-        self.tagged = False
+        self.escaped: set[int] = set()  # type indices whose rows hold a slot escape
 
     def add_type(self, cls: type) -> int:
         sch = schema.schema_of(cls)  # raises StateError for an unregistered class
@@ -88,7 +88,7 @@ class SaveWalk:
         cycle with this walk; clearing the tables means that cycle holds nothing big
         while it waits for the cyclic GC.
         """
-        for table in (self.ids, self.cmemo, self.shared):
+        for table in (self.ids, self.cmemo, self.shared, self.escaped):
             table.clear()
         for seq in (self.objects, self.type_seq, self.rows, self.pending):
             seq.clear()
@@ -104,7 +104,7 @@ class SaveWalk:
 
     def payload(self, engine: str, encoding: str, root: Any, root_enc: Any) -> list:
         shared = locate_shared(self, root) if self.shared else []
-        flags = {"tagged": True} if self.tagged else {}
+        flags = {"escaped": sorted(self.escaped)} if self.escaped else {}
         return [
             w.FORMAT_VERSION,
             engine,
@@ -194,13 +194,15 @@ class Loaded:
     rows: list[list]
     root: Any
     shared: list
-    tagged: bool
+    tagged: bool  # version 1: scalar slots may hold bare self-describing values
+    version: int = w.FORMAT_VERSION
+    escaped: frozenset[int] = frozenset()  # type indices whose rows hold slot escapes
 
 
 def validate(payload: list) -> Loaded:
     """Check the top-level shape and map stream types to registered classes."""
     version, engine, encoding, types, type_seq, rows, root, shared, flags = payload
-    if version != w.FORMAT_VERSION:
+    if type(version) is not int or version not in w.READ_VERSIONS:
         raise StateError(f"state stream layout version {version!r} is not supported")
     if encoding not in (w.COMPACT, w.DYN):
         raise StateError(f"unknown stream encoding {encoding!r}")
@@ -244,6 +246,12 @@ def validate(payload: list) -> Loaded:
         enums.append(None)
     if len(counts) and (min(counts) < 0 or max(counts) >= len(types)):
         raise StateError("state stream refers to a type index outside its type table")
+    escaped = flags.get("escaped", [])
+    if not (
+        isinstance(escaped, list)
+        and all(type(t) is int and 0 <= t < len(types) for t in escaped)
+    ):
+        raise StateError("state stream flags list escaped types that do not exist")
     return Loaded(
         engine=engine if isinstance(engine, str) else "?",
         encoding=encoding,
@@ -254,7 +262,9 @@ def validate(payload: list) -> Loaded:
         rows=rows,
         root=root,
         shared=shared,
-        tagged=bool(flags.get("tagged")),
+        tagged=bool(flags.get("tagged")) and version == 1,
+        version=version,
+        escaped=frozenset(escaped),
     )
 
 
