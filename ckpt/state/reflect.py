@@ -17,8 +17,8 @@ from typing import Any
 
 from ckpt.errors import StateError
 from ckpt.state import dyn, graph
-from ckpt.state import wire as w
 from ckpt.state import values as value_codecs
+from ckpt.state import wire as w
 from ckpt.state.schema import CONTAINERS, SCALARS, ZERO_FACTORIES, K, Kind
 from ckpt.state.stats import Stats
 
