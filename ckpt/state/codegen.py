@@ -291,6 +291,22 @@ def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
         src.add(2, "else:")
         src.add(3, f"{e} = {v}")
         return
+    value = kind if tag is K.VALUE else kind.args[0] if tag is K.OPT else None
+    if value is not None and value.tag is K.VALUE and value.codec.flat:
+        # A stdlib value of exactly its annotated type: its payload, built inline.
+        src.globs[slow] = fit.slot(kind)
+        cls = src.const(f"cls{i}", value.codec.cls)
+        plain = src.const(f"plain{i}", value.codec.to_plain)
+        if tag is K.OPT:
+            src.add(2, f"if {v} is None:")
+            src.add(3, f"{e} = None")
+            src.add(2, f"elif type({v}) is {cls}:")
+        else:
+            src.add(2, f"if type({v}) is {cls}:")
+        src.add(3, f"{e} = {plain}({v})")
+        src.add(2, "else:")
+        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+        return
     if tag not in (K.LIST, K.SET, K.DICT, K.BYTEARRAY):
         # OPT of a non-scalar, TUPLE of non-scalars, VALUE, nested kinds: test, encode.
         src.globs[slow] = fit.slot(kind)

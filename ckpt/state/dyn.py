@@ -117,6 +117,8 @@ def plain_items(codec: Any, v: Any, encode: Callable[[Any, Any], Any], owner: An
         raise
     except Exception as exc:
         raise StateError(f"the {codec.name} value codec failed on {v!r}: {exc!r}") from exc
+    if codec.flat:
+        return plain
     if type(plain) not in (list, tuple):
         raise StateError(
             f"the {codec.name} value codec returned {type(plain).__name__}, not a list"

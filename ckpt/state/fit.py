@@ -99,9 +99,7 @@ def compact(kind: Kind) -> Enc:
         return lambda v, owner, ctx: [inner(x, owner, ctx) for x in v]
     if tag is K.TUPLE:
         inners = [compact(a) for a in kind.args]
-        return lambda v, owner, ctx: [
-            enc(x, owner, ctx) for enc, x in zip(inners, v, strict=True)
-        ]
+        return lambda v, owner, ctx: [enc(x, owner, ctx) for enc, x in zip(inners, v, strict=True)]
     if tag in (K.LIST, K.SET, K.DICT, K.BYTEARRAY):
         body = container_body(kind)
 

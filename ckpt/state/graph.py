@@ -248,8 +248,7 @@ def validate(payload: list) -> Loaded:
         raise StateError("state stream refers to a type index outside its type table")
     escaped = flags.get("escaped", [])
     if not (
-        isinstance(escaped, list)
-        and all(type(t) is int and 0 <= t < len(types) for t in escaped)
+        isinstance(escaped, list) and all(type(t) is int and 0 <= t < len(types) for t in escaped)
     ):
         raise StateError("state stream flags list escaped types that do not exist")
     return Loaded(

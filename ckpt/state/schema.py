@@ -138,8 +138,7 @@ def compact_enum(cls: type) -> bool:
     if issubclass(cls, enum.Flag):
         return False
     return all(
-        (type(m._value_) is int and INT64_MIN <= m._value_ < INT64_LIMIT)
-        or type(m._value_) is str
+        (type(m._value_) is int and INT64_MIN <= m._value_ < INT64_LIMIT) or type(m._value_) is str
         for m in cls.__members__.values()
     )
 

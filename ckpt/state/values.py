@@ -27,6 +27,9 @@ class Codec:
     to_plain: Callable[[Any], list]  # value -> list of plain values
     from_plain: Callable[[list], Any]  # list of plain values -> value
     builtin: bool = False
+    # to_plain's list is already its own self-describing form (only None, bools, small
+    # ints, floats, strs, bytes, lists of those): no per-item encoding needed.
+    flat: bool = False
 
 
 _by_name: dict[str, Codec] = {}
@@ -356,8 +359,10 @@ def _complex_value(p: list) -> complex:
     return complex(re, im)
 
 
-def _builtin(name: str, cls: type, to_plain: Callable, from_plain: Callable) -> None:
-    _add(Codec(name, cls, to_plain, from_plain, builtin=True))
+def _builtin(
+    name: str, cls: type, to_plain: Callable, from_plain: Callable, flat: bool = True
+) -> None:
+    _add(Codec(name, cls, to_plain, from_plain, builtin=True, flat=flat))
 
 
 def _load_builtins() -> None:
@@ -372,7 +377,10 @@ def _load_builtins() -> None:
     _builtins_ready = True
     _builtin("datetime", dt.datetime, _datetime_plain, _datetime_value)
     _builtin(
-        "date", dt.date, lambda v: [v.year, v.month, v.day], lambda p: dt.date(*map(_int, _items(p, 3)))
+        "date",
+        dt.date,
+        lambda v: [v.year, v.month, v.day],
+        lambda p: dt.date(*map(_int, _items(p, 3))),
     )
     _builtin("time", dt.time, _time_plain, _time_value)
     _builtin(
@@ -396,6 +404,7 @@ def _load_builtins() -> None:
         fractions.Fraction,
         lambda v: [v.numerator, v.denominator],
         _fraction_value,
+        flat=False,  # numerator and denominator may be beyond 64 bits
     )
     for _name, _cls in (
         ("ip4", ipaddress.IPv4Address),
@@ -406,11 +415,11 @@ def _load_builtins() -> None:
         ("ip6if", ipaddress.IPv6Interface),
     ):
         _builtin(_name, _cls, lambda v: [str(v)], _by_str(_cls))
-    _builtin("deque", collections.deque, lambda v: [list(v), v.maxlen], _deque_value)
-    _builtin("odict", collections.OrderedDict, _mapping_plain, _odict_value)
-    _builtin("ddict", collections.defaultdict, _ddict_plain, _ddict_value)
-    _builtin("counter", collections.Counter, _mapping_plain, _counter_exact)
-    _builtin("range", range, lambda v: [v.start, v.stop, v.step], _range_value)
+    _builtin("deque", collections.deque, lambda v: [list(v), v.maxlen], _deque_value, flat=False)
+    _builtin("odict", collections.OrderedDict, _mapping_plain, _odict_value, flat=False)
+    _builtin("ddict", collections.defaultdict, _ddict_plain, _ddict_value, flat=False)
+    _builtin("counter", collections.Counter, _mapping_plain, _counter_exact, flat=False)
+    _builtin("range", range, lambda v: [v.start, v.stop, v.step], _range_value, flat=False)
 
 
 # --- NamedTuple classes registered with @state.savable ----------------------------
