@@ -68,12 +68,26 @@ def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, int, in
         walk.release()
         return data, *counts
     except StateError as exc:
-        raise StateError(f"{engine} save failed: {exc}") from exc
+        raise StateError(f"{engine} save failed: {exc}{_where(root)}") from exc
     except _INPUT_ERRORS as exc:
-        raise StateError(f"{engine} save failed: {type(exc).__name__}: {exc}") from exc
+        raise StateError(
+            f"{engine} save failed: {type(exc).__name__}: {exc}{_where(root)}"
+        ) from exc
     finally:
         if paused:
             gc.enable()
+
+
+def _where(root: Any) -> str:
+    """`` (at $.path.to[3].value)`` for the first unsavable value, searched only now that
+    the save has failed."""
+    from ckpt.state.paths import path_to_unsavable
+
+    try:
+        path = path_to_unsavable(root)
+    except Exception:  # the path is a courtesy: never hide the real error behind it
+        return ""
+    return f" (at {path})" if path else ""
 
 
 def dumps(root: Any, engine: str = "typed", stats: Stats | None = None) -> bytes:

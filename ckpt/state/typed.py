@@ -173,17 +173,10 @@ def _where(sch: Schema, obj: Any) -> str:
     return f"{sch.name}: "
 
 
-def _unsavable(value: Any, depth: int = 0) -> bool:
-    t = type(value)
-    if t in (type(None), bool, int, float, str, bytes, bytearray) or depth > 50:
-        return False
-    if t in (list, tuple, set, frozenset):
-        return any(_unsavable(x, depth + 1) for x in value)
-    if t is dict:
-        return any(_unsavable(k, depth + 1) or _unsavable(v, depth + 1) for k, v in value.items())
-    from ckpt.state import registry
+def _unsavable(value: Any) -> bool:
+    from ckpt.state.paths import path_to_unsavable
 
-    return registry.type_info(t) is None and not graph.is_enum_member(value)
+    return path_to_unsavable(value) is not None
 
 
 def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
