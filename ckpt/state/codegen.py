@@ -124,6 +124,8 @@ def elem_decoder(kind: Kind) -> Callable[[Any, Any], Any]:
         codec = kind.codec
 
         def value_dec(raw: Any, ctx: Any) -> Any:
+            if raw is None and codec.items is not None:
+                return None  # a shared container's other place (patched after loading)
             if type(raw) is not list:
                 raise StateError(f"a {codec.name} value must be stored as an array")
             return values.from_plain(codec, [*map(ctx.dyn, raw)])

@@ -103,6 +103,12 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
             return {T_ENUM: [enum_index(t), encode(v.value, owner)]}
         codec = codec_for(t)
         if codec is not None:
+            if codec.items is not None:  # a mutable container: identity-tracked
+                k = id(v)
+                if k in cmemo:
+                    return seen_again(v)
+                cmemo[k] = owner
+                return {T_VALUE: [codec.name, codec.items(v, lambda x: encode(x, owner))]}
             return codec_value(v, codec, owner)
         return {T_REF: discover(v)}  # raises StateError for a non-savable type
 

@@ -90,6 +90,16 @@ def compact(kind: Kind) -> Enc:
         return lambda v, owner, ctx: v._value_
     if tag is K.VALUE:
         codec = kind.codec
+        if codec.items is not None:  # a mutable container: identity-tracked
+
+            def tracked_value(v: Any, owner: Any, ctx: Any) -> Any:
+                k = id(v)
+                if k in ctx.cmemo:
+                    return ctx.seen_again(v)
+                ctx.cmemo[k] = owner
+                return codec.items(v, lambda x: ctx.dyn(x, owner))
+
+            return tracked_value
         return lambda v, owner, ctx: dyn.plain_items(codec, v, ctx.dyn_plain, owner)
     if tag is K.OPT:
         inner = compact(kind.args[0])

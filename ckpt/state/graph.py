@@ -14,6 +14,7 @@ container locations and runs ``__after_load__`` hooks in dependency order.
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ from ckpt.state.schema import FieldSpec, Schema
 
 ROOT_OWNER = object()  # the owner of containers reached from the root value
 _CONTAINER_TYPES = (list, dict, set, bytearray)
+# Mutable containers saved through value codecs: identity-tracked like the above.
+_SEQ_VALUES = (collections.deque,)
+_MAP_VALUES = (collections.OrderedDict, collections.defaultdict, collections.Counter)
+_TRACKED = (*_CONTAINER_TYPES, *_SEQ_VALUES, *_MAP_VALUES)
 
 
 class SaveWalk:
@@ -131,7 +136,7 @@ def locate_shared(walk: SaveWalk, root: Any) -> list:
 
     def visit(v: Any, owner: Any, path: list, in_tuple: bool) -> None:
         t = type(v)
-        if t in _CONTAINER_TYPES:
+        if t in _TRACKED:
             k = id(v)
             if k in shared:
                 if k not in done and walk.cmemo.get(k) is owner:
@@ -140,10 +145,10 @@ def locate_shared(walk: SaveWalk, root: Any) -> list:
                 else:
                     found[k].append(path)
                     return  # not the content location: nothing was encoded below here
-            if t is list:
+            if t is list or t in _SEQ_VALUES:
                 for i, x in enumerate(v):
                     visit(x, owner, [*path, i], False)
-            elif t is dict:
+            elif t is dict or t in _MAP_VALUES:
                 for i, x in enumerate(v.values()):
                     visit(x, owner, [*path, i], False)
         elif t is tuple:
@@ -336,7 +341,7 @@ def _field_name(loaded: Loaded, objs: list, oid: int, findex: int) -> str | None
 def _step(container: Any, step: Any) -> Any:
     if not isinstance(step, int) or step < 0:
         raise StateError("malformed shared-container location")
-    if type(container) is dict:
+    if isinstance(container, dict):
         return list(container.values())[step]
     return container[step]
 
@@ -372,10 +377,10 @@ def _assign(loaded: Loaded, objs: list, root: Any, loc: list, value: Any) -> Non
         if parent is _GONE:
             return
         last = steps[-1]
-        if type(parent) is dict:
+        if type(parent) is dict or type(parent) in _MAP_VALUES:
             key = list(parent)[last]
             parent[key] = value
-        elif type(parent) is list:
+        elif type(parent) is list or type(parent) in _SEQ_VALUES:
             parent[last] = value
         elif type(parent) is tuple:
             # Tuples are immutable: rebuild this one and put it where it was.

@@ -184,6 +184,8 @@ def _compact_field(objs: list, decode: Any, escapes: bool) -> Any:
             except ValueError:
                 return dyn.EnumMembers(kind.enum_cls)[raw]  # raises, naming the enum
         if tag is K.VALUE:
+            if raw is None and kind.codec.items is not None:
+                return None  # a shared container's other place (patched after loading)
             if type(raw) is not list:
                 raise StateError(f"a {kind.descriptor} value must be stored as an array")
             return value_codecs.from_plain(kind.codec, [*map(decode, raw)])

@@ -30,6 +30,10 @@ class Codec:
     # to_plain's list is already its own self-describing form (only None, bools, small
     # ints, floats, strs, bytes, lists of those): no per-item encoding needed.
     flat: bool = False
+    # A mutable container (deque, OrderedDict, defaultdict, Counter): identity-tracked
+    # like a list, its payload built by ``items(value, encode)`` with every item encoded
+    # tracked, so sharing inside and of it survives.
+    items: Callable[[Any, Callable[[Any], Any]], list] | None = None
 
 
 _by_name: dict[str, Codec] = {}
@@ -360,9 +364,26 @@ def _complex_value(p: list) -> complex:
 
 
 def _builtin(
-    name: str, cls: type, to_plain: Callable, from_plain: Callable, flat: bool = True
+    name: str,
+    cls: type,
+    to_plain: Callable,
+    from_plain: Callable,
+    flat: bool = True,
+    items: Callable | None = None,
 ) -> None:
-    _add(Codec(name, cls, to_plain, from_plain, builtin=True, flat=flat))
+    _add(Codec(name, cls, to_plain, from_plain, builtin=True, flat=flat, items=items))
+
+
+def _deque_items(v: Any, enc: Callable[[Any], Any]) -> list:
+    return [[*map(enc, v)], v.maxlen]
+
+
+def _mapping_items(v: Any, enc: Callable[[Any], Any]) -> list:
+    return [[*map(enc, v)], [*map(enc, v.values())]]
+
+
+def _ddict_items(v: Any, enc: Callable[[Any], Any]) -> list:
+    return [_factory_plain(v.default_factory), *_mapping_items(v, enc)]
 
 
 def _load_builtins() -> None:
@@ -415,10 +436,38 @@ def _load_builtins() -> None:
         ("ip6if", ipaddress.IPv6Interface),
     ):
         _builtin(_name, _cls, lambda v: [str(v)], _by_str(_cls))
-    _builtin("deque", collections.deque, lambda v: [list(v), v.maxlen], _deque_value, flat=False)
-    _builtin("odict", collections.OrderedDict, _mapping_plain, _odict_value, flat=False)
-    _builtin("ddict", collections.defaultdict, _ddict_plain, _ddict_value, flat=False)
-    _builtin("counter", collections.Counter, _mapping_plain, _counter_exact, flat=False)
+    _builtin(
+        "deque",
+        collections.deque,
+        lambda v: [list(v), v.maxlen],
+        _deque_value,
+        flat=False,
+        items=_deque_items,
+    )
+    _builtin(
+        "odict",
+        collections.OrderedDict,
+        _mapping_plain,
+        _odict_value,
+        flat=False,
+        items=_mapping_items,
+    )
+    _builtin(
+        "ddict",
+        collections.defaultdict,
+        _ddict_plain,
+        _ddict_value,
+        flat=False,
+        items=_ddict_items,
+    )
+    _builtin(
+        "counter",
+        collections.Counter,
+        _mapping_plain,
+        _counter_exact,
+        flat=False,
+        items=_mapping_items,
+    )
     _builtin("range", range, lambda v: [v.start, v.stop, v.step], _range_value, flat=False)
 
 
