@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 from ckpt.errors import StateError
 from ckpt.state import graph, reflect, typed
 from ckpt.state import wire as w
-from ckpt.state.stats import Stats
+from ckpt.state.stats import Stats, collecting
 
 ENGINES = ("reflect", "typed")
 PAUSE_GC = True  # the typed engine pauses cyclic GC; benchmarks turn it off to compare
@@ -61,7 +61,11 @@ def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, int, in
     if paused:
         gc.disable()
     try:
-        payload, walk = module.save(root, stats)
+        if stats is None:
+            payload, walk = module.save(root, stats)
+        else:
+            with collecting(stats):
+                payload, walk = module.save(root, stats)
         data = w.frame(payload)
         counts = (len(walk.objects) - 1, len(walk.types))
         del payload
@@ -135,8 +139,10 @@ def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
     if paused:
         gc.disable()
     try:
-        loaded = graph.validate(w.unframe(data))
-        return module.load(loaded, stats)
+        if stats is None:
+            return module.load(graph.validate(w.unframe(data)), stats)
+        with collecting(stats):
+            return module.load(graph.validate(w.unframe(data)), stats)
     except StateError as exc:
         raise StateError(f"{engine} load failed: {exc}") from exc
     except _INPUT_ERRORS as exc:
