@@ -22,7 +22,7 @@ from itertools import repeat
 from typing import Any
 
 from ckpt.errors import StateError
-from ckpt.state import codecache, fit, values
+from ckpt.state import codecache, fit, registry, values
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import (
@@ -190,10 +190,11 @@ def build_save(sch: Schema) -> tuple[str, dict, str]:
     fname = f"save_{_ident(sch.cls.__qualname__)}"
     src = _Source()
     src.globs["__ckpt_repeat"] = repeat
+    src.globs["__ckpt_savable"] = registry._by_class
     src.add(0, f"def {fname}(__ckpt_batch, __ckpt_rows_append, __ckpt_ctx):")
     src.add(1, "__ckpt_ids_get = __ckpt_ctx.ids_get")
     src.add(1, "__ckpt_discover = __ckpt_ctx.discover")
-    src.add(1, "__ckpt_ref = __ckpt_ctx.ref")
+    src.add(1, "__ckpt_fix_refs = __ckpt_ctx.fix_refs")
     src.add(1, "__ckpt_cmemo = __ckpt_ctx.cmemo")
     src.add(1, "__ckpt_seen_again = __ckpt_ctx.seen_again")
     src.add(1, "__ckpt_dyn = __ckpt_ctx.dyn")
@@ -246,7 +247,10 @@ def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
     if _is_ref(kind):
         src.add(2, f"{e} = __ckpt_ids_get(id({v}))")
         src.add(2, f"if {e} is None:")
-        src.add(3, f"{e} = __ckpt_ref({v}, __ckpt_obj)")
+        src.add(3, f"if type({v}) in __ckpt_savable:")
+        src.add(4, f"{e} = __ckpt_discover({v})")
+        src.add(3, "else:")
+        src.add(4, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
         return
     if tag is K.ANY:
         # Polymorphic fields mostly hold None or an object already met: resolve those
@@ -264,8 +268,20 @@ def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
             return
         # The return annotation says plain data: what fits is its own encoding.
-        src.globs[slow] = fit.plain_slot(kind.args[0])
-        src.add(2, f"{e} = {slow}({fn}({v}), __ckpt_obj, __ckpt_ctx)")
+        plain = kind.args[0]
+        src.globs[slow] = fit.plain_slot(plain)
+        src.add(2, f"{e} = {fn}({v})")
+        if plain.tag in SCALARS:
+            cond = _misfit(plain.tag, e)
+        elif plain.tag is K.OPT:
+            cond = f"{e} is not None and ({_misfit(plain.args[0].tag, e)})"
+        elif plain.tag in (K.LIST, K.VARTUPLE):
+            py = "list" if plain.tag is K.LIST else "tuple"
+            cond = f"type({e}) is not {py} or ({e} and ({_seq_misfit(src, plain.args[0].tag, f'ok{i}', e)}))"
+        else:
+            cond = "True"
+        src.add(2, f"if {cond}:")
+        src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
         return
     if tag is K.OPT and kind.args[0].tag in SCALARS:
         src.globs[slow] = fit.slot(kind)
@@ -318,17 +334,19 @@ def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
     # Mutable containers: exact type first (anything else is escaped), then identity
     # (a container met again is shared), then the items; empty ones are written Nil.
     py = {K.LIST: "list", K.SET: "set", K.DICT: "dict", K.BYTEARRAY: "bytearray"}[tag]
+    k = f"_k{i}"
+    src.add(2, f"{k} = id({v})")
     src.add(2, f"if type({v}) is not {py}:")
     src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
-    src.add(2, f"elif id({v}) in __ckpt_cmemo:")
+    src.add(2, f"elif {k} in __ckpt_cmemo:")
     src.add(3, f"{e} = __ckpt_seen_again({v})")
-    src.add(2, f"elif {v}:")
-    src.add(3, f"__ckpt_cmemo[id({v})] = __ckpt_obj")
-    for line in _container_expr(src, kind, i, v):
-        src.add(3, line)
     src.add(2, "else:")
-    src.add(3, f"__ckpt_cmemo[id({v})] = __ckpt_obj")
-    src.add(3, f"{e} = None")
+    src.add(3, f"__ckpt_cmemo[{k}] = __ckpt_obj")
+    src.add(3, f"if {v}:")
+    for line in _container_expr(src, kind, i, v):
+        src.add(4, line)
+    src.add(3, "else:")
+    src.add(4, f"{e} = None")
 
 
 def _container_expr(src: _Source, kind: Kind, i: int, v: str) -> list[str]:
@@ -352,7 +370,10 @@ def _container_expr(src: _Source, kind: Kind, i: int, v: str) -> list[str]:
             return [
                 f"{e} = [*map(__ckpt_ids_get, map(id, {v}))]",
                 f"if None in {e}:",
-                f"    {e} = {again}({v}, __ckpt_obj, __ckpt_ctx)",
+                f"    {e} = __ckpt_fix_refs({v}, {e})",
+                f"    if {e} is None:",
+                f"        del __ckpt_cmemo[_k{i}]",
+                f"        {e} = __ckpt_esc({v}, __ckpt_obj)",
             ]
         return [f"{e} = {again}({v}, __ckpt_obj, __ckpt_ctx)"]
     kk, vk = kind.args
@@ -364,8 +385,12 @@ def _container_expr(src: _Source, kind: Kind, i: int, v: str) -> list[str]:
                 src, vk.tag, f"okv{i}", f"_ev{i}"
             )
         else:
-            lines.append(f"_ev{i} = [*map(__ckpt_ids_get, map(id, {v}.values()))]")
-            check = f"{_seq_misfit(src, kk.tag, f'okk{i}', f'_ek{i}')} or None in _ev{i}"
+            lines += [
+                f"_ev{i} = [*map(__ckpt_ids_get, map(id, {v}.values()))]",
+                f"if None in _ev{i}:",
+                f"    _ev{i} = __ckpt_fix_refs({v}.values(), _ev{i})",
+            ]
+            check = f"_ev{i} is None or {_seq_misfit(src, kk.tag, f'okk{i}', f'_ek{i}')}"
         lines += [
             f"if {check}:",
             f"    {e} = {again}({v}, __ckpt_obj, __ckpt_ctx)",

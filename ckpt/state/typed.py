@@ -60,12 +60,20 @@ class SaveCtx:
         self.escaped.add(self.current)
         return {w.T_SLOT: self.dyn_plain(value, owner)}
 
-    def ref(self, value: Any, owner: Any) -> Any:
-        """A reference slot's value not yet in the id table: a savable object met for
-        the first time gets its id; anything else (an int, a list...) is escaped."""
-        if type(value) in self.savable:
-            return self.discover(value)
-        return self.esc(value, owner)
+    def fix_refs(self, values: Any, encoded: list) -> list | None:
+        """The ids of a container of references some of which are met for the first
+        time (``encoded`` has None there); None if an item is not a savable object
+        (the caller then escapes the whole field)."""
+        ids_get, discover, savable = self.ids_get, self.discover, self.savable
+        out = []
+        for x in values:
+            r = ids_get(id(x))
+            if r is None:
+                if type(x) not in savable:
+                    return None
+                r = discover(x)
+            out.append(r)
+        return out
 
 
 class LoadCtx:
