@@ -47,7 +47,7 @@ class K(enum.Enum):
 
 SCALARS = frozenset({K.BOOL, K.INT, K.FLOAT, K.STR, K.BYTES})
 # Zero values: what a Nil (None) loads as in a field of each kind.  The typed writer
-# writes Nil for empty containers and for tuple and tagged-mode zeros it recognises by
+# writes Nil for empty containers and for empty tuples it recognises by
 # identity (IMMUTABLE_ZEROS); a plain scalar zero is written as itself (one byte either
 # way).  Floats are never elided (-0.0 must keep its sign).
 ZERO_LITERALS = {
