@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt.errors import StateError
-from ckpt.state import values
+from ckpt.state import registry, values
 from ckpt.state.wire import (
     INT_LIMIT,
     INT_MIN,
@@ -54,6 +54,7 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
     seen_again = walk.seen_again
     enum_index = walk.enum_index
     codec_for = values.codec_for
+    savable = registry._by_class
     untracked: list = []  # the untracked twin, built on first use (value codec items)
 
     def codec_value(v: Any, codec: Any, owner: Any) -> Any:
@@ -86,6 +87,8 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
         r = ids_get(id(v))
         if r is not None:
             return {T_REF: r}
+        if t in savable:
+            return {T_REF: discover(v)}
         if t is set or t is frozenset:
             if t is set:
                 k = id(v)
