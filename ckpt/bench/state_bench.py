@@ -2,7 +2,11 @@
 
 Shapes after gVisor's pkg/state benchmarks (see ``state_models``).  For each shape,
 ``Encoding/<shape>`` saves the root and ``Decoding/<shape>`` loads a stream the same
-engine wrote; ``GraphSave``/``GraphLoad`` do the same for a 20000-node random graph.
+engine wrote; ``GraphSave``/``GraphLoad`` do the same for a 20000-node random graph,
+``BigIntGraph*`` for that graph with five ints beyond 64 bits, and ``People*`` for a
+20000-node graph of dataclasses written as people write them (quoted forward
+references, enums, Optional scalars, a None now and then in an int field, datetimes,
+UUIDs).
 Peers: ``typed``, ``reflect``, ``pickle`` (C, protocol 5) and ``pickle-py``
 (``pickle._Pickler``/``_Unpickler``).  The typed engine pauses cyclic GC during its
 walk; the variant ``typed+gc`` leaves GC running, to show how much of the ratio that
@@ -70,6 +74,10 @@ def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> lis
         for name, make in state_models.SHAPES.items()
     ]
     shapes.append(("GraphSave", "GraphLoad", state_models.make_graph(graph_nodes)))
+    shapes.append(
+        ("BigIntGraphSave", "BigIntGraphLoad", state_models.make_bigint_graph(graph_nodes))
+    )
+    shapes.append(("PeopleSave", "PeopleLoad", state_models.make_people(graph_nodes)))
     for save_name, load_name, root in shapes:
         variants = list(peers)
         if save_name == "GraphSave" and "typed" in peers:
@@ -159,7 +167,12 @@ TARGETS = [
     Target("GraphLoad", "typed", "pickle", "wall_ns", 1.00, "time"),
     Target("GraphSave", "typed", "reflect", "out_bytes", 0.85, "bytes"),
     Target("GraphSave", "typed", "pickle", "out_bytes", 0.50, "bytes"),
+    # Issue 10: exact values on the fast path.
+    Target("PeopleSave", "typed", "reflect", "wall_ns", 0.30, "time"),
+    Target("BigIntGraphSave", "typed", "reflect", "wall_ns", 0.35, "time"),
 ]
+# (benchmark, baseline benchmark, limit): the same engine on two shapes.
+CROSS_TARGETS = [("BigIntGraphSave", "GraphSave", 1.10)]
 
 
 def target_rows(results: list[Result]) -> list[dict[str, Any]]:
@@ -176,6 +189,21 @@ def target_rows(results: list[Result]) -> list[dict[str, Any]]:
                 "ratio": r,
                 "target": t.limit,
                 "met": r <= t.limit,
+            }
+        )
+    table = {(r.name, r.variant): r for r in results}
+    for name, base, limit in CROSS_TARGETS:
+        a, b = table.get((name, "typed")), table.get((base, "typed"))
+        if a is None or b is None or not b.median("wall_ns"):
+            continue
+        r = a.median("wall_ns") / b.median("wall_ns")
+        rows.append(
+            {
+                "benchmark": name,
+                "metric": f"time typed, vs {base}",
+                "ratio": r,
+                "target": limit,
+                "met": r <= limit,
             }
         )
     for r in results:

@@ -5,15 +5,20 @@
 list of one shared object.  Each is 1024 elements.  ``root-list``/``root-dict``: the
 root itself is a 1024-element list or dict (the prototype's regression case).
 ``graph``: a seeded random graph of N nodes with references, interior lists, dicts,
-polymorphic fields and values saved through functions.
+polymorphic fields and values saved through functions.  ``bigint graph``: the same graph
+with a handful of ints beyond 64 bits.  ``people``: a random graph written the way
+people write dataclasses: quoted forward references inside ``Optional``/``list``/``dict``,
+enums, ``Optional`` scalars, the odd None in an ``int`` field, datetimes and UUIDs.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import random
+import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from ckpt import state
 
@@ -256,6 +261,113 @@ def make_graph(nodes: int = 20000, seed: int = 42) -> GraphRoot:
         ]
     rng.shuffle(gnodes)
     return GraphRoot(hubs=hubs, nodes=gnodes, leaves=leaves)
+
+
+def make_bigint_graph(nodes: int = 20000, seed: int = 42, count: int = 5) -> GraphRoot:
+    """``make_graph`` with ``count`` node flags beyond 64 bits (spread over the nodes)."""
+    root = make_graph(nodes, seed)
+    step = max(1, len(root.nodes) // count)
+    for i in range(0, step * count, step):
+        root.nodes[i].flags = (1 << 70) + i
+    return root
+
+
+# --- the "people" graph: dataclasses as people write them ---------------------------
+
+
+class Status(enum.Enum):
+    ACTIVE = "active"
+    IDLE = "idle"
+    DONE = "done"
+
+
+class Priority(enum.IntEnum):
+    LOW = 0
+    NORMAL = 1
+    HIGH = 2
+
+
+@state.savable(name="bench.PUser")
+@dataclass(eq=False)
+class PUser:
+    uid: int
+    name: str
+    email: Optional[str] = None  # noqa: UP045
+    manager: Optional["PUser"] = None  # noqa: UP037, UP045
+    tasks: list["PTask"] = field(default_factory=list)  # noqa: UP037
+    joined: dt.datetime = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    key: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
+
+
+@state.savable(name="bench.PTask")
+@dataclass(eq=False)
+class PTask:
+    tid: int
+    title: str
+    status: Status = Status.IDLE
+    priority: Priority = Priority.NORMAL
+    owner: Optional["PUser"] = None  # noqa: UP037, UP045
+    parent: Optional["PTask"] = None  # noqa: UP037, UP045
+    children: list["PTask"] = field(default_factory=list)  # noqa: UP037
+    links: dict[str, "PTask"] = field(default_factory=dict)  # noqa: UP037
+    estimate: Optional[float] = None  # noqa: UP045
+    retries: Optional[int] = None  # noqa: UP045
+    exit_code: int = 0  # now and then None: "not finished yet"
+    created: dt.datetime = dt.datetime(2020, 1, 1)
+    due: Optional[dt.date] = None  # noqa: UP045
+    ref: Optional[uuid.UUID] = None  # noqa: UP045
+
+
+@state.savable(name="bench.PRoot")
+@dataclass(eq=False)
+class PRoot:
+    users: list[PUser] = field(default_factory=list)
+    tasks: list[PTask] = field(default_factory=list)
+
+
+def make_people(nodes: int = 20000, seed: int = 7) -> PRoot:
+    """A seeded random graph of ~10% users and ~90% tasks, cross-linked."""
+    rng = random.Random(seed)
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    n_users = max(1, nodes // 10)
+    users = [
+        PUser(
+            uid=i,
+            name=f"user{i}",
+            email=f"u{i}@example.org" if rng.random() < 0.7 else None,
+            joined=base - dt.timedelta(days=rng.randrange(3000)),
+            key=uuid.UUID(int=rng.getrandbits(128)),
+        )
+        for i in range(n_users)
+    ]
+    for u in users:
+        u.manager = rng.choice(users) if rng.random() < 0.6 else None
+    tasks = []
+    for i in range(nodes - n_users):
+        t = PTask(
+            tid=i,
+            title=f"task {i % 1000}",
+            status=rng.choice(list(Status)),
+            priority=rng.choice(list(Priority)),
+            owner=rng.choice(users) if rng.random() < 0.9 else None,
+            estimate=rng.random() * 10 if rng.random() < 0.5 else None,
+            retries=rng.randrange(5) if rng.random() < 0.3 else None,
+            exit_code=None if rng.random() < 0.02 else rng.choice((0, 0, 0, 1, 2)),
+            created=base + dt.timedelta(seconds=rng.randrange(10**7)),
+            due=dt.date(2026, 1 + rng.randrange(12), 1) if rng.random() < 0.3 else None,
+            ref=uuid.UUID(int=rng.getrandbits(128)) if rng.random() < 0.4 else None,
+        )
+        tasks.append(t)
+        if t.owner is not None and rng.random() < 0.5:
+            t.owner.tasks.append(t)
+    for t in tasks:
+        if rng.random() < 0.7:
+            t.parent = rng.choice(tasks)
+            t.parent.children.append(t)
+        if rng.random() < 0.2:
+            t.links = {f"see{j}": rng.choice(tasks) for j in range(rng.randrange(1, 3))}
+    rng.shuffle(tasks)
+    return PRoot(users=users, tasks=tasks)
 
 
 SHAPES = {

@@ -15,6 +15,7 @@ Public API::
     state.Stats()                       # per-type counts and times when passed in
     state.generated_source(cls)         # the typed engine's code for a class
     state.inspect_stream(data)          # read a stream without importing its classes
+    state.register_value(cls, to_plain=..., from_plain=...)  # a value type as plain data
 """
 
 from ckpt.errors import StateError
@@ -22,6 +23,7 @@ from ckpt.state.api import ENGINES, SaveResult, dumps, load, loads, save
 from ckpt.state.registry import field, savable
 from ckpt.state.stats import Stats
 from ckpt.state.typed import generated_source
+from ckpt.state.values import register_value
 
 _LAZY = {"ObjectView", "Ref", "StreamView", "TypeView", "inspect_stream"}
 
@@ -50,6 +52,7 @@ __all__ = [
     "inspect_stream",
     "load",
     "loads",
+    "register_value",
     "savable",
     "save",
 ]

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 from ckpt.errors import StateError
 from ckpt.state import graph, reflect, typed
 from ckpt.state import wire as w
-from ckpt.state.stats import Stats
+from ckpt.state.stats import Stats, collecting
 
 ENGINES = ("reflect", "typed")
 PAUSE_GC = True  # the typed engine pauses cyclic GC; benchmarks turn it off to compare
@@ -61,32 +61,37 @@ def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, int, in
     if paused:
         gc.disable()
     try:
-        if module is typed:
-            hooked: set[int] = set()
-            try:
-                payload, walk = typed.save(root, stats, hooked=hooked)
-                data = w.frame(payload)
-            except (typed.NeedsTagged, OverflowError):
-                # A scalar slot holds an int beyond 64 bits, an enum member or a
-                # subclass instance: save again with self-describing scalars.
-                if stats is not None:
-                    stats.__init__()
-                payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
-                data = w.frame(payload)
-        else:
+        if stats is None:
             payload, walk = module.save(root, stats)
-            data = w.frame(payload)
+        else:
+            with collecting(stats):
+                payload, walk = module.save(root, stats)
+        data = w.frame(payload)
         counts = (len(walk.objects) - 1, len(walk.types))
         del payload
         walk.release()
         return data, *counts
     except StateError as exc:
-        raise StateError(f"{engine} save failed: {exc}") from exc
+        raise StateError(f"{engine} save failed: {exc}{_where(root)}") from exc
     except _INPUT_ERRORS as exc:
-        raise StateError(f"{engine} save failed: {type(exc).__name__}: {exc}") from exc
+        raise StateError(
+            f"{engine} save failed: {type(exc).__name__}: {exc}{_where(root)}"
+        ) from exc
     finally:
         if paused:
             gc.enable()
+
+
+def _where(root: Any) -> str:
+    """`` (at $.path.to[3].value)`` for the first unsavable value, searched only now that
+    the save has failed."""
+    from ckpt.state.paths import path_to_unsavable
+
+    try:
+        path = path_to_unsavable(root)
+    except Exception:  # the path is a courtesy: never hide the real error behind it
+        return ""
+    return f" (at {path})" if path else ""
 
 
 def dumps(root: Any, engine: str = "typed", stats: Stats | None = None) -> bytes:
@@ -134,8 +139,10 @@ def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
     if paused:
         gc.disable()
     try:
-        loaded = graph.validate(w.unframe(data))
-        return module.load(loaded, stats)
+        if stats is None:
+            return module.load(graph.validate(w.unframe(data)), stats)
+        with collecting(stats):
+            return module.load(graph.validate(w.unframe(data)), stats)
     except StateError as exc:
         raise StateError(f"{engine} load failed: {exc}") from exc
     except _INPUT_ERRORS as exc:

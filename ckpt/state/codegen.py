@@ -22,39 +22,75 @@ from itertools import repeat
 from typing import Any
 
 from ckpt.errors import StateError
-from ckpt.state import codecache
+from ckpt.state import codecache, fit, registry, values
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
-from ckpt.state.schema import IMMUTABLE_ZEROS, SCALARS, ZERO_LITERALS, K, Kind, Schema
+from ckpt.state.schema import (
+    IMMUTABLE_ZEROS,
+    INT64_LIMIT,
+    INT64_MIN,
+    SCALARS,
+    ZERO_LITERALS,
+    K,
+    Kind,
+    Schema,
+    compact_enum,
+)
+from ckpt.state.stats import setup_timer
 
 _EMPTY_FACTORIES = {list: "[]", dict: "{}", set: "set()"}
 _NONE = type(None)
 _NO_ZERO = object()
-# What MessagePack round-trips exactly in a slot of each scalar kind.  Anything else
-# (an IntEnum in an int field, a str subclass, an int beyond 64 bits) makes the typed
-# writer start again in "tagged" mode, where scalar slots may hold tagged values.
-OK_TYPES = {
-    K.BOOL: frozenset({bool, _NONE}),
-    K.INT: frozenset({int, bool, _NONE}),
-    K.FLOAT: frozenset({float, int, bool, _NONE}),
-    K.STR: frozenset({str, _NONE}),
-    K.BYTES: frozenset({bytes, _NONE}),
+_M, _L = INT64_MIN, INT64_LIMIT
+# The fast, inline form of the fit test for scalars (README, "the per-slot rule"): it
+# may send a fitting value to the slow path (a bool in an int field), never the reverse.
+_FAST_TYPE = {K.BOOL: "bool", K.INT: "int", K.FLOAT: "float", K.STR: "str", K.BYTES: "bytes"}
+_FAST_SETS = {
+    K.BOOL: frozenset({bool}),
+    K.INT: frozenset({int, bool}),
+    K.FLOAT: frozenset({float}),
+    K.STR: frozenset({str}),
+    K.BYTES: frozenset({bytes}),
 }
 
 
+def _misfit(tag: K, x: str) -> str:
+    """A condition true when scalar ``x`` may not fit (then the slow path decides)."""
+    if tag is K.INT:
+        return f"type({x}) is not int or not {_M} <= {x} < {_L}"
+    return f"type({x}) is not {_FAST_TYPE[tag]}"
+
+
+def _seq_misfit(src: _Source, tag: K, name: str, x: str) -> str:
+    """A condition true when some item of the non-empty sequence ``x`` may not fit."""
+    ok = src.const(name, _FAST_SETS[tag])
+    cond = f"not {ok}.issuperset(map(type, {x}))"
+    if tag is K.INT:
+        cond += f" or min({x}) < {_M} or max({x}) >= {_L}"
+    return cond
+
+
 def _passes(kind: Kind, tagged: bool) -> bool:
-    """A scalar that is its own encoding (checked, not converted) in this mode."""
+    """A compact scalar slot holding its value itself (a version-1 tagged stream's
+    scalar slots may hold self-describing values instead)."""
     return kind.tag in SCALARS and not tagged
 
 
-def _ok_types(kinds: Any) -> frozenset:
-    return frozenset().union(*(OK_TYPES[k.tag] for k in kinds))
+def _is_ref(kind: Kind) -> bool:
+    return kind.tag is K.REF or (kind.tag is K.OPT and kind.args[0].tag is K.REF)
 
 
 def compile_function(
     name: str, source: str, globs: dict, filename: str, qualname: str, doc: str
 ) -> Callable:
     """Compile generated source, register it with linecache, return the named function."""
+    with setup_timer():
+        return _compile(name, source, globs, filename, qualname, doc)
+
+
+def _compile(
+    name: str, source: str, globs: dict, filename: str, qualname: str, doc: str
+) -> Callable:
     code = codecache.compiled(source, filename)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {}
@@ -69,76 +105,7 @@ def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
-# --- element codecs for nested kinds (closures; used below the first level) ---------
-
-
-def elem_encoder(kind: Kind, tagged: bool) -> Callable[[Any, Any, Any], Any]:
-    """``enc(value, owner, ctx)`` for a value of ``kind`` nested inside a container."""
-    tag = kind.tag
-    if tag in SCALARS:
-        if tagged:
-            return lambda v, owner, ctx: ctx.scalar(v)
-        ok = OK_TYPES[tag]
-
-        def exact(v: Any, owner: Any, ctx: Any) -> Any:
-            if type(v) not in ok:
-                ctx.untyped(v)
-            return v
-
-        return exact
-    if tag is K.REF:
-
-        def ref(v: Any, owner: Any, ctx: Any) -> Any:
-            r = ctx.ids_get(id(v))
-            return ctx.discover(v) if r is None else r
-
-        return ref
-    if tag is K.ANY:
-        return lambda v, owner, ctx: ctx.dyn(v, owner)
-    if tag is K.ENUM:
-        return lambda v, owner, ctx: v._value_
-    if tag is K.OPT:
-        inner = elem_encoder(kind.args[0], tagged)
-        return lambda v, owner, ctx: None if v is None else inner(v, owner, ctx)
-    if tag in (K.VARTUPLE, K.FROZENSET):
-        inner = elem_encoder(kind.args[0], tagged)
-        return lambda v, owner, ctx: [inner(x, owner, ctx) for x in v]
-    if tag is K.TUPLE:
-        inners = [elem_encoder(a, tagged) for a in kind.args]
-
-        def fixed(v: Any, owner: Any, ctx: Any) -> Any:
-            if len(v) != len(inners):
-                raise StateError(f"a {kind.descriptor} value has {len(v)} items")
-            return [enc(x, owner, ctx) for enc, x in zip(inners, v, strict=True)]
-
-        return fixed
-    if tag in (K.LIST, K.SET, K.DICT, K.BYTEARRAY):
-        body = _container_body(kind, tagged)
-
-        def tracked(v: Any, owner: Any, ctx: Any) -> Any:
-            k = id(v)
-            if k in ctx.cmemo:
-                return ctx.seen_again(v)
-            ctx.cmemo[k] = owner
-            return body(v, owner, ctx)
-
-        return tracked
-    raise StateError(f"no encoder for field kind {kind.descriptor}")
-
-
-def _container_body(kind: Kind, tagged: bool) -> Callable[[Any, Any, Any], Any]:
-    tag = kind.tag
-    if tag is K.BYTEARRAY:
-        return lambda v, owner, ctx: bytes(v)
-    if tag is K.DICT:
-        kenc = elem_encoder(kind.args[0], tagged)
-        venc = elem_encoder(kind.args[1], tagged)
-        return lambda v, owner, ctx: [
-            [kenc(x, owner, ctx) for x in v],
-            [venc(x, owner, ctx) for x in v.values()],
-        ]
-    inner = elem_encoder(kind.args[0], tagged)
-    return lambda v, owner, ctx: [inner(x, owner, ctx) for x in v]
+# --- element decoders for nested kinds (closures; used below the first level) ------
 
 
 def elem_decoder(kind: Kind) -> Callable[[Any, Any], Any]:
@@ -153,6 +120,17 @@ def elem_decoder(kind: Kind) -> Callable[[Any, Any], Any]:
     if tag is K.ENUM:
         members = EnumMembers(kind.enum_cls)
         return lambda raw, ctx: members[raw]
+    if tag is K.VALUE:
+        codec = kind.codec
+
+        def value_dec(raw: Any, ctx: Any) -> Any:
+            if raw is None and codec.items is not None:
+                return None  # a shared container's other place (patched after loading)
+            if type(raw) is not list:
+                raise StateError(f"a {codec.name} value must be stored as an array")
+            return values.from_plain(codec, [*map(ctx.dyn, raw)])
+
+        return value_dec
     if tag is K.OPT:
         inner = elem_decoder(kind.args[0])
         return lambda raw, ctx: None if raw is None else inner(raw, ctx)
@@ -207,68 +185,72 @@ class _Source:
         return "\n".join(self.lines) + "\n"
 
 
-def build_save(sch: Schema, tagged: bool) -> tuple[str, dict, str]:
+def build_save(sch: Schema) -> tuple[str, dict, str]:
     """Source of ``save_<Class>(batch, rows_append, ctx)``: encode a batch of objects."""
     fname = f"save_{_ident(sch.cls.__qualname__)}"
     src = _Source()
     src.globs["__ckpt_repeat"] = repeat
+    src.globs["__ckpt_savable"] = registry._by_class
     src.add(0, f"def {fname}(__ckpt_batch, __ckpt_rows_append, __ckpt_ctx):")
     src.add(1, "__ckpt_ids_get = __ckpt_ctx.ids_get")
     src.add(1, "__ckpt_discover = __ckpt_ctx.discover")
+    src.add(1, "__ckpt_fix_refs = __ckpt_ctx.fix_refs")
     src.add(1, "__ckpt_cmemo = __ckpt_ctx.cmemo")
     src.add(1, "__ckpt_seen_again = __ckpt_ctx.seen_again")
-    src.add(1, "__ckpt_fix_refs = __ckpt_ctx.fix_refs")
     src.add(1, "__ckpt_dyn = __ckpt_ctx.dyn")
-    src.add(1, "__ckpt_scalar = __ckpt_ctx.scalar")
-    src.add(1, "__ckpt_untyped = __ckpt_ctx.untyped")
+    src.add(1, "__ckpt_esc = __ckpt_ctx.esc")
     src.add(1, "for __ckpt_obj in __ckpt_batch:")
     if sch.before_save:
-        # A save redone in tagged mode must not run a hook twice.
-        src.add(2, "if id(__ckpt_obj) not in __ckpt_ctx.hooked:")
-        src.add(3, "__ckpt_ctx.hooked.add(id(__ckpt_obj))")
-        src.add(3, "__ckpt_obj.__before_save__()")
+        src.add(2, "__ckpt_obj.__before_save__()")
     outs = []
     for spec in sch.fields:
-        _emit_save_field(src, spec, spec.index, tagged)
+        _emit_save_field(src, spec, spec.index)
         outs.append(f"_e{spec.index}")
     src.add(2, f"__ckpt_rows_append([{', '.join(outs)}])")
     return src.text(), src.globs, fname
 
 
-def _elide_immutable(src: _Source, spec: Any, i: int, value: str) -> None:
+def _elide_immutable(src: _Source, spec: Any, i: int, value: str, indent: int = 2) -> None:
     """Write Nil for the kind's zero value, recognised by identity (CPython keeps one
     0, False, "", b"" and ())."""
     zero = IMMUTABLE_ZEROS.get(spec.kind.tag, _NO_ZERO)
     if zero is not _NO_ZERO:
-        src.add(2, f"if {value} is {src.const(f'z{i}', zero)}:")
-        src.add(3, f"{value} = None")
+        src.add(indent, f"if {value} is {src.const(f'z{i}', zero)}:")
+        src.add(indent + 1, f"{value} = None")
 
 
-def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
-    """Fetch field ``i`` of ``__ckpt_obj`` and leave its encoding in ``_e{i}``."""
+def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
+    """Fetch field ``i`` of ``__ckpt_obj`` and leave its slot encoding in ``_e{i}``.
+
+    Every branch ends with a value that fits written compactly and anything else
+    escaped (``fit.slot`` decides whenever the inline test is not sure)."""
     kind, tag, v, e = spec.kind, spec.kind.tag, f"_v{i}", f"_e{i}"
-    if _passes(kind, tagged):
-        # A plain scalar is its own encoding: fetch it straight into the row slot and
-        # check its exact type.  Its zero stays as is: in MessagePack 0, "" and False
-        # take one byte, as Nil does.
+    slow = f"__ckpt_slot{i}"
+    if tag in SCALARS:
+        # A plain scalar is its own encoding: fetch it straight into the row slot.  Its
+        # zero stays as is: in MessagePack 0, "" and False take one byte, as Nil does.
+        src.globs[slow] = fit.slot(kind)
         src.add(2, f"{e} = __ckpt_obj.{spec.name}")
-        src.add(2, f"if type({e}) not in {src.const(f'ok{i}', OK_TYPES[tag])}:")
-        src.add(3, f"__ckpt_untyped({e})")
+        src.add(2, f"if {_misfit(tag, e)}:")
+        src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
         return
     src.add(2, f"{v} = __ckpt_obj.{spec.name}")
     if tag is K.ENUM:
-        src.add(2, f"{e} = {v}._value_")
+        if compact_enum(kind.enum_cls):
+            src.add(2, f"if type({v}) is {src.const(f'enum{i}', kind.enum_cls)}:")
+            src.add(3, f"{e} = {v}._value_")
+            src.add(2, "else:")
+            src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+        else:
+            src.add(2, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
         return
-    if tag in SCALARS:  # tagged mode: zeros as Nil, anything else checked by scalar()
-        src.add(2, f"{e} = {v}")
-        _elide_immutable(src, spec, i, e)
-        src.add(2, f"if {e} is not None:")
-        src.add(3, f"{e} = __ckpt_scalar({e})")
-        return
-    if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
+    if _is_ref(kind):
         src.add(2, f"{e} = __ckpt_ids_get(id({v}))")
         src.add(2, f"if {e} is None:")
-        src.add(3, f"{e} = __ckpt_discover({v})")
+        src.add(3, f"if type({v}) in __ckpt_savable:")
+        src.add(4, f"{e} = __ckpt_discover({v})")
+        src.add(3, "else:")
+        src.add(4, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
         return
     if tag is K.ANY:
         # Polymorphic fields mostly hold None or an object already met: resolve those
@@ -285,98 +267,152 @@ def _emit_save_field(src: _Source, spec: Any, i: int, tagged: bool) -> None:
         if not kind.args:
             src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
             return
-        # The return annotation says plain data: the saved value is its own encoding.
+        # The return annotation says plain data: what fits is its own encoding.
+        plain = kind.args[0]
+        src.globs[slow] = fit.plain_slot(plain)
         src.add(2, f"{e} = {fn}({v})")
-        if tagged:  # plain data always holds scalars, which tagged mode must check
-            src.add(2, f"{e} = __ckpt_ctx.dyn_plain({e}, __ckpt_obj)")
-        return
-    if tag is K.OPT and _passes(kind.args[0], tagged):
-        src.add(2, f"{e} = {v}")
-        src.add(2, f"if type({v}) not in {src.const(f'ok{i}', OK_TYPES[kind.args[0].tag])}:")
-        src.add(3, f"__ckpt_untyped({v})")
-        return
-    if tag is K.OPT:
-        enc = src.const(f"enc{i}", elem_encoder(kind.args[0], tagged))
-        src.add(2, f"{e} = None if {v} is None else {enc}({v}, __ckpt_obj, __ckpt_ctx)")
-        return
-    if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
-        inner = kind.args
-        if all(_passes(a, tagged) for a in inner):
-            # MessagePack encodes a tuple as an array; a frozenset needs a list.
-            src.add(2, f"{e} = {v}" if tag is not K.FROZENSET else f"{e} = [*{v}]")
-            src.add(
-                2, f"if not {src.const(f'ok{i}', _ok_types(inner))}.issuperset(map(type, {v})):"
-            )
-            src.add(3, f"__ckpt_untyped({v})")
+        if plain.tag in SCALARS:
+            cond = _misfit(plain.tag, e)
+        elif plain.tag is K.OPT:
+            cond = f"{e} is not None and ({_misfit(plain.args[0].tag, e)})"
+        elif plain.tag in (K.LIST, K.VARTUPLE):
+            py = "list" if plain.tag is K.LIST else "tuple"
+            cond = f"type({e}) is not {py} or ({e} and ({_seq_misfit(src, plain.args[0].tag, f'ok{i}', e)}))"
         else:
-            enc = src.const(f"enc{i}", elem_encoder(kind, tagged))
-            src.add(2, f"{e} = {enc}({v}, __ckpt_obj, __ckpt_ctx)")
+            cond = "True"
+        src.add(2, f"if {cond}:")
+        src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
+        return
+    if tag is K.OPT and kind.args[0].tag in SCALARS:
+        src.globs[slow] = fit.slot(kind)
+        src.add(2, f"{e} = {v}")
+        src.add(2, f"if {v} is not None and ({_misfit(kind.args[0].tag, v)}):")
+        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+        return
+    if tag in (K.VARTUPLE, K.FROZENSET) and kind.args[0].tag in SCALARS:
+        # MessagePack encodes a tuple as an array; a frozenset needs a list.
+        src.globs[slow] = fit.slot(kind)
+        py = "tuple" if tag is K.VARTUPLE else "frozenset"
+        cond = _seq_misfit(src, kind.args[0].tag, f"ok{i}", v)
+        src.add(2, f"if type({v}) is not {py} or ({v} and ({cond})):")
+        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+        src.add(2, "else:")
+        src.add(3, f"{e} = {v}" if tag is K.VARTUPLE else f"{e} = [*{v}]")
+        _elide_immutable(src, spec, i, e, 3)
+        return
+    if tag is K.TUPLE and all(a.tag in SCALARS for a in kind.args):
+        src.globs[slow] = fit.slot(kind)
+        conds = [f"type({v}) is not tuple", f"len({v}) != {len(kind.args)}"]
+        conds += [f"{_misfit(a.tag, f'{v}[{j}]')}" for j, a in enumerate(kind.args)]
+        src.add(2, f"if {' or '.join(conds)}:")
+        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+        src.add(2, "else:")
+        src.add(3, f"{e} = {v}")
+        return
+    value = kind if tag is K.VALUE else kind.args[0] if tag is K.OPT else None
+    if value is not None and value.tag is K.VALUE and value.codec.flat:
+        # A stdlib value of exactly its annotated type: its payload, built inline.
+        src.globs[slow] = fit.slot(kind)
+        cls = src.const(f"cls{i}", value.codec.cls)
+        plain = src.const(f"plain{i}", value.codec.to_plain)
+        if tag is K.OPT:
+            src.add(2, f"if {v} is None:")
+            src.add(3, f"{e} = None")
+            src.add(2, f"elif type({v}) is {cls}:")
+        else:
+            src.add(2, f"if type({v}) is {cls}:")
+        src.add(3, f"{e} = {plain}({v})")
+        src.add(2, "else:")
+        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+        return
+    if tag not in (K.LIST, K.SET, K.DICT, K.BYTEARRAY):
+        # OPT of a non-scalar, TUPLE of non-scalars, VALUE, nested kinds: test, encode.
+        src.globs[slow] = fit.slot(kind)
+        src.add(2, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
         _elide_immutable(src, spec, i, e)
         return
-    # Mutable containers: identity-tracked, elided when empty and the default is empty.
-    elide_empty = spec.elidable
-    src.add(2, f"_k{i} = id({v})")
-    src.add(2, f"if _k{i} in __ckpt_cmemo:")
+    # Mutable containers: exact type first (anything else is escaped), then identity
+    # (a container met again is shared), then the items; empty ones are written Nil.
+    py = {K.LIST: "list", K.SET: "set", K.DICT: "dict", K.BYTEARRAY: "bytearray"}[tag]
+    k = f"_k{i}"
+    src.add(2, f"{k} = id({v})")
+    src.add(2, f"if type({v}) is not {py}:")
+    src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+    src.add(2, f"elif {k} in __ckpt_cmemo:")
     src.add(3, f"{e} = __ckpt_seen_again({v})")
     src.add(2, "else:")
-    src.add(3, f"__ckpt_cmemo[_k{i}] = __ckpt_obj")
-    body = _container_expr(src, kind, i, v, tagged)
-    if elide_empty:
-        src.add(3, f"if {v}:")
-        for line in body:
-            src.add(4, line)
-        src.add(3, "else:")
-        src.add(4, f"{e} = None")
-    else:
-        for line in body:
-            src.add(3, line)
+    src.add(3, f"__ckpt_cmemo[{k}] = __ckpt_obj")
+    src.add(3, f"if {v}:")
+    for line in _container_expr(src, kind, i, v):
+        src.add(4, line)
+    src.add(3, "else:")
+    src.add(4, f"{e} = None")
 
 
-def _container_expr(src: _Source, kind: Kind, i: int, v: str, tagged: bool) -> list[str]:
-    """Statements that set ``_e{i}`` to the compact encoding of container ``v``."""
+def _container_expr(src: _Source, kind: Kind, i: int, v: str) -> list[str]:
+    """Statements that set ``_e{i}`` to the compact encoding of the non-empty container
+    ``v`` (identity recorded), or to its escape when an item does not fit."""
     e = f"_e{i}"
     tag = kind.tag
     if tag is K.BYTEARRAY:
         return [f"{e} = bytes({v})"]
+    again = src.const(f"again{i}", fit.reslot(kind))
     if tag in (K.LIST, K.SET):
         inner = kind.args[0]
-        return _seq_expr(src, inner, i, v, e, tagged, copy=tag is K.SET)
-    # dict: [keys, values]
+        if inner.tag in SCALARS:
+            # The list itself is already its compact encoding; a set needs a list.
+            return [
+                f"{e} = {v}" if tag is K.LIST else f"{e} = [*{v}]",
+                f"if {_seq_misfit(src, inner.tag, f'ok{i}', e)}:",
+                f"    {e} = {again}({v}, __ckpt_obj, __ckpt_ctx)",
+            ]
+        if _is_ref(inner):
+            return [
+                f"{e} = [*map(__ckpt_ids_get, map(id, {v}))]",
+                f"if None in {e}:",
+                f"    {e} = __ckpt_fix_refs({v}, {e})",
+                f"    if {e} is None:",
+                f"        del __ckpt_cmemo[_k{i}]",
+                f"        {e} = __ckpt_esc({v}, __ckpt_obj)",
+            ]
+        return [f"{e} = {again}({v}, __ckpt_obj, __ckpt_ctx)"]
     kk, vk = kind.args
-    lines = _seq_expr(src, kk, f"{i}k", v, f"_ek{i}", tagged, copy=True)
-    lines += _seq_expr(src, vk, f"{i}v", f"{v}.values()", f"_ev{i}", tagged, copy=True)
-    lines.append(f"{e} = [_ek{i}, _ev{i}]")
-    return lines
-
-
-def _seq_expr(
-    src: _Source, inner: Kind, i: Any, v: str, e: str, tagged: bool, copy: bool
-) -> list[str]:
-    if _passes(inner, tagged):
-        # The list itself is already its compact encoding; sets and views need a list.
-        ok = src.const(f"ok{i}", OK_TYPES[inner.tag])
-        return [
-            f"{e} = [*{v}]" if copy else f"{e} = {v}",
-            f"if not {ok}.issuperset(map(type, {e})):",
-            f"    __ckpt_untyped({v})",
+    if kk.tag in SCALARS and (vk.tag in SCALARS or _is_ref(vk)):
+        lines = [f"_ek{i} = [*{v}]"]
+        if vk.tag in SCALARS:
+            lines.append(f"_ev{i} = [*{v}.values()]")
+            check = f"{_seq_misfit(src, kk.tag, f'okk{i}', f'_ek{i}')} or " + _seq_misfit(
+                src, vk.tag, f"okv{i}", f"_ev{i}"
+            )
+        else:
+            lines += [
+                f"_ev{i} = [*map(__ckpt_ids_get, map(id, {v}.values()))]",
+                f"if None in _ev{i}:",
+                f"    _ev{i} = __ckpt_fix_refs({v}.values(), _ev{i})",
+            ]
+            check = f"_ev{i} is None or {_seq_misfit(src, kk.tag, f'okk{i}', f'_ek{i}')}"
+        lines += [
+            f"if {check}:",
+            f"    {e} = {again}({v}, __ckpt_obj, __ckpt_ctx)",
+            "else:",
+            f"    {e} = [_ek{i}, _ev{i}]",
         ]
-    if inner.tag is K.REF or (inner.tag is K.OPT and inner.args[0].tag is K.REF):
-        return [
-            f"{e} = [*map(__ckpt_ids_get, map(id, {v}))]",
-            f"if None in {e}:",
-            f"    {e} = __ckpt_fix_refs({v}, {e})",
-        ]
-    if inner.tag is K.ENUM:
-        return [f"{e} = [x._value_ for x in {v}]"]
-    enc = src.const(f"enc{i}", elem_encoder(inner, tagged))
-    return [f"{e} = [*map({enc}, {v}, __ckpt_repeat(__ckpt_obj), __ckpt_repeat(__ckpt_ctx))]"]
+        return lines
+    return [f"{e} = {again}({v}, __ckpt_obj, __ckpt_ctx)"]
 
 
 # --- the load function of a stream layout -------------------------------------------
 
 
-def build_load(plan: Any, encoding: str, tagged: bool) -> tuple[str, dict, str]:
-    """Source of ``load_<Class>(shells, rows, ctx)``: fill a type's objects from its rows."""
+def build_load(
+    plan: Any, encoding: str, tagged: bool, checked: bool = False, version: int = w.FORMAT_VERSION
+) -> tuple[str, dict, str]:
+    """Source of ``load_<Class>(shells, rows, ctx)``: fill a type's objects from its rows.
+
+    ``checked``: the stream lists this type as holding slot escapes, so every compact
+    slot is first tested for one (a map); other types load with no such test.
+    ``version`` 1 dyn streams mean the zero by Nil in a zero-kind slot; version 2 None.
+    """
     sch = plan.schema
     fname = f"load_{_ident(sch.cls.__qualname__)}"
     src = _Source()
@@ -397,9 +433,16 @@ def build_load(plan: Any, encoding: str, tagged: bool) -> tuple[str, dict, str]:
         if source is None:
             values.append((spec.name, _default_expr(src, spec)))
         elif encoding == w.DYN:
-            values.append((spec.name, _dyn_load_expr(src, spec, f"_r{source}")))
+            values.append((spec.name, _dyn_load_expr(src, spec, f"_r{source}", version)))
         else:
-            values.append((spec.name, _load_expr(src, spec, f"_r{source}", tagged)))
+            raw = f"_r{source}"
+            expr = _load_expr(src, spec, raw, tagged)
+            if checked and not _self_describing(spec.kind):
+                escape = f"__ckpt_dyn({raw})"
+                if spec.kind.tag is K.SAVE:
+                    escape = f"{src.const(f'load_{spec.name}', spec.opts.load)}({escape})"
+                expr = f"({escape} if type({raw}) is dict else {expr})"
+            values.append((spec.name, expr))
     for spec in sch.unsaved:
         values.append((spec.name, _default_expr(src, spec)))
     if sch.has_dict:
@@ -433,10 +476,17 @@ def _with_default(src: _Source, spec: Any, raw: str, expr: str) -> str:
     return expr
 
 
-def _dyn_load_expr(src: _Source, spec: Any, raw: str) -> str:
+def _self_describing(kind: Kind) -> bool:
+    """Slots written self-describing anyway (never escaped)."""
+    return kind.tag is K.ANY or (kind.tag is K.SAVE and not kind.args)
+
+
+def _dyn_load_expr(src: _Source, spec: Any, raw: str, version: int) -> str:
     expr = f"__ckpt_dyn({raw})"
     if spec.kind.tag is K.SAVE:
         expr = f"{src.const(f'load_{spec.name}', spec.opts.load)}({expr})"
+    if version >= 2:
+        return expr  # Nil is None in a dyn slot
     return _with_default(src, spec, raw, expr)
 
 
@@ -473,6 +523,9 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
     if tag is K.ENUM:
         members = src.const(f"members_{spec.name}", EnumMembers(kind.enum_cls))
         return _with_default(src, spec, raw, f"{members}[{raw}]")
+    if tag is K.VALUE:
+        dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
+        return f"{dec}({raw}, __ckpt_ctx)"
     if tag in (K.LIST, K.SET, K.FROZENSET, K.VARTUPLE):
         inner = kind.args[0]
         build = {K.LIST: "", K.SET: "set", K.FROZENSET: "frozenset", K.VARTUPLE: "tuple"}[tag]
@@ -501,20 +554,3 @@ def _load_expr(src: _Source, spec: Any, raw: str, tagged: bool) -> str:
     # OPT of a non-reference kind, TUPLE, and anything nested: a decoder closure.
     dec = src.const(f"dec_{spec.name}", elem_decoder(kind))
     return _with_default(src, spec, raw, f"{dec}({raw}, __ckpt_ctx)")
-
-
-def scalar_encoder(walk: Any) -> Callable[[Any], Any]:
-    """Tagged mode: a scalar slot's value as itself when MessagePack keeps it exactly,
-    else self-describing (a big int, an enum member, a subclass instance)."""
-    from ckpt.state import dyn
-
-    plain = dyn.make_encoder(walk, track=False)
-    exact = frozenset({bool, float, str, bytes, _NONE})
-
-    def scalar(v: Any) -> Any:
-        t = type(v)
-        if t in exact or (t is int and w.INT_MIN <= v < w.INT_LIMIT):
-            return v
-        return plain(v, None)
-
-    return scalar

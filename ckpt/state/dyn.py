@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt.errors import StateError
+from ckpt.state import registry, values
 from ckpt.state.wire import (
     INT_LIMIT,
     INT_MIN,
@@ -23,7 +24,9 @@ from ckpt.state.wire import (
     T_FROZENSET,
     T_REF,
     T_SET,
+    T_SLOT,
     T_TUPLE,
+    T_VALUE,
 )
 
 _PASS = (type(None), bool, float, str, bytes)
@@ -50,6 +53,14 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
     cmemo = walk.cmemo if track else _Forgetful()
     seen_again = walk.seen_again
     enum_index = walk.enum_index
+    codec_for = values.codec_for
+    savable = registry._by_class
+    untracked: list = []  # the untracked twin, built on first use (value codec items)
+
+    def codec_value(v: Any, codec: Any, owner: Any) -> Any:
+        if not untracked:
+            untracked.append(encode if not track else make_encoder(walk, track=False))
+        return {T_VALUE: [codec.name, plain_items(codec, v, untracked[0], owner)]}
 
     def encode(v: Any, owner: Any) -> Any:
         t = type(v)
@@ -76,6 +87,8 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
         r = ids_get(id(v))
         if r is not None:
             return {T_REF: r}
+        if t in savable:
+            return {T_REF: discover(v)}
         if t is set or t is frozenset:
             if t is set:
                 k = id(v)
@@ -91,9 +104,35 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
             return {T_BYTEARRAY: bytes(v)}
         if isinstance(v, enum.Enum):
             return {T_ENUM: [enum_index(t), encode(v.value, owner)]}
+        codec = codec_for(t)
+        if codec is not None:
+            if codec.items is not None:  # a mutable container: identity-tracked
+                k = id(v)
+                if k in cmemo:
+                    return seen_again(v)
+                cmemo[k] = owner
+                return {T_VALUE: [codec.name, codec.items(v, lambda x: encode(x, owner))]}
+            return codec_value(v, codec, owner)
         return {T_REF: discover(v)}  # raises StateError for a non-savable type
 
     return encode
+
+
+def plain_items(codec: Any, v: Any, encode: Callable[[Any, Any], Any], owner: Any) -> list:
+    """A value codec's payload: ``to_plain(v)``, each item self-describing (untracked)."""
+    try:
+        plain = codec.to_plain(v)
+    except StateError:
+        raise
+    except Exception as exc:
+        raise StateError(f"the {codec.name} value codec failed on {v!r}: {exc!r}") from exc
+    if codec.flat:
+        return plain
+    if type(plain) not in (list, tuple):
+        raise StateError(
+            f"the {codec.name} value codec returned {type(plain).__name__}, not a list"
+        )
+    return [encode(x, owner) for x in plain]
 
 
 def as_bytearray(raw: Any) -> bytearray:
@@ -166,7 +205,34 @@ def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Cal
                     f"{value!r} (was it removed or renumbered?)"
                 ) from exc
         if tag == T_BIGINT:
-            return int(payload)
+            return as_bigint(payload)
+        if tag == T_SLOT:
+            return decode(payload)
+        if tag == T_VALUE:
+            return decode_value(payload, decode)
         raise StateError(f"unknown value tag {tag!r}")
 
     return decode
+
+
+def as_bigint(payload: Any) -> int:
+    """A big int from its decimal string (int() itself bounds the digits: 4300)."""
+    if type(payload) is not str:
+        raise StateError(f"a big int must be stored as a decimal string, not {payload!r}")
+    return int(payload)
+
+
+def decode_value(payload: Any, decode: Callable[[Any], Any]) -> Any:
+    """``{9: [name, items]}``: look the codec up by name (never import), decode, rebuild."""
+    if type(payload) is not list or len(payload) != 2 or type(payload[0]) is not str:
+        raise StateError("malformed value-codec record")
+    name, items = payload
+    codec = values.codec_named(name)
+    if codec is None:
+        raise StateError(
+            f"the stream holds a {name!r} value, which is not a known value type "
+            "(register it with state.register_value before loading)"
+        )
+    if type(items) is not list:
+        raise StateError(f"a {name} value must be stored as an array")
+    return values.from_plain(codec, [*map(decode, items)])

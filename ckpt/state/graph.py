@@ -14,6 +14,7 @@ container locations and runs ``__after_load__`` hooks in dependency order.
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ from ckpt.state.schema import FieldSpec, Schema
 
 ROOT_OWNER = object()  # the owner of containers reached from the root value
 _CONTAINER_TYPES = (list, dict, set, bytearray)
+# Mutable containers saved through value codecs: identity-tracked like the above.
+_SEQ_VALUES = (collections.deque,)
+_MAP_VALUES = (collections.OrderedDict, collections.defaultdict, collections.Counter)
+_TRACKED = (*_CONTAINER_TYPES, *_SEQ_VALUES, *_MAP_VALUES)
 
 
 class SaveWalk:
@@ -41,7 +46,7 @@ class SaveWalk:
         self.pending: list[list] = []
         self.cmemo: dict[int, Any] = {}  # id(container) -> owner object
         self.shared: dict[int, Any] = {}  # id(container) -> container, reached twice
-        self.tagged = False
+        self.escaped: set[int] = set()  # type indices whose rows hold a slot escape
 
     def add_type(self, cls: type) -> int:
         sch = schema.schema_of(cls)  # raises StateError for an unregistered class
@@ -88,7 +93,7 @@ class SaveWalk:
         cycle with this walk; clearing the tables means that cycle holds nothing big
         while it waits for the cyclic GC.
         """
-        for table in (self.ids, self.cmemo, self.shared):
+        for table in (self.ids, self.cmemo, self.shared, self.escaped):
             table.clear()
         for seq in (self.objects, self.type_seq, self.rows, self.pending):
             seq.clear()
@@ -104,7 +109,7 @@ class SaveWalk:
 
     def payload(self, engine: str, encoding: str, root: Any, root_enc: Any) -> list:
         shared = locate_shared(self, root) if self.shared else []
-        flags = {"tagged": True} if self.tagged else {}
+        flags = {"escaped": sorted(self.escaped)} if self.escaped else {}
         return [
             w.FORMAT_VERSION,
             engine,
@@ -131,7 +136,7 @@ def locate_shared(walk: SaveWalk, root: Any) -> list:
 
     def visit(v: Any, owner: Any, path: list, in_tuple: bool) -> None:
         t = type(v)
-        if t in _CONTAINER_TYPES:
+        if t in _TRACKED:
             k = id(v)
             if k in shared:
                 if k not in done and walk.cmemo.get(k) is owner:
@@ -140,10 +145,10 @@ def locate_shared(walk: SaveWalk, root: Any) -> list:
                 else:
                     found[k].append(path)
                     return  # not the content location: nothing was encoded below here
-            if t is list:
+            if t is list or t in _SEQ_VALUES:
                 for i, x in enumerate(v):
                     visit(x, owner, [*path, i], False)
-            elif t is dict:
+            elif t is dict or t in _MAP_VALUES:
                 for i, x in enumerate(v.values()):
                     visit(x, owner, [*path, i], False)
         elif t is tuple:
@@ -194,13 +199,15 @@ class Loaded:
     rows: list[list]
     root: Any
     shared: list
-    tagged: bool
+    tagged: bool  # version 1: scalar slots may hold bare self-describing values
+    version: int = w.FORMAT_VERSION
+    escaped: frozenset[int] = frozenset()  # type indices whose rows hold slot escapes
 
 
 def validate(payload: list) -> Loaded:
     """Check the top-level shape and map stream types to registered classes."""
     version, engine, encoding, types, type_seq, rows, root, shared, flags = payload
-    if version != w.FORMAT_VERSION:
+    if type(version) is not int or version not in w.READ_VERSIONS:
         raise StateError(f"state stream layout version {version!r} is not supported")
     if encoding not in (w.COMPACT, w.DYN):
         raise StateError(f"unknown stream encoding {encoding!r}")
@@ -244,6 +251,11 @@ def validate(payload: list) -> Loaded:
         enums.append(None)
     if len(counts) and (min(counts) < 0 or max(counts) >= len(types)):
         raise StateError("state stream refers to a type index outside its type table")
+    escaped = flags.get("escaped", [])
+    if not (
+        isinstance(escaped, list) and all(type(t) is int and 0 <= t < len(types) for t in escaped)
+    ):
+        raise StateError("state stream flags list escaped types that do not exist")
     return Loaded(
         engine=engine if isinstance(engine, str) else "?",
         encoding=encoding,
@@ -254,7 +266,9 @@ def validate(payload: list) -> Loaded:
         rows=rows,
         root=root,
         shared=shared,
-        tagged=bool(flags.get("tagged")),
+        tagged=bool(flags.get("tagged")) and version == 1,
+        version=version,
+        escaped=frozenset(escaped),
     )
 
 
@@ -327,7 +341,7 @@ def _field_name(loaded: Loaded, objs: list, oid: int, findex: int) -> str | None
 def _step(container: Any, step: Any) -> Any:
     if not isinstance(step, int) or step < 0:
         raise StateError("malformed shared-container location")
-    if type(container) is dict:
+    if isinstance(container, dict):
         return list(container.values())[step]
     return container[step]
 
@@ -363,10 +377,10 @@ def _assign(loaded: Loaded, objs: list, root: Any, loc: list, value: Any) -> Non
         if parent is _GONE:
             return
         last = steps[-1]
-        if type(parent) is dict:
+        if type(parent) is dict or type(parent) in _MAP_VALUES:
             key = list(parent)[last]
             parent[key] = value
-        elif type(parent) is list:
+        elif type(parent) is list or type(parent) in _SEQ_VALUES:
             parent[last] = value
         elif type(parent) is tuple:
             # Tuples are immutable: rebuild this one and put it where it was.

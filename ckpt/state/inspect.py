@@ -16,8 +16,9 @@ from typing import Any
 import msgspec
 
 from ckpt.errors import StateError
+from ckpt.state import values
 from ckpt.state import wire as w
-from ckpt.state.dyn import as_bytearray
+from ckpt.state.dyn import as_bigint, as_bytearray
 from ckpt.state.schema import SCALARS, ZERO_FACTORIES, K, Kind, parse_descriptor
 
 _MALFORMED = (ValueError, TypeError, IndexError, KeyError, AttributeError, RecursionError)
@@ -40,6 +41,17 @@ class EnumValue:
 
     def __repr__(self) -> str:
         return f"{self.type.rsplit('.', 1)[-1]}({self.value!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueView:
+    """A value of a codec this reader does not rebuild (user-registered, NamedTuple)."""
+
+    codec: str
+    items: tuple
+
+    def __repr__(self) -> str:
+        return f"{self.codec.rsplit('.', 1)[-1]}({', '.join(map(repr, self.items))})"
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class StreamView:
         self.engine: str = engine
         self.encoding: str = encoding
         self.flags: dict = flags if isinstance(flags, dict) else {}
+        escaped = self.flags.get("escaped", [])
+        self._escaped = frozenset(escaped if isinstance(escaped, list) else [])
         self.shared: list = shared if isinstance(shared, list) else []
         self._type_seq = type_seq
         self._rows = rows
@@ -136,6 +150,11 @@ class StreamView:
                 raise StateError(f"object #{index + 1} ({name}) has a malformed row")
             if self.encoding == w.DYN:
                 fields = {n: self._dyn(v) for n, v in zip(names, row, strict=True)}
+            elif t in self._escaped:
+                fields = {
+                    n: self._dyn(v) if isinstance(v, dict) else self._compact(k, v)
+                    for n, k, v in zip(names, kinds, row, strict=True)
+                }
             else:
                 fields = {n: self._compact(k, v) for n, k, v in zip(names, kinds, row, strict=True)}
             yield ObjectView(index + 1, name, fields)
@@ -187,8 +206,24 @@ class StreamView:
                 raise StateError("enum value refers to an unknown type")
             return EnumValue(self._entries[index][0], self._dyn(value))
         if tag == w.T_BIGINT:
-            return int(payload)
+            return as_bigint(payload)
+        if tag == w.T_SLOT:
+            return self._dyn(payload)
+        if tag == w.T_VALUE:
+            if not (isinstance(payload, list) and len(payload) == 2):
+                raise StateError("malformed value-codec record")
+            return self._value(payload[0], payload[1])
         raise StateError(f"unknown value tag {tag!r}")
+
+    def _value(self, name: Any, items: Any) -> Any:
+        """A codec value: built-in ones (stdlib types) rebuilt, others shown as a view."""
+        if not isinstance(name, str) or not isinstance(items, list):
+            raise StateError("malformed value-codec record")
+        plain = [self._dyn(x) for x in items]
+        codec = values.codec_named(name)
+        if codec is not None and codec.builtin and not _has_views(plain):
+            return values.from_plain(codec, plain)
+        return ValueView(name, tuple(plain))
 
     def _compact(self, kind: Kind, raw: Any) -> Any:
         tag = kind.tag
@@ -202,6 +237,8 @@ class StreamView:
             return self._dyn(raw)
         if tag is K.SAVE:
             return self._compact(kind.args[0], raw)
+        if tag is K.VALUE:
+            return self._value(kind.codec, raw)
         if raw is None:
             # Nil in a field of a kind with a zero value is that zero, not None.
             factory = ZERO_FACTORIES.get(tag)
@@ -225,6 +262,18 @@ class StreamView:
         if tag in (K.SET, K.FROZENSET):
             return {_hashable(x) for x in items}
         return tuple(items) if tag is K.VARTUPLE else items
+
+
+def _has_views(items: Any) -> bool:
+    """Whether decoded items hold references or views a stdlib constructor would choke on
+    (a deque of objects is shown as a view: its items are references)."""
+    if isinstance(items, Ref | EnumValue | ValueView):
+        return True
+    if isinstance(items, list | tuple | set):
+        return any(map(_has_views, items))
+    if isinstance(items, dict):
+        return _has_views(list(items)) or _has_views(list(items.values()))
+    return False
 
 
 def _hashable(value: Any) -> Any:

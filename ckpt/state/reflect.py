@@ -17,6 +17,7 @@ from typing import Any
 
 from ckpt.errors import StateError
 from ckpt.state import dyn, graph
+from ckpt.state import values as value_codecs
 from ckpt.state import wire as w
 from ckpt.state.schema import CONTAINERS, SCALARS, ZERO_FACTORIES, K, Kind
 from ckpt.state.stats import Stats
@@ -37,7 +38,8 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
     while i < len(objects):  # objects grows as references are discovered
         obj = objects[i]
         sch = types[type_seq[i - 1]]
-        start = stats.clock() if stats is not None else 0
+        if stats is not None:
+            start, setup = stats.clock(), stats.setup_clock()
         if sch.before_save:
             obj.__before_save__()
         row = []
@@ -52,7 +54,7 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
                 raise StateError(f"{sch.name}.{spec.name}: {exc}") from exc
         rows[type_seq[i - 1]].append(row)
         if stats is not None:
-            stats.add(sch.name, stats.clock() - start)
+            stats.add_timed(sch.name, start, setup)
         i += 1
     return walk.payload(ENGINE, w.DYN, root, root_enc), walk
 
@@ -66,16 +68,21 @@ def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
         per_type[loaded.type_seq[oid - 1]].append(objs[oid])
     decode = dyn.make_decoder(objs, loaded.enums)
     if loaded.encoding == w.DYN:
-        value_of = _dyn_field(decode)
+        value_of = _dyn_field(decode, loaded.version)
     else:
-        value_of = _compact_field(objs, decode)
+        value_or_escape = _compact_field(objs, decode, escapes=True)
+        value_of = _compact_field(objs, decode, escapes=False)
     for plan, shells, rows in zip(loaded.plans, per_type, loaded.rows, strict=True):
         if plan is None:
             continue
+        field_value = value_of
+        if loaded.encoding != w.DYN and plan.index in loaded.escaped:
+            field_value = value_or_escape
         sch = plan.schema
         setter = _setter(sch)
         for obj, row in zip(shells, rows, strict=True):
-            start = stats.clock() if stats is not None else 0
+            if stats is not None:
+                start, setup = stats.clock(), stats.setup_clock()
             if type(row) is not list or len(row) != plan.nfields:
                 raise StateError(f"a {sch.name} row has the wrong number of fields")
             values = {}
@@ -83,12 +90,12 @@ def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
                 if source is None:
                     values[spec.name] = spec.make_default()
                 else:
-                    values[spec.name] = value_of(spec, row[source])
+                    values[spec.name] = field_value(spec, row[source])
             for spec in sch.unsaved:
                 values[spec.name] = spec.make_default()
             setter(obj, values)
             if stats is not None:
-                stats.add(sch.name, stats.clock() - start)
+                stats.add_timed(sch.name, start, setup)
     root = decode(loaded.root)
     graph.apply_shared(loaded, objs, root)
     graph.run_after_load(objs, graph.hooked_classes(loaded))
@@ -107,9 +114,11 @@ def _setter(sch: Any) -> Any:
     return set_each
 
 
-def _dyn_field(decode: Any) -> Any:
+def _dyn_field(decode: Any, version: int) -> Any:
+    zero_by_nil = version < 2  # version 1: Nil in a zero-kind slot meant the zero
+
     def value_of(spec: Any, raw: Any) -> Any:
-        if raw is None and spec.elidable:
+        if raw is None and spec.elidable and zero_by_nil:
             return spec.make_zero()
         value = decode(raw)
         if spec.opts.load is not None:
@@ -119,7 +128,9 @@ def _dyn_field(decode: Any) -> Any:
     return value_of
 
 
-def _compact_field(objs: list, decode: Any) -> Any:
+def _compact_field(objs: list, decode: Any, escapes: bool) -> Any:
+    """Decode compact slots by their kind; with ``escapes``, a map in a slot of a
+    non-self-describing kind is a slot escape (the type is listed as holding some)."""
     nobjs = len(objs)
 
     def ref(raw: Any) -> Any:
@@ -172,17 +183,30 @@ def _compact_field(objs: list, decode: Any) -> Any:
                 return kind.enum_cls(raw)
             except ValueError:
                 return dyn.EnumMembers(kind.enum_cls)[raw]  # raises, naming the enum
+        if tag is K.VALUE:
+            if raw is None and kind.codec.items is not None:
+                return None  # a shared container's other place (patched after loading)
+            if type(raw) is not list:
+                raise StateError(f"a {kind.descriptor} value must be stored as an array")
+            return value_codecs.from_plain(kind.codec, [*map(decode, raw)])
         raise StateError(f"cannot decode field kind {kind.descriptor}")
 
     def value_of(spec: Any, raw: Any) -> Any:
-        if raw is None and spec.elidable:
+        if escapes and type(raw) is dict and not _self_describing(spec.kind):
+            v = decode(raw)
+        elif raw is None and spec.elidable:
             return spec.make_zero()
-        v = value(spec.kind, raw)
+        else:
+            v = value(spec.kind, raw)
         if spec.opts.load is not None:
             v = spec.opts.load(v)
         return v
 
     return value_of
+
+
+def _self_describing(kind: Kind) -> bool:
+    return kind.tag is K.ANY or (kind.tag is K.SAVE and not kind.args)
 
 
 def _empty(kind: Kind) -> Any:

@@ -9,6 +9,7 @@ be forward references to classes declared later), and cached on the ``TypeInfo``
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from dataclasses import MISSING
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from ckpt.errors import StateError
 T = TypeVar("T", bound=type)
 
 _FIELD_KEY = "ckpt"
+_CO_NEWLOCALS = 0x0002  # inspect.CO_NEWLOCALS: a function's frame, not a module or class body
 _by_name: dict[str, type] = {}
 _by_class: dict[type, TypeInfo] = {}
 
@@ -75,13 +77,26 @@ class TypeInfo:
     cls: type
     name: str
     _schema: Any = None  # ckpt.state.schema.Schema, built on first use
+    frame: Any = None  # the defining function's frame, for local names (dropped on use)
+
+    def take_frame_locals(self) -> dict | None:
+        """The defining function's local names as they are now (then forget the frame)."""
+        frame, self.frame = self.frame, None
+        if frame is None:
+            return None
+        try:
+            return dict(frame.f_locals)
+        finally:
+            del frame
 
     @property
     def schema(self) -> Any:
         if self._schema is None:
             from ckpt.state.schema import build_schema
+            from ckpt.state.stats import setup_timer
 
-            self._schema = build_schema(self)
+            with setup_timer():
+                self._schema = build_schema(self)
         return self._schema
 
 
@@ -89,10 +104,24 @@ def savable(cls: T | None = None, *, name: str | None = None) -> Any:
     """Register a dataclass as savable: ``@state.savable`` or ``@state.savable(name=...)``.
 
     Apply it above ``@dataclass``.  The name is what streams record; it defaults to
-    ``module.QualName`` and must be unique.
+    ``module.QualName`` and must be unique.  A ``typing.NamedTuple`` class may be
+    registered too: it is saved as a value (its items), not as an object with identity.
+
+    A class defined inside a function keeps a reference to that function's frame until
+    its field kinds are first needed, so annotations naming other local classes
+    (``from __future__ import annotations``) resolve, as in pydantic and attrs.
     """
+    caller = sys._getframe(1)
+    frame = caller if caller.f_code.co_flags & _CO_NEWLOCALS else None
+    del caller
 
     def register(klass: T) -> T:
+        from ckpt.state import values
+
+        if values.is_namedtuple(klass):
+            type_name = name or f"{klass.__module__}.{klass.__qualname__}".replace("<locals>.", "")
+            values.register_namedtuple(klass, type_name)
+            return klass
         if not isinstance(klass, type) or not dataclasses.is_dataclass(klass):
             raise StateError(
                 f"@state.savable needs a dataclass; {klass!r} is not one "
@@ -114,7 +143,7 @@ def savable(cls: T | None = None, *, name: str | None = None) -> Any:
             # Same class redefined (a module reloaded, a test run twice): the new one wins.
             _by_class.pop(existing, None)
         _by_name[type_name] = klass
-        _by_class[klass] = TypeInfo(klass, type_name)
+        _by_class[klass] = TypeInfo(klass, type_name, frame=frame)
         return klass
 
     if cls is not None:

@@ -18,7 +18,7 @@ from dataclasses import MISSING
 from typing import Any
 
 from ckpt.errors import StateError
-from ckpt.state import registry
+from ckpt.state import registry, values
 from ckpt.state.registry import FieldOptions, TypeInfo, field_options
 
 
@@ -42,11 +42,12 @@ class K(enum.Enum):
     REF = "ref"  # a savable object (or None): identity kept
     ANY = "any"  # polymorphic: self-describing values
     SAVE = "save"  # saved through save=/load= functions: save[plain kind] or self-describing
+    VALUE = "value"  # a value-codec type (datetime, Decimal, ...): its payload array
 
 
 SCALARS = frozenset({K.BOOL, K.INT, K.FLOAT, K.STR, K.BYTES})
 # Zero values: what a Nil (None) loads as in a field of each kind.  The typed writer
-# writes Nil for empty containers and for tuple and tagged-mode zeros it recognises by
+# writes Nil for empty containers and for empty tuples it recognises by
 # identity (IMMUTABLE_ZEROS); a plain scalar zero is written as itself (one byte either
 # way).  Floats are never elided (-0.0 must keep its sign).
 ZERO_LITERALS = {
@@ -86,12 +87,15 @@ class Kind:
     tag: K
     args: tuple[Kind, ...] = ()
     enum_cls: type | None = None
+    codec: Any = None  # K.VALUE: the values.Codec (or its name, for a parsed descriptor)
 
     @property
     def descriptor(self) -> str:
         tag = self.tag
         if tag is K.ENUM:
             return f"enum:{enum_name(self.enum_cls)}"
+        if tag is K.VALUE:
+            return f"value:{self.codec if isinstance(self.codec, str) else self.codec.name}"
         if tag is K.VARTUPLE:
             return f"tuple[{self.args[0].descriptor},...]"
         if self.args:
@@ -127,46 +131,96 @@ def enum_named(name: str) -> type | None:
     return _enums.get(name)
 
 
-def kind_of(annotation: Any, where: str) -> Kind:
-    """The Kind of an annotation (already resolved from strings)."""
+def compact_enum(cls: type) -> bool:
+    """Whether members of this enum are written as their bare value in an ``enum:`` slot:
+    every value an INT64 int or a str, and not a Flag (whose combinations are members
+    that iterating the class does not list)."""
+    if issubclass(cls, enum.Flag):
+        return False
+    return all(
+        (type(m._value_) is int and INT64_MIN <= m._value_ < INT64_LIMIT) or type(m._value_) is str
+        for m in cls.__members__.values()
+    )
+
+
+INT64_MIN = -(1 << 63)
+INT64_LIMIT = 1 << 64
+
+Namespace = tuple[dict, dict] | None  # (globals, locals) for resolving forward references
+
+
+def resolve(annotation: Any, where: str, ns: Namespace) -> Any:
+    """A quoted annotation or ``ForwardRef`` evaluated in the class's namespace."""
+    text = annotation.__forward_arg__ if isinstance(annotation, typing.ForwardRef) else annotation
+    if ns is None:
+        raise StateError(f"{where}: cannot resolve the annotation {text!r} (no namespace)")
+    value: Any = text
+    try:
+        for _ in range(3):  # a quoted annotation under PEP 563 is a string twice
+            value = eval(value, ns[0], ns[1])
+            if not isinstance(value, str):
+                break
+    except Exception as exc:
+        raise StateError(
+            f"{where}: cannot resolve the annotation {text!r}: {exc} (define or import "
+            "the name where the class is defined, or annotate with Any)"
+        ) from exc
+    if isinstance(value, str):
+        raise StateError(f"{where}: the annotation {text!r} is a string nested too deeply")
+    return value
+
+
+def kind_of(annotation: Any, where: str, ns: Namespace = None) -> Kind:
+    """The Kind of an annotation; quoted names anywhere inside it are resolved in ``ns``."""
+    if isinstance(annotation, str | typing.ForwardRef):
+        annotation = resolve(annotation, where, ns)
     if annotation in _SIMPLE:
         return _SIMPLE[annotation]
     if annotation is Any or annotation is object:
         return ANY_KIND
     origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
+    args = tuple(
+        resolve(a, where, ns) if isinstance(a, str | typing.ForwardRef) else a
+        for a in typing.get_args(annotation)
+    )
     if origin is typing.Union or origin is types.UnionType:
         members = [a for a in args if a is not type(None)]
         if len(members) < len(args):  # Optional
-            inner = kind_of(members[0], where) if len(members) == 1 else _union_kind(members, where)
+            if len(members) == 1:
+                inner = kind_of(members[0], where, ns)
+            else:
+                inner = _union_kind(members, where)
             if inner.tag in (K.REF, K.ANY):
                 return Kind(K.OPT, (inner,)) if inner.tag is K.REF else ANY_KIND
             return Kind(K.OPT, (inner,))
         return _union_kind(members, where)
     if origin is typing.Annotated:
-        return kind_of(args[0], where)
+        return kind_of(args[0], where, ns)
     if origin is list or annotation is list:
-        return Kind(K.LIST, (kind_of(args[0], where) if args else ANY_KIND,))
+        return Kind(K.LIST, (kind_of(args[0], where, ns) if args else ANY_KIND,))
     if origin is set or annotation is set:
-        return Kind(K.SET, (kind_of(args[0], where) if args else ANY_KIND,))
+        return Kind(K.SET, (kind_of(args[0], where, ns) if args else ANY_KIND,))
     if origin is frozenset or annotation is frozenset:
-        return Kind(K.FROZENSET, (kind_of(args[0], where) if args else ANY_KIND,))
+        return Kind(K.FROZENSET, (kind_of(args[0], where, ns) if args else ANY_KIND,))
     if origin is dict or annotation is dict:
         if args:
-            return Kind(K.DICT, (kind_of(args[0], where), kind_of(args[1], where)))
+            return Kind(K.DICT, (kind_of(args[0], where, ns), kind_of(args[1], where, ns)))
         return Kind(K.DICT, (ANY_KIND, ANY_KIND))
     if origin is tuple or annotation is tuple:
         if not args or args == ((),):
             return Kind(K.VARTUPLE, (ANY_KIND,))
         if len(args) == 2 and args[1] is Ellipsis:
-            return Kind(K.VARTUPLE, (kind_of(args[0], where),))
-        return Kind(K.TUPLE, tuple(kind_of(a, where) for a in args))
+            return Kind(K.VARTUPLE, (kind_of(args[0], where, ns),))
+        return Kind(K.TUPLE, tuple(kind_of(a, where, ns) for a in args))
     if isinstance(annotation, type):
         if issubclass(annotation, enum.Enum):
             register_enum(annotation)
             return Kind(K.ENUM, enum_cls=annotation)
         if registry.is_savable(annotation):
             return Kind(K.REF)
+        codec = values.codec_for(annotation)
+        if codec is not None:
+            return Kind(K.VALUE, codec=codec)
     # A non-savable base class, a protocol, a type variable...: polymorphic.
     return ANY_KIND
 
@@ -258,13 +312,8 @@ class Schema:
 
 def build_schema(info: TypeInfo) -> Schema:
     cls = info.cls
-    try:
-        hints = type_hints(cls)
-    except Exception as exc:
-        raise StateError(
-            f"cannot resolve the annotations of savable type {info.name}: {exc} "
-            "(declare referenced classes at module level)"
-        ) from exc
+    frame_locals = info.take_frame_locals()
+    hints = type_hints(cls, frame_locals)
     saved: list[FieldSpec] = []
     unsaved: list[FieldSpec] = []
     for f in dataclasses.fields(cls):
@@ -275,7 +324,8 @@ def build_schema(info: TypeInfo) -> Schema:
         elif opts.save is not None:
             kind = save_kind(opts.save)
         else:
-            kind = kind_of(hints.get(f.name, Any), where)
+            ann, ns = hints.get(f.name, (Any, None))
+            kind = kind_of(ann, where, ns)
         spec = FieldSpec(
             name=f.name,
             index=len(saved),
@@ -322,27 +372,32 @@ def _identifiers(text: str) -> tuple[str, ...]:
     return names
 
 
-def type_hints(cls: type) -> dict[str, Any]:
-    """``typing.get_type_hints`` for a dataclass, with string annotations resolved once
-    per (module, text, what the text's names are bound to).
+def type_hints(cls: type, frame_locals: dict | None = None) -> dict[str, tuple[Any, Namespace]]:
+    """Each field's annotation, with top-level strings resolved once per (module, text,
+    what the text's names are bound to), and the namespace its nested quoted names
+    resolve in.
 
     Under ``from __future__ import annotations`` every annotation is a string, and
     get_type_hints compiles each one again for every class; a kernel of a few dozen
     classes repeats the same few dozen texts hundreds of times.  The memo key includes
     the identity of every module-level object the text names, so a rebound name (a
-    class redefined) resolves afresh; a text naming something in the class's own
-    namespace (a nested class) is never memoized.
+    class redefined) resolves afresh; a text naming something local (a nested class,
+    a class defined in a function: ``frame_locals``, captured by ``@savable``) is
+    never memoized.  A string that does not resolve is left as is: ``kind_of`` raises
+    the StateError naming the field.
     """
-    hints: dict[str, Any] = {}
+    hints: dict[str, tuple[Any, Namespace]] = {}
     for klass in reversed(cls.__mro__):
         annotations = klass.__dict__.get("__annotations__", {})  # noqa: RUF063 (no inspect import)
         if not annotations:
             continue
         module = sys.modules.get(klass.__module__)
-        if module is None:
-            return typing.get_type_hints(cls)
-        globalns = vars(module)
-        local = klass.__dict__
+        globalns = vars(module) if module is not None else {}
+        local = {klass.__name__: klass}
+        if frame_locals and klass is cls:
+            local.update(frame_locals)
+        local.update(klass.__dict__)
+        ns = (globalns, local)
         for name, ann in annotations.items():
             if isinstance(ann, str):
                 names = _identifiers(ann)
@@ -351,15 +406,14 @@ def type_hints(cls: type) -> dict[str, Any]:
                     key = (klass.__module__, ann, tuple(id(globalns.get(n)) for n in names))
                 value = _resolved.get(key, _UNSET) if key is not None else _UNSET
                 if value is _UNSET:
-                    value = ann
-                    for _ in range(3):  # a quoted annotation under PEP 563 is a string twice
-                        value = eval(value, globalns, dict(local))
-                        if not isinstance(value, str):
-                            break
+                    try:
+                        value = resolve(ann, name, ns)
+                    except StateError:
+                        value = ann  # kind_of names the field when it raises again
                     if key is not None and not isinstance(value, str):
                         _resolved[key] = value
                 ann = value
-            hints[name] = ann
+            hints[name] = (ann, ns)
     return hints
 
 
@@ -394,6 +448,8 @@ def _parse(text: str, pos: int) -> tuple[Kind, int]:
     word = text[pos:end]
     if word.startswith("enum:"):
         return Kind(K.ENUM, enum_cls=None), end
+    if word.startswith("value:"):
+        return Kind(K.VALUE, codec=word[6:]), end
     tag = _BY_VALUE.get(word)
     if tag is None:
         raise StateError(f"unknown field kind {word!r} in the stream's type table")

@@ -22,8 +22,10 @@ The payload array, by index::
     6 ROOT      the root value, self-describing
     7 SHARED    mutable containers reachable from more than one place:
                 [[content location, other location, ...], ...]
-    8 FLAGS     {"tagged": true} when compact scalar slots may hold self-describing
-                values (ints beyond 64 bits, enum members, subclass instances)
+    8 FLAGS     {"escaped": [type index, ...]}: the types whose compact rows hold
+                slot escapes ({T_SLOT: dyn value}, README "the per-slot rule");
+                version 1 streams may say {"tagged": true} instead (scalar slots
+                holding bare self-describing values)
 
 Self-describing ("dyn") values: None, bool, int (64-bit), float, str and bytes are
 MessagePack scalars; a list is an array; every other value is a map with exactly one
@@ -42,7 +44,8 @@ import msgspec
 from ckpt.errors import StateError
 
 MAGIC = b"CKST"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what this ckpt writes
+READ_VERSIONS = (1, 2)  # what it reads (1: no escapes or value codecs; Nil in dyn = zero)
 _HEADER = struct.Struct("<4sBIQ")
 HEADER_SIZE = _HEADER.size
 
@@ -62,6 +65,8 @@ T_DICT = 4  # payload: [[keys], [values]]
 T_BYTEARRAY = 5  # payload: bytes
 T_ENUM = 6  # payload: [type index, value]
 T_BIGINT = 7  # payload: decimal string
+T_SLOT = 8  # a compact slot's escape; payload: the slot's value, self-describing
+T_VALUE = 9  # payload: [value codec name, [plain items]] (ckpt.state.values)
 INT_MIN = -(1 << 63)
 INT_LIMIT = 1 << 64  # MessagePack holds ints in [INT_MIN, INT_LIMIT)
 
@@ -97,10 +102,10 @@ def check_frame(data: Any) -> memoryview:
     magic, version, crc, length = _HEADER.unpack_from(view)
     if magic != MAGIC:
         raise StateError(f"not a ckpt state stream: bad magic {bytes(magic)!r} at offset 0")
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS:
         raise StateError(
             f"state stream format version {version} is not supported "
-            f"(this ckpt reads version {FORMAT_VERSION})"
+            f"(this ckpt reads versions {', '.join(map(str, READ_VERSIONS))})"
         )
     body = view[HEADER_SIZE:]
     if len(body) != length:

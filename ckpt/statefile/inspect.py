@@ -40,11 +40,15 @@ def jsonable(value: Any, depth: int = 0) -> Any:
         b = bytes(value)
         text = b[: MAX_VALUE_CHARS // 2].hex()
         return f"<{len(b)} bytes {text}{'…' if len(b) > MAX_VALUE_CHARS // 2 else ''}>"
-    if isinstance(value, dict):
+    t = type(value)
+    if t is dict:
         return {str(jsonable(k, depth + 1)): jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
+    if t in (list, tuple, set, frozenset):
         return [jsonable(v, depth + 1) for v in value]
-    return repr(value)  # state.Ref renders as →#id
+    # state.Ref renders as →#id; value types (datetime, Decimal, OrderedDict, deque,
+    # Counter, ...) as their repr, which names the type.
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "…"
 
 
 def _header(image: Image) -> dict[str, Any]:

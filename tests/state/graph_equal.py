@@ -17,6 +17,7 @@ with ``compare=False`` are skipped (use that for ``nosave`` fields).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import math
@@ -50,6 +51,8 @@ _SCALAR, _FLOAT, _ENUM, _TUPLE, _FROZENSET, _CONTAINER, _DATACLASS, _OTHER = (
     "dataclass",
     "other",
 )
+# Mutable containers saved through value codecs: identity-bearing, compared item by item.
+_VSEQ, _VMAP = "value-sequence", "value-mapping"
 _HOW: dict[type, str] = {}
 _FIELDS: dict[type, list[str]] = {}
 
@@ -61,8 +64,12 @@ def _how(t: type) -> str:
         return _FLOAT
     if issubclass(t, enum.Enum):
         return _ENUM
-    if t is tuple:
+    if issubclass(t, tuple):  # tuples and NamedTuples
         return _TUPLE
+    if t is collections.deque:
+        return _VSEQ
+    if t in (collections.OrderedDict, collections.defaultdict, collections.Counter):
+        return _VMAP
     if t is frozenset:
         return _FROZENSET
     if t in _IDENTITY_CONTAINERS:
@@ -189,7 +196,30 @@ class _Matcher:
             if paired is False:
                 return self._contents(a, b, path)
             return paired if isinstance(paired, str) else None
-        if a != b:
+        if how is _VSEQ or how is _VMAP:
+            paired = self._pair(a, b, path)
+            if paired is not False:
+                return paired if isinstance(paired, str) else None
+        if how is _VSEQ:
+            if a.maxlen != b.maxlen or len(a) != len(b):
+                return f"{render_path(path)}: deque differs: {a!r:.80} vs {b!r:.80}"
+            for i in range(len(a) - 1, -1, -1):
+                self.stack.append((a[i], b[i], (path, f"[{i}]")))
+            return None
+        if how is _VMAP:
+            if getattr(a, "default_factory", None) is not getattr(b, "default_factory", None):
+                return f"{render_path(path)}: default_factory differs: {a!r:.80} vs {b!r:.80}"
+            if len(a) != len(b):
+                return f"{render_path(path)}: {ta.__name__} length differs"
+            items = list(zip(a.items(), b.items(), strict=True))
+            for i in range(len(items) - 1, -1, -1):
+                (ka, va), (kb, vb) = items[i]
+                self.stack.append((va, vb, (path, f"[{ka!r:.40}]")))
+                self.stack.append((ka, kb, (path, f".<key #{i}>")))
+            return None
+        # Other values (datetime, Decimal, UUID, paths, ...): the same value and the same
+        # repr (an aware datetime equals the same instant in another zone; NaN != NaN).
+        if repr(a) != repr(b):
             return f"{render_path(path)}: {ta.__qualname__} differs: {a!r:.80} vs {b!r:.80}"
         return None
 

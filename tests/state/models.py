@@ -6,7 +6,10 @@ record do not depend on how pytest imports this package.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import enum
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,3 +162,14 @@ class Everything:
     either: Circle | Square | None = None
     anything: object = None
     whatever: Any = None
+
+
+@state.savable(name="tests.state.Stamped")
+@dataclass(eq=False)
+class Stamped:
+    """Fields annotated with stdlib value types (kind ``value:<codec>``)."""
+
+    when: dt.datetime = dt.datetime(2000, 1, 1)
+    key: uuid.UUID | None = None
+    amount: decimal.Decimal = decimal.Decimal(0)
+    count: int = 0

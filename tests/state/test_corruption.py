@@ -6,12 +6,16 @@ never a huge allocation (an address-space limit turns one into a MemoryError fai
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import datetime as dt
+import decimal
 import functools
 import io
 import random
 import resource
 import tracemalloc
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +28,7 @@ from ckpt.state import wire
 
 from .conftest import ENGINES
 from .graph_equal import graph_diff
-from .models import Color, Everything, Leaf, Node, Pair
+from .models import Color, Everything, Leaf, Node, Pair, Stamped
 
 
 def _small_graph() -> Any:
@@ -32,7 +36,19 @@ def _small_graph() -> Any:
     head = Node(1, "head", kids=[Node(2, payload=shared)], payload={"k": (1, 2.5), 9: [shared]})
     head.next = head.kids[0]
     head.kids[0].next = head
-    return [head, Pair(shared, {1, 2}), Everything(small=-4, text="ü", color=Color.BLUE)]
+    stamped = Stamped(
+        dt.datetime(2026, 3, 4, 5, 6, 7, 8, tzinfo=dt.timezone(dt.timedelta(hours=2), "X")),
+        uuid.UUID(int=7),
+        decimal.Decimal("-1.50"),
+        count=None,  # an escape in a compact int slot
+    )
+    return [
+        head,
+        Pair(shared, {1, 2}),
+        Everything(small=-4, text="ü", color=Color.BLUE),
+        Pair(collections.deque([1, shared], 4), dt.date(2026, 1, 2)),
+        stamped,
+    ]
 
 
 ORIGINAL = _small_graph()
@@ -147,6 +163,45 @@ HOSTILE_TAGGED = [
     {99: 1},
     {0: 1, 1: [2]},
     {"k": 1},
+    # Slot escapes (tag 8) and value codecs (tag 9), version 2.
+    *({8: v} for v in (None, {8: {8: 1}}, [1], {99: 1}, {0: -5})),
+    *(
+        {9: v}
+        for v in (
+            None,
+            [],
+            ["datetime"],
+            ["datetime", None],
+            ["datetime", [2026, 13, 1, 0, 0, 0, 0, 0, None]],
+            ["datetime", [1, 1, 1, 0, 0, 0, 0, 0, ["zone", "../../etc/passwd"]]],
+            ["datetime", [1, 1, 1, 0, 0, 0, 0, 0, ["zone", "No/Such_Zone"]]],
+            ["datetime", [1, 1, 1, 0, 0, 0, 0, 0, ["fixed", 10**12, None]]],
+            ["datetime", [1, 1, 1, 0, 0, 0, 0, 0, ["utc", 1]]],
+            ["datetime", [1, 1, 1, 0, 0, 0, 0, 7, None]],
+            ["time", [25, 0, 0, 0, 0, None]],
+            ["date", [2026, 2, 30]],
+            ["timedelta", [10**10, 0, 0]],
+            ["nope.Type", []],
+            ["ddict", ["os.system", [], []]],
+            ["ddict", [["type", "no.such.Type"], [], []]],
+            ["ddict", [["type", "tests.state.Leaf"], [[]], [1]]],
+            ["fraction", [1, 0]],
+            ["fraction", [1.5, 2]],
+            ["deque", [[1, 2], 1]],
+            ["deque", [[1], -1]],
+            ["range", [0, 1, 0]],
+            ["uuid", [b"short"]],
+            ["decimal", ["1" * 20000]],
+            ["decimal", ["not a number"]],
+            ["ip4", ["999.1.1.1"]],
+            ["ip6net", ["::1/200"]],
+            ["path.posix", [5]],
+            ["path.windows", ["C:\\x"]],
+            ["complex", ["a", 1]],
+            ["counter", [[1], []]],
+            ["odict", [[[1]], [1]]],
+        )
+    ),
 ]
 
 
