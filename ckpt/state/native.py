@@ -15,6 +15,7 @@ Without the compiled core (no C compiler at install time, or ``CKPT_PURE_PYTHON=
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import types
 import zlib
@@ -42,10 +43,12 @@ _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
 def _load_core() -> tuple[Any, str]:
     if os.environ.get("CKPT_PURE_PYTHON", "") not in ("", "0"):
         return None, "disabled by CKPT_PURE_PYTHON=1"
+    if importlib.util.find_spec("ckpt.state._native") is None:
+        return None, "the C extension was not built at install (no C compiler?); reinstall with one"
     try:
         from ckpt.state import _native
     except ImportError as exc:
-        return None, f"the C extension is not built ({exc}); reinstall with a C compiler"
+        return None, f"the C extension does not load ({exc}); reinstall ckpt"
     _native.configure(msgspec.msgpack.Encoder().encode)
     return _native, "C extension loaded"
 
