@@ -25,7 +25,7 @@
 
 /* Field ops (save and load); must match native.py. */
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
-       OP_FROZENSET };
+       OP_FROZENSET, OP_SAVE };
 /* Element ops inside containers. */
 enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY };
 /* Exact scalar type bits. */
@@ -35,6 +35,7 @@ static PyObject *msgspec_encode;   /* msgspec.msgpack.encode: values this file d
 static PyObject *str_value_;       /* "_value_" */
 static PyObject *str_before_save;  /* "__before_save__" */
 static PyObject *empty_tuple;
+static PyObject *StateError;     /* ckpt.errors.StateError */
 
 /* ---- a growable byte buffer and the MessagePack writer ------------------------------ */
 
@@ -405,6 +406,7 @@ static void pt_free(PTable *t)
 typedef struct {
     PyObject *name;     /* interned field name */
     PyObject *fallback; /* save: fn(obj, ctx) -> wire value (the typed engine's code) */
+    PyObject *arg;      /* OP_SAVE: the field's save= function */
     int op, mask, kop, kmask, vop, vmask, elide;
 } Field;
 
@@ -427,6 +429,7 @@ static void te_free(TypeEntry *te)
     for (Py_ssize_t i = 0; i < te->nfields; i++) {
         Py_XDECREF(te->fields[i].name);
         Py_XDECREF(te->fields[i].fallback);
+        Py_XDECREF(te->fields[i].arg);
     }
     PyMem_Free(te->fields);
     PyMem_Free(te->pending);
@@ -437,7 +440,7 @@ static void te_free(TypeEntry *te)
 }
 
 /* plan: (schema, name, before_save, ((name, op, mask, kop, kmask, vop, vmask, elide,
- * fallback), ...)) */
+ * fallback, arg), ...)) */
 static TypeEntry *te_from_plan(PyObject *plan)
 {
     PyObject *schema, *name, *fields;
@@ -461,14 +464,16 @@ static TypeEntry *te_from_plan(PyObject *plan)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         Field *f = &te->fields[i];
-        PyObject *fname, *fb;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UiiiiiipO", &fname, &f->op, &f->mask,
-                              &f->kop, &f->kmask, &f->vop, &f->vmask, &f->elide, &fb)) {
+        PyObject *fname, *fb, *arg;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UiiiiiipOO", &fname, &f->op,
+                              &f->mask, &f->kop, &f->kmask, &f->vop, &f->vmask, &f->elide, &fb,
+                              &arg)) {
             te_free(te);
             return NULL;
         }
         f->name = Py_NewRef(fname);
         f->fallback = Py_NewRef(fb);
+        f->arg = Py_NewRef(arg);
         te->nfields = i + 1;
     }
     te->nfields = n;
@@ -615,9 +620,51 @@ static int memo_put(Walk *w, PyObject *c, PyObject *owner)
     return 0;
 }
 
-/* The dyn encoder's result for values it passes through or resolves to a known
- * object; anything else is the typed engine's dyn(v, owner). */
-static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner)
+static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth);
+
+static int w_dyn_python(Walk *w, Buf *b, PyObject *v, PyObject *owner)
+{
+    PyObject *r = PyObject_CallFunctionObjArgs(w->dyn, v, owner, NULL);
+    if (!r)
+        return -1;
+    int rc = w_value(b, r, 0);
+    Py_DECREF(r);
+    return rc;
+}
+
+static int w_dyn_items(Walk *w, Buf *b, PyObject *list, PyObject *owner, int depth)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (w_array(b, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(list); i++) {
+        PyObject *x = PyList_GET_ITEM(list, i);
+        Py_INCREF(x);
+        int r = w_dyn(w, b, x, owner, depth + 1);
+        Py_DECREF(x);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* {tag: [items]} for a snapshot of a set or frozenset. */
+static int w_dyn_set(Walk *w, Buf *b, PyObject *v, uint8_t tag, PyObject *owner, int depth)
+{
+    PyObject *items = PySequence_List(v);
+    if (!items)
+        return -1;
+    int r = (w_byte(b, 0x81) < 0 || w_byte(b, tag) < 0) ? -1 : 0;
+    if (r == 0)
+        r = w_dyn_items(w, b, items, owner, depth);
+    Py_DECREF(items);
+    return r;
+}
+
+/* A self-describing value, as the typed engine's dyn encoder (dyn.make_encoder) writes
+ * it: the same checks in the same order for the types handled here; any other type
+ * (and any value nested deeper than MAX_DEPTH) is that encoder's call. */
+static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
 {
     int bit = type_bit(v);
     if (bit) {
@@ -627,31 +674,80 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner)
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
         if (!overflow)
             return w_int(b, x);
-        /* big ints: the dyn encoder decides (tagged) */
-    }
-    else {
-        Slot *s = pt_find(&w->ids, v);
-        if (s) {
-            if (w_byte(b, 0x81) < 0 || w_byte(b, 0) < 0)
-                return -1;
-            return w_uint(b, (uint64_t)(intptr_t)s->val);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (!(u == (unsigned long long)-1 && PyErr_Occurred()))
+                return w_head(b, 0xcf, u, 8);
+            PyErr_Clear();
         }
-        Slot *ts = pt_find(&w->tindex, Py_TYPE(v));
-        if (ts && !w->tents[(intptr_t)ts->val - 1]->is_enum) {
-            Py_ssize_t i = discover(w, v);
-            if (i < 0)
-                return -1;
-            if (w_byte(b, 0x81) < 0 || w_byte(b, 0) < 0)
-                return -1;
-            return w_uint(b, (uint64_t)i);
-        }
+        return w_dyn_python(w, b, v, owner); /* a big int: tagged */
     }
-    PyObject *r = PyObject_CallFunctionObjArgs(w->dyn, v, owner, NULL);
-    if (!r)
-        return -1;
-    int rc = w_value(b, r, 0);
-    Py_DECREF(r);
-    return rc;
+    if (depth >= MAX_DEPTH)
+        return w_dyn_python(w, b, v, owner);
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyList_Type) {
+        if (memo_check(w, v))
+            return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
+        if (memo_put(w, v, owner) < 0)
+            return -1;
+        return w_dyn_items(w, b, v, owner, depth);
+    }
+    if (t == &PyDict_Type) {
+        if (memo_check(w, v))
+            return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
+        if (memo_put(w, v, owner) < 0)
+            return -1;
+        PyObject *keys = PyDict_Keys(v);
+        if (!keys)
+            return -1;
+        PyObject *vals = PyDict_Values(v);
+        if (!vals) {
+            Py_DECREF(keys);
+            return -1;
+        }
+        int r = (w_byte(b, 0x81) < 0 || w_byte(b, 4) < 0 || w_byte(b, 0x92) < 0) ? -1 : 0;
+        if (r == 0)
+            r = w_dyn_items(w, b, keys, owner, depth);
+        if (r == 0)
+            r = w_dyn_items(w, b, vals, owner, depth);
+        Py_DECREF(keys);
+        Py_DECREF(vals);
+        return r;
+    }
+    if (t == &PyTuple_Type) {
+        Py_ssize_t n = PyTuple_GET_SIZE(v);
+        if (w_byte(b, 0x81) < 0 || w_byte(b, 1) < 0 || w_array(b, n) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (w_dyn(w, b, PyTuple_GET_ITEM(v, i), owner, depth + 1) < 0)
+                return -1;
+        return 0;
+    }
+    Slot *s = pt_find(&w->ids, v);
+    if (s) {
+        if (w_byte(b, 0x81) < 0 || w_byte(b, 0) < 0)
+            return -1;
+        return w_uint(b, (uint64_t)(intptr_t)s->val);
+    }
+    if (t == &PySet_Type) {
+        if (memo_check(w, v))
+            return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
+        if (memo_put(w, v, owner) < 0)
+            return -1;
+        return w_dyn_set(w, b, v, 2, owner, depth);
+    }
+    if (t == &PyFrozenSet_Type)
+        return w_dyn_set(w, b, v, 3, owner, depth);
+    Slot *ts = pt_find(&w->tindex, t);
+    if (ts && !w->tents[(intptr_t)ts->val - 1]->is_enum) {
+        Py_ssize_t i = discover(w, v);
+        if (i < 0)
+            return -1;
+        if (w_byte(b, 0x81) < 0 || w_byte(b, 0) < 0)
+            return -1;
+        return w_uint(b, (uint64_t)i);
+    }
+    return w_dyn_python(w, b, v, owner); /* bytearray, enum members, new types, errors */
 }
 
 /* One element of a container field; 0 ok, -1 error. */
@@ -673,7 +769,7 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
         return r;
     }
     case E_ANY:
-        return w_dyn(w, b, x, owner);
+        return w_dyn(w, b, x, owner, 0);
     }
     PyErr_SetString(PyExc_SystemError, "ckpt native: bad element op");
     return -1;
@@ -775,7 +871,15 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
     case OP_ANY:
         if (v == Py_None)
             return w_byte(b, 0xc0);
-        return w_dyn(w, b, v, obj);
+        return w_dyn(w, b, v, obj, 0);
+    case OP_SAVE: {
+        PyObject *r = PyObject_CallOneArg(f->arg, v);
+        if (!r)
+            return -1;
+        int rc = w_value(b, r, 0);
+        Py_DECREF(r);
+        return rc;
+    }
     case OP_LIST:
         if (t != &PyList_Type)
             return w_fallback(w, b, f, obj);
@@ -1397,27 +1501,384 @@ static PyObject *set_header(PyObject *mod, PyObject *args)
 
 static PyObject *configure(PyObject *mod, PyObject *args)
 {
-    PyObject *enc;
-    if (!PyArg_ParseTuple(args, "O", &enc))
+    PyObject *enc, *err;
+    if (!PyArg_ParseTuple(args, "OO", &enc, &err))
         return NULL;
     Py_XSETREF(msgspec_encode, Py_NewRef(enc));
+    Py_XSETREF(StateError, Py_NewRef(err));
     Py_RETURN_NONE;
 }
 
-static PyObject *load_fill(PyObject *mod, PyObject *args)
+/* ---- load ------------------------------------------------------------------------------- */
+
+/* Load ops; must match native.py. */
+enum { L_PY = 0, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF, L_ANY,
+       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE };
+/* What a sequence becomes. */
+enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
+
+
+typedef struct {
+    PyObject *name;  /* interned field name */
+    Py_ssize_t src;  /* index in the row, or -1 */
+    int op, build;
+    PyObject *zero;  /* L_NONE_ZERO / L_FALSY_ZERO: the zero, or (zero_call) its factory */
+    int zero_call;
+    PyObject *arg;   /* L_DEFAULT: the value; L_FACTORY: the factory; L_ENUM: members; L_SAVE: load fn */
+    PyObject *slot;  /* the typed engine's decoder for this field: slot(raw, ctx) */
+} LField;
+
+static inline PyObject *ref_get(PyObject *objs, PyObject *raw)
 {
-    PyErr_SetString(PyExc_NotImplementedError, "native load");
+    if (PyLong_CheckExact(raw)) {
+        Py_ssize_t i = PyLong_AsSsize_t(raw);
+        if (i >= 0 && i < PyList_GET_SIZE(objs))
+            return Py_NewRef(PyList_GET_ITEM(objs, i));
+        PyErr_Clear();
+    }
     return NULL;
 }
 
+static PyObject *call_slot(LField *f, PyObject *raw, PyObject *ctx)
+{
+    return PyObject_CallFunctionObjArgs(f->slot, raw, ctx, NULL);
+}
+
+static PyObject *zero_of(LField *f)
+{
+    return f->zero_call ? PyObject_CallNoArgs(f->zero) : Py_NewRef(f->zero);
+}
+
+/* A list of ids as objects; NULL without an error when an item is not a plain id. */
+static PyObject *refs_list(PyObject *objs, PyObject *raw)
+{
+    Py_ssize_t n = PyList_GET_SIZE(raw);
+    PyObject *out = PyList_New(n);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = ref_get(objs, PyList_GET_ITEM(raw, i));
+        if (!o) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, o);
+    }
+    return out;
+}
+
+static PyObject *build_from_list(int build, PyObject *list)
+{
+    switch (build) {
+    case B_SET:
+        return PySet_New(list);
+    case B_FROZENSET:
+        return PyFrozenSet_New(list);
+    case B_TUPLE:
+        return PyList_AsTuple(list);
+    }
+    return Py_NewRef(list);
+}
+
+static int plain_items(PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyTypeObject *t = Py_TYPE(PyList_GET_ITEM(list, i));
+        if (t == &PyDict_Type || t == &PyList_Type)
+            return 0;
+    }
+    return 1;
+}
+
+/* One field's value from its raw wire value.  The fast paths take only the shapes the
+ * typed engine's compact encoding writes for that kind; anything else is the typed
+ * engine's own decoder for the field (so it decides, and raises, as typed does). */
+static PyObject *load_value(LField *f, PyObject *raw, PyObject *objs, PyObject *ctx)
+{
+    PyTypeObject *t = Py_TYPE(raw);
+    switch (f->op) {
+    case L_RAW:
+        if (t != &PyDict_Type)
+            return Py_NewRef(raw);
+        break;
+    case L_NONE_ZERO:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t != &PyDict_Type && (t != &PyList_Type || plain_items(raw)))
+            return Py_NewRef(raw);
+        break;
+    case L_FALSY_ZERO:
+        if (raw == Py_None || raw == Py_False || (t == &PyUnicode_Type && PyUnicode_GET_LENGTH(raw) == 0) ||
+            (t == &PyBytes_Type && PyBytes_GET_SIZE(raw) == 0))
+            return zero_of(f);
+        if (t == &PyUnicode_Type || t == &PyBytes_Type || raw == Py_True)
+            return Py_NewRef(raw);
+        break;
+    case L_TUPLE:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type && plain_items(raw))
+            return PyList_AsTuple(raw);
+        break;
+    case L_REF: {
+        PyObject *o = ref_get(objs, raw);
+        if (o)
+            return o;
+        break;
+    }
+    case L_ANY:
+        if (t != &PyDict_Type && t != &PyList_Type)
+            return Py_NewRef(raw);
+        if (t == &PyDict_Type && PyDict_GET_SIZE(raw) == 1) {
+            Py_ssize_t pos = 0;
+            PyObject *k, *v;
+            PyDict_Next(raw, &pos, &k, &v);
+            if (PyLong_CheckExact(k) && PyLong_AsLong(k) == 0) {
+                PyObject *o = ref_get(objs, v);
+                if (o)
+                    return o;
+            }
+            PyErr_Clear();
+        }
+        break;
+    case L_ENUM:
+        if (t != &PyDict_Type && t != &PyList_Type) {
+            PyObject *m = PyDict_GetItemWithError(f->arg, raw);
+            if (m)
+                return Py_NewRef(m);
+            PyErr_Clear();
+        }
+        break;
+    case L_SEQ_REF:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type) {
+            PyObject *l = refs_list(objs, raw);
+            if (l) {
+                PyObject *r = build_from_list(f->build, l);
+                Py_DECREF(l);
+                return r;
+            }
+            if (PyErr_Occurred())
+                return NULL;
+        }
+        break;
+    case L_SEQ:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type && plain_items(raw))
+            return build_from_list(f->build, raw);
+        break;
+    case L_DICT:
+    case L_DICT_REF:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type && PyList_GET_SIZE(raw) == 2) {
+            PyObject *keys = PyList_GET_ITEM(raw, 0), *vals = PyList_GET_ITEM(raw, 1);
+            if (!PyList_CheckExact(keys) || !PyList_CheckExact(vals) ||
+                PyList_GET_SIZE(keys) != PyList_GET_SIZE(vals) || !plain_items(keys))
+                break;
+            if (f->op == L_DICT && !plain_items(vals))
+                break;
+            PyObject *d = _PyDict_NewPresized(PyList_GET_SIZE(keys));
+            if (!d)
+                return NULL;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+                PyObject *v = PyList_GET_ITEM(vals, i);
+                if (f->op == L_DICT_REF) {
+                    v = ref_get(objs, v);
+                    if (!v) {
+                        Py_DECREF(d);
+                        goto slow;
+                    }
+                }
+                else
+                    Py_INCREF(v);
+                int r = PyDict_SetItem(d, PyList_GET_ITEM(keys, i), v);
+                Py_DECREF(v);
+                if (r < 0) {
+                    Py_DECREF(d);
+                    return NULL; /* an unhashable key: typed raises the same TypeError */
+                }
+            }
+            return d;
+        }
+        break;
+    case L_SAVE:
+        if (t != &PyDict_Type && (t != &PyList_Type || plain_items(raw)))
+            return PyObject_CallOneArg(f->arg, raw);
+        break;
+    }
+slow:
+    return call_slot(f, raw, ctx);
+}
+
+/* fill(shells, rows, plan, objs, ctx): plan is (has_dict, frozen, row length,
+ * ((name, src, op, build, zero, zero_call, arg, slot), ...)). */
+static PyObject *load_fill(PyObject *mod, PyObject *args)
+{
+    PyObject *shells, *rows, *plan, *objs, *ctx, *entries;
+    int has_dict, frozen;
+    Py_ssize_t nrow;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyList_Type, &shells, &PyList_Type, &rows,
+                          &PyTuple_Type, &plan, &PyList_Type, &objs, &ctx))
+        return NULL;
+    if (!PyArg_ParseTuple(plan, "ppnO!", &has_dict, &frozen, &nrow, &PyTuple_Type, &entries))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(entries);
+    if (PyList_GET_SIZE(shells) != PyList_GET_SIZE(rows)) {
+        PyErr_SetString(StateError, "object count and row count disagree");
+        return NULL;
+    }
+    LField *fs = PyMem_Calloc(n ? n : 1, sizeof(LField));
+    if (!fs)
+        return PyErr_NoMemory();
+    PyObject *result = NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        LField *f = &fs[j];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, j), "UniiOpOO", &f->name, &f->src, &f->op,
+                              &f->build, &f->zero, &f->zero_call, &f->arg, &f->slot))
+            goto done;
+        if (f->src >= nrow) {
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
+            goto done;
+        }
+    }
+    PyObject *dict_name = PyUnicode_InternFromString("__dict__");
+    if (!dict_name)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        PyObject *obj = PyList_GET_ITEM(shells, i);
+        if (!PyList_CheckExact(row) || PyList_GET_SIZE(row) != nrow) {
+            PyErr_Format(StateError, "a %s row has the wrong number of fields",
+                         Py_TYPE(obj)->tp_name);
+            goto done_name;
+        }
+        PyObject *d = has_dict ? _PyDict_NewPresized(n) : NULL;
+        if (has_dict && !d)
+            goto done_name;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            LField *f = &fs[j];
+            PyObject *v;
+            if (f->op == L_DEFAULT)
+                v = Py_NewRef(f->arg);
+            else if (f->op == L_FACTORY)
+                v = PyObject_CallNoArgs(f->arg);
+            else {
+                PyObject *raw = PyList_GET_ITEM(row, f->src);
+                Py_INCREF(raw);
+                v = f->op == L_PY ? call_slot(f, raw, ctx) : load_value(f, raw, objs, ctx);
+                Py_DECREF(raw);
+            }
+            if (!v) {
+                Py_XDECREF(d);
+                goto done_name;
+            }
+            int r;
+            if (has_dict)
+                r = PyDict_SetItem(d, f->name, v);
+            else if (frozen)
+                r = PyObject_GenericSetAttr(obj, f->name, v);
+            else
+                r = PyObject_SetAttr(obj, f->name, v);
+            Py_DECREF(v);
+            if (r < 0) {
+                Py_XDECREF(d);
+                goto done_name;
+            }
+        }
+        if (has_dict) {
+            int r = frozen ? PyObject_GenericSetAttr(obj, dict_name, d)
+                           : PyObject_SetAttr(obj, dict_name, d);
+            Py_DECREF(d);
+            if (r < 0)
+                goto done_name;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done_name:
+    Py_DECREF(dict_name);
+done:
+    PyMem_Free(fs);
+    return result;
+}
+
+/* shells(classes, type_seq, counts) -> (objs, per_type): every object created empty
+ * with object.__new__, indexed by id (objs[0] is None), and per type its objects in
+ * id order.  counts[t] is the number of objects of type t (validated beforehand). */
 static PyObject *load_shells(PyObject *mod, PyObject *args)
 {
-    PyErr_SetString(PyExc_NotImplementedError, "native load");
+    PyObject *classes, *tseq, *counts;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &classes, &PyList_Type, &tseq,
+                          &PyList_Type, &counts))
+        return NULL;
+    Py_ssize_t ntypes = PyList_GET_SIZE(classes), n = PyList_GET_SIZE(tseq);
+    if (PyList_GET_SIZE(counts) != ntypes) {
+        PyErr_SetString(StateError, "type table and counts disagree");
+        return NULL;
+    }
+    PyObject *objs = PyList_New(n + 1);
+    PyObject *per = PyList_New(ntypes);
+    Py_ssize_t *fill = PyMem_Calloc(ntypes ? ntypes : 1, sizeof(Py_ssize_t));
+    if (!objs || !per || !fill)
+        goto fail;
+    PyList_SET_ITEM(objs, 0, Py_NewRef(Py_None));
+    for (Py_ssize_t t = 0; t < ntypes; t++) {
+        Py_ssize_t c = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
+        if (c < 0 || c > n) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(StateError, "object count out of range");
+            goto fail;
+        }
+        PyObject *l = PyList_New(c);
+        if (!l)
+            goto fail;
+        PyList_SET_ITEM(per, t, l);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ti = PyList_GET_ITEM(tseq, i);
+        Py_ssize_t t = PyLong_Check(ti) ? PyLong_AsSsize_t(ti) : -1;
+        if (t < 0 || t >= ntypes) {
+            PyErr_Clear();
+            PyErr_SetString(StateError, "state stream refers to a type index outside its type table");
+            goto fail;
+        }
+        PyObject *l = PyList_GET_ITEM(per, t);
+        if (fill[t] >= PyList_GET_SIZE(l)) {
+            PyErr_SetString(StateError, "object count and row count disagree");
+            goto fail;
+        }
+        PyObject *cls = PyList_GET_ITEM(classes, t);
+        if (!PyType_Check(cls)) {
+            PyErr_SetString(PyExc_TypeError, "not a class");
+            goto fail;
+        }
+        PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty_tuple, NULL);
+        if (!o)
+            goto fail;
+        PyList_SET_ITEM(objs, i + 1, o);
+        PyList_SET_ITEM(l, fill[t]++, Py_NewRef(o));
+    }
+    for (Py_ssize_t t = 0; t < ntypes; t++)
+        if (fill[t] != PyList_GET_SIZE(PyList_GET_ITEM(per, t))) {
+            PyErr_SetString(StateError, "object count and row count disagree");
+            goto fail;
+        }
+    PyMem_Free(fill);
+    PyObject *r = PyTuple_Pack(2, objs, per);
+    Py_DECREF(objs);
+    Py_DECREF(per);
+    return r;
+fail:
+    PyMem_Free(fill);
+    Py_XDECREF(objs);
+    Py_XDECREF(per);
     return NULL;
 }
 
 static PyMethodDef module_methods[] = {
-    {"configure", configure, METH_VARARGS, "configure(msgspec_encode)"},
+    {"configure", configure, METH_VARARGS, "configure(msgspec_encode, StateError)"},
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},
     {"fill", load_fill, METH_VARARGS, "Fill one type's objects from their rows."},
     {"shells", load_shells, METH_VARARGS, "Create every object without __init__."},

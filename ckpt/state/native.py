@@ -19,6 +19,7 @@ import importlib.util
 import os
 import types
 import zlib
+from dataclasses import MISSING
 from itertools import repeat
 from typing import Any
 
@@ -27,15 +28,15 @@ import msgspec
 from ckpt.errors import StateError
 from ckpt.state import codegen, graph, schema, typed
 from ckpt.state import wire as w
+from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import SCALARS, K, Kind, Schema
 from ckpt.state.stats import Stats
 
 ENGINE = "typed"  # the stream is the typed engine's; the native engine only writes it faster
 
 # Op codes shared with _native.c.
-OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE, OP_FROZENSET = range(
-    10
-)
+OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
+OP_TUPLE, OP_FROZENSET, OP_SAVE = range(8, 11)
 E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY = range(5)
 _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
 
@@ -49,7 +50,7 @@ def _load_core() -> tuple[Any, str]:
         from ckpt.state import _native
     except ImportError as exc:
         return None, f"the C extension does not load ({exc}); reinstall ckpt"
-    _native.configure(msgspec.msgpack.Encoder().encode)
+    _native.configure(msgspec.msgpack.Encoder().encode, StateError)
     return _native, "C extension loaded"
 
 
@@ -121,7 +122,9 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
             return py
         mask = _mask(codegen._ok_types(kind.args))
         return (OP_FROZENSET if tag is K.FROZENSET else OP_TUPLE), 0, 0, mask, 0, 0
-    return py  # bytearray, save=/load= fields: the slot function does all of it
+    if tag is K.SAVE and kind.args:
+        return OP_SAVE, 0, 0, 0, 0, 0  # plain data: save(value) is its own encoding
+    return py  # bytearray, self-describing save=/load= fields: the slot function
 
 
 class _LazySlot:
@@ -153,9 +156,16 @@ def slot_function(sch: Schema, spec: Any) -> Any:
     src.globs.setdefault("__ckpt_repeat", repeat)
     name = f"slot_{codegen._ident(sch.cls.__qualname__)}_{spec.index}"
     src.add(0, f"def {name}(__ckpt_obj, __ckpt_ctx):")
-    src.lines.extend(lines[1:end])
+    body = codegen._Source()
+    codegen._emit_save_field(body, spec, spec.index, False)
+    src.globs.update(body.globs)
+    text = "\n".join(body.lines)
+    for line in lines[1:end]:  # only the context bindings this field's code uses
+        bound = line.strip().split(" = ")[0]
+        if not (bound.startswith("__ckpt_") and " = __ckpt_ctx." in line) or bound in text:
+            src.lines.append(line)
     src.add(1, "if True:")
-    codegen._emit_save_field(src, spec, spec.index, False)
+    src.lines.extend(body.lines)
     src.add(2, f"return _e{spec.index}")
     return codegen.compile_function(
         name,
@@ -176,7 +186,8 @@ def _plan_for(cls: type) -> tuple:
         for spec in sch.fields:
             op = _field_op(spec.kind)
             slot = slot_function(sch, spec) if op[0] == OP_PY else _LazySlot(sch, spec)
-            fields.append((spec.name, *op, spec.elidable, slot))
+            arg = spec.opts.save if op[0] == OP_SAVE else None
+            fields.append((spec.name, *op, spec.elidable, slot, arg))
         plan = (sch, sch.name, sch.before_save, tuple(fields))
         sch.info.__dict__["_native_plan"] = plan
     return plan
@@ -233,6 +244,152 @@ def _shared_view(walk: Any) -> Any:
     )
 
 
+# --- loading ---------------------------------------------------------------------------
+
+# Load op codes shared with _native.c.
+L_PY, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF = range(8)
+L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE = range(8, 15)
+B_LIST, B_SET, B_FROZENSET, B_TUPLE = range(4)
+_BUILD = {K.LIST: B_LIST, K.SET: B_SET, K.FROZENSET: B_FROZENSET, K.VARTUPLE: B_TUPLE}
+_FALSY_ZERO = {K.STR: "", K.BOOL: False, K.BYTES: b""}
+
+
+def _is_ref(kind: Kind) -> bool:
+    return kind.tag is K.REF or (kind.tag is K.OPT and kind.args[0].tag is K.REF)
+
+
+def _load_op(spec: Any) -> tuple[int, int, Any, bool, Any]:
+    """(op, build, zero, zero is a factory, arg) for a field the stream holds.
+
+    Mirrors the choices of ``codegen._load_expr`` for compact streams; the C fast path
+    takes only the wire shapes those expressions expect and calls the field's slot
+    decoder (that same expression) for anything else.
+    """
+    kind, tag = spec.kind, spec.kind.tag
+    factory = schema.ZERO_FACTORIES.get(tag)
+    if tag in SCALARS:
+        if tag in _FALSY_ZERO:
+            return L_FALSY_ZERO, 0, _FALSY_ZERO[tag], False, None
+        return L_NONE_ZERO, 0, factory(), False, None
+    if tag is K.OPT and kind.args[0].tag in SCALARS:
+        return L_RAW, 0, None, False, None
+    if tag is K.TUPLE and all(a.tag in SCALARS for a in kind.args):
+        return L_TUPLE, 0, (), False, None
+    if _is_ref(kind):
+        return L_REF, 0, None, False, None
+    if tag is K.ANY:
+        return L_ANY, 0, None, False, None
+    if tag is K.SAVE:
+        if kind.args and kind.args[0].tag not in (K.TUPLE, K.VARTUPLE):
+            return L_SAVE, 0, None, False, spec.opts.load
+        return L_PY, 0, None, False, None
+    if tag is K.ENUM:
+        return L_ENUM, 0, None, False, EnumMembers(kind.enum_cls)
+    if tag in _BUILD:
+        inner = kind.args[0]
+        if inner.tag in SCALARS:
+            return L_SEQ, _BUILD[tag], factory, True, None
+        if _is_ref(inner):
+            return L_SEQ_REF, _BUILD[tag], factory, True, None
+        return L_PY, 0, None, False, None
+    if tag is K.DICT:
+        kk, vk = kind.args
+        if kk.tag in SCALARS and vk.tag in SCALARS:
+            return L_DICT, 0, dict, True, None
+        if kk.tag in SCALARS and vk.tag is K.REF:
+            return L_DICT_REF, 0, dict, True, None
+    return L_PY, 0, None, False, None
+
+
+class _LazyLoadSlot:
+    """A load slot decoder compiled on first use (the fast path rarely needs one)."""
+
+    __slots__ = ("fn", "plan", "spec")
+
+    def __init__(self, plan: graph.TypePlan, spec: Any) -> None:
+        self.plan, self.spec, self.fn = plan, spec, None
+
+    def __call__(self, raw: Any, ctx: Any) -> Any:
+        if self.fn is None:
+            self.fn = load_slot_function(self.plan, self.spec)
+        return self.fn(raw, ctx)
+
+
+def load_slot_function(plan: graph.TypePlan, spec: Any) -> Any:
+    """``slot(raw, ctx) -> value``: the typed engine's load expression for one field."""
+    sch = plan.schema
+    source, globs, _ = codegen.build_load(plan, w.COMPACT, False)
+    lines = source.splitlines()
+    end = next(i for i, line in enumerate(lines) if line.strip().startswith("for __ckpt_obj"))
+    src = codegen._Source()
+    src.globs.update(globs)
+    expr = codegen._load_expr(src, spec, "_r", False)
+    name = f"load_slot_{codegen._ident(sch.cls.__qualname__)}_{spec.index}"
+    src.add(0, f"def {name}(_r, __ckpt_ctx):")
+    for line in lines[1:end]:
+        bound = line.strip().split(" = ")[0]
+        if not (bound.startswith("__ckpt_") and " = __ckpt_ctx." in line) or bound in expr:
+            src.lines.append(line)
+    src.add(1, f"return {expr}")
+    return codegen.compile_function(
+        name,
+        src.text(),
+        src.globs,
+        f"<ckpt generated load slot {sch.name}.{spec.name} #{id(plan)}>",
+        name,
+        f"Decode {sch.name}.{spec.name} (the typed engine's code, called by the native one).",
+    )
+
+
+def _default_entry(spec: Any) -> tuple:
+    if spec.factory is not MISSING:
+        return (spec.name, -1, L_FACTORY, 0, None, False, spec.factory, None)
+    return (spec.name, -1, L_DEFAULT, 0, None, False, spec.default, None)
+
+
+def _load_plan(plan: graph.TypePlan) -> tuple:
+    """The C fill plan for one stream layout of a class (cached on the class)."""
+    sch = plan.schema
+    cache = sch.info.__dict__.setdefault("_native_load", {})
+    key = plan.stream_names
+    entry = cache.get(key)
+    if entry is None:
+        fields = []
+        for spec, source in plan.sources:
+            if source is None:
+                fields.append(_default_entry(spec))
+                continue
+            op, build, zero, zero_call, arg = _load_op(spec)
+            slot = load_slot_function(plan, spec) if op == L_PY else _LazyLoadSlot(plan, spec)
+            fields.append((spec.name, source, op, build, zero, zero_call, arg, slot))
+        fields.extend(_default_entry(spec) for spec in sch.unsaved)
+        entry = (sch.has_dict, sch.frozen, plan.nfields, tuple(fields))
+        cache[key] = entry
+    return entry
+
+
 def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
-    """Rebuild the graph (for now the typed engine's loader)."""
-    return typed.load(loaded, stats)
+    """Rebuild the graph: shells and rows in C, root, shared containers and hooks as
+    the typed engine does them.  Self-describing (reflect) and tagged streams load
+    with the typed engine's code."""
+    if loaded.encoding != w.COMPACT or loaded.tagged:
+        return typed.load(loaded, stats)
+    counts = [len(rows) for rows in loaded.rows]
+    objs, per_type = _core.shells(loaded.classes, loaded.type_seq, counts)
+    ctx = typed.LoadCtx(objs, loaded.enums)
+    fill = _core.fill
+    for plan, shells, rows in zip(loaded.plans, per_type, loaded.rows, strict=True):
+        if plan is None or not rows:
+            continue
+        cplan = _load_plan(plan)
+        if stats is None:
+            fill(shells, rows, cplan, objs, ctx)
+        else:
+            start = stats.clock()
+            fill(shells, rows, cplan, objs, ctx)
+            stats.add(plan.schema.name, stats.clock() - start, len(rows))
+    root = ctx.dyn(loaded.root)
+    graph.apply_shared(loaded, objs, root)
+    graph.run_after_load(objs, graph.hooked_classes(loaded))
+    objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
+    return root
