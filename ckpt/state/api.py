@@ -70,22 +70,15 @@ def _encode(root: Any, engine: str | None, stats: Stats | None) -> tuple[bytes, 
     tables are released, so no collection can start anywhere inside a typed save.
     """
     module = _engine(engine)
-    engine = module.ENGINE if module is not native else "native"
+    engine = engine or default_engine()
     paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
     if paused:
         gc.disable()
-    hooked: set[int] = set()
     try:
         if module is native:
-            try:
-                return native.save(root, stats, hooked)
-            except (typed.NeedsTagged, OverflowError):
-                # As below: the typed engine's tagged mode writes this graph.
-                if stats is not None:
-                    stats.__init__()
-                payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
-                data = w.frame(payload)
-        elif module is typed:
+            return native.save(root, stats)  # framed, with its object and type counts
+        if module is typed:
+            hooked: set[int] = set()
             try:
                 payload, walk = typed.save(root, stats, hooked=hooked)
                 data = w.frame(payload)
@@ -151,9 +144,9 @@ def _read_exact(binary_file: BinaryIO, size: int) -> bytes:
 
 
 def loads(data: Any, engine: str | None = None, stats: Stats | None = None) -> Any:
-    """Rebuild the graph from a stream written by any engine."""
+    """Rebuild the graph from a stream written by any engine (None: default_engine())."""
     module = _engine(engine)
-    engine = module.ENGINE if module is not native else "native"
+    engine = engine or default_engine()
     paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
     if paused:
         gc.disable()

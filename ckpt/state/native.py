@@ -200,13 +200,30 @@ def _enum_plan(cls: type) -> str:
 _encode = msgspec.msgpack.Encoder().encode
 
 
-def save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
+_RESAVE = (typed.NeedsTagged, OverflowError)
+
+
+def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
     """The framed stream, its object count and its type count.
 
-    Raises ``typed.NeedsTagged`` or ``OverflowError`` like the typed engine when a
-    scalar slot holds a value MessagePack would change; the API then saves in the
-    typed engine's tagged mode.
+    When a scalar slot holds a value MessagePack would change, the typed engine's
+    slot code raises ``NeedsTagged`` (or msgspec ``OverflowError``), and the graph is
+    saved again in the typed engine's tagged mode, as ``api`` does for ``typed``.
     """
+    hooked: set[int] = set()
+    try:
+        return _save(root, stats, hooked)
+    except _RESAVE:
+        if stats is not None:
+            stats.__init__()
+        payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
+        data = w.frame(payload)
+        counts = (len(walk.objects) - 1, len(walk.types))
+        walk.release()
+        return data, *counts
+
+
+def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
     walk = _core.Walk(_plan_for, _enum_plan, hooked)
     try:
         ctx = typed.SaveCtx(walk, False, hooked)
