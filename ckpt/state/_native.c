@@ -230,6 +230,37 @@ static inline int type_bit(PyObject *v)
     return 0;
 }
 
+/* An int MessagePack holds: -2**63 <= v < 2**64. */
+static int int_fits(PyObject *v)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(v); /* signed count of 30-bit digits */
+    if (size >= -2 && size <= 2)
+        return 1;
+#endif
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    (void)x;
+    if (!overflow)
+        return 1;
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (!(u == (unsigned long long)-1 && PyErr_Occurred()))
+            return 1;
+    }
+    PyErr_Clear();
+    return 0;
+}
+
+/* type_bit for a value the compact form takes as is: ints must fit 64 bits. */
+static inline int fit_bit(PyObject *v)
+{
+    int bit = type_bit(v);
+    if (bit == M_INT && !int_fits(v))
+        return 0;
+    return bit;
+}
+
 static int w_scalar(Buf *b, PyObject *v, int bit)
 {
     switch (bit) {
@@ -488,6 +519,7 @@ typedef struct {
     PTable cmemo;  /* container address -> owner (strong) */
     PTable tindex; /* type address -> type index + 1 */
     PyObject *objects, *types, *shared, *plan_for, *enum_plan, *hooked, *ctx, *dyn;
+    PyObject *savable, *escaped; /* registry._by_class; type indices with an escaped slot */
     PyObject *fail_obj;
     Py_ssize_t fail_type;
     TypeEntry **tents;
@@ -530,6 +562,8 @@ static Py_ssize_t add_entry(Walk *w, PyTypeObject *cls, TypeEntry *te, PyObject 
     return t;
 }
 
+/* The type index of a savable class (added to the walk on first sight), or -1 with
+ * an error set. */
 static Py_ssize_t type_index(Walk *w, PyTypeObject *cls)
 {
     Slot *s = pt_find(&w->tindex, cls);
@@ -546,6 +580,40 @@ static Py_ssize_t type_index(Walk *w, PyTypeObject *cls)
     if (t < 0)
         te_free(te);
     return t;
+}
+
+/* Whether a value fits a reference slot: None, an object with an id, or an instance
+ * of a registered savable class (exact type).  No side effects. */
+static int ref_fits(Walk *w, PyObject *x)
+{
+    if (pt_find(&w->ids, x))
+        return 1;
+    Slot *s = pt_find(&w->tindex, Py_TYPE(x));
+    if (s)
+        return !w->tents[(intptr_t)s->val - 1]->is_enum;
+    int r = PyDict_Contains(w->savable, (PyObject *)Py_TYPE(x));
+    if (r < 0)
+        PyErr_Clear();
+    return r > 0;
+}
+
+static int all_refs_fit(Walk *w, PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
+        if (!ref_fits(w, PyList_GET_ITEM(list, i)))
+            return 0;
+    return 1;
+}
+
+static int set_refs_fit(Walk *w, PyObject *set)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k;
+    Py_hash_t h;
+    while (_PySet_NextEntry(set, &pos, &k, &h))
+        if (!ref_fits(w, k))
+            return 0;
+    return 1;
 }
 
 static Py_ssize_t discover(Walk *w, PyObject *x)
@@ -779,7 +847,7 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
 static int all_fit(PyObject **items, Py_ssize_t n, int mask)
 {
     for (Py_ssize_t i = 0; i < n; i++)
-        if (!(type_bit(items[i]) & mask))
+        if (!(fit_bit(items[i]) & mask))
             return 0;
     return 1;
 }
@@ -792,21 +860,21 @@ static int set_fits(PyObject *s, int op, int mask)
     PyObject *k;
     Py_hash_t h;
     while (_PySet_NextEntry(s, &pos, &k, &h))
-        if (!(type_bit(k) & mask))
+        if (!(fit_bit(k) & mask))
             return 0;
     return 1;
 }
 
-static int dict_fits(PyObject *d, int kop, int kmask, int vop, int vmask)
+static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmask)
 {
-    if (kop != E_SCALAR && vop != E_SCALAR)
+    if (kop == E_ANY && vop == E_ANY)
         return 1;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(d, &pos, &k, &v)) {
-        if (kop == E_SCALAR && !(type_bit(k) & kmask))
+        if ((kop == E_SCALAR && !(fit_bit(k) & kmask)) || (kop == E_REF && !ref_fits(w, k)))
             return 0;
-        if (vop == E_SCALAR && !(type_bit(v) & vmask))
+        if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) || (vop == E_REF && !ref_fits(w, v)))
             return 0;
     }
     return 1;
@@ -854,18 +922,22 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
     PyTypeObject *t = Py_TYPE(v);
     switch (f->op) {
     case OP_SCALAR: {
-        int bit = type_bit(v);
+        int bit = fit_bit(v);
         if (bit & f->mask)
             return w_scalar(b, v, bit);
         return w_fallback(w, b, f, obj);
     }
     case OP_REF: {
+        if (!ref_fits(w, v))
+            return w_fallback(w, b, f, obj);
         Py_ssize_t i = ref_id(w, v);
         return i < 0 ? -1 : w_uint(b, (uint64_t)i);
     }
     case OP_ENUM: {
         if (v == Py_None && (f->mask & M_NONE))
             return w_byte(b, 0xc0);
+        if ((PyObject *)t != f->arg)
+            return w_fallback(w, b, f, obj);
         return w_elem(w, b, E_ENUM, v, obj);
     }
     case OP_ANY:
@@ -885,8 +957,9 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return w_fallback(w, b, f, obj);
         if (memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
-        if (f->kop == E_SCALAR &&
-            !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask))
+        if ((f->kop == E_SCALAR &&
+             !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask)) ||
+            (f->kop == E_REF && !all_refs_fit(w, v)))
             return w_fallback(w, b, f, obj);
         if (memo_put(w, v, obj) < 0)
             return -1;
@@ -898,7 +971,7 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return w_fallback(w, b, f, obj);
         if (memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
-        if (!set_fits(v, f->kop, f->kmask))
+        if (!set_fits(v, f->kop, f->kmask) || (f->kop == E_REF && !set_refs_fit(w, v)))
             return w_fallback(w, b, f, obj);
         if (memo_put(w, v, obj) < 0)
             return -1;
@@ -910,7 +983,7 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return w_fallback(w, b, f, obj);
         if (memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
-        if (!dict_fits(v, f->kop, f->kmask, f->vop, f->vmask))
+        if (!dict_fits(w, v, f->kop, f->kmask, f->vop, f->vmask))
             return w_fallback(w, b, f, obj);
         if (memo_put(w, v, obj) < 0)
             return -1;
@@ -938,6 +1011,15 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
         if (t != &PyTuple_Type ||
             !all_fit(((PyTupleObject *)v)->ob_item, PyTuple_GET_SIZE(v), f->kmask))
             return w_fallback(w, b, f, obj);
+        if (f->arg != Py_None) { /* tuple[A, B, ...]: the length and each item's kind */
+            Py_ssize_t n = PyTuple_GET_SIZE(f->arg);
+            if (PyTuple_GET_SIZE(v) != n)
+                return w_fallback(w, b, f, obj);
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (!(fit_bit(PyTuple_GET_ITEM(v, i)) &
+                      PyLong_AsLong(PyTuple_GET_ITEM(f->arg, i))))
+                    return w_fallback(w, b, f, obj);
+        }
         if (v == empty_tuple)
             return w_byte(b, 0xc0);
         if (w_array(b, PyTuple_GET_SIZE(v)) < 0)
@@ -1029,6 +1111,8 @@ static PyObject *walk_run(Walk *w, PyObject *args)
             return NULL;
         }
     }
+    /* The typed engine's slot code may ask which type's batch is being encoded. */
+    int has_current = PyObject_HasAttrString(ctx, "current");
     int progressed = 1;
     while (progressed) {
         progressed = 0;
@@ -1036,6 +1120,13 @@ static PyObject *walk_run(Walk *w, PyObject *args)
             TypeEntry *te = w->tents[t];
             if (!te->npending)
                 continue;
+            if (has_current) {
+                PyObject *cur = PyLong_FromSsize_t(t);
+                int r = cur ? PyObject_SetAttrString(ctx, "current", cur) : -1;
+                Py_XDECREF(cur);
+                if (r < 0)
+                    goto fail;
+            }
             PyObject *start = NULL;
             if (clock && !(start = PyObject_CallNoArgs(clock)))
                 goto fail;
@@ -1221,6 +1312,8 @@ static int walk_clear(Walk *w)
     Py_CLEAR(w->shared);
     Py_CLEAR(w->plan_for);
     Py_CLEAR(w->enum_plan);
+    Py_CLEAR(w->savable);
+    Py_CLEAR(w->escaped);
     Py_CLEAR(w->hooked);
     Py_CLEAR(w->ctx);
     Py_CLEAR(w->dyn);
@@ -1244,6 +1337,8 @@ static PyObject *walk_release(Walk *w, PyObject *unused)
         return NULL;
     if (w->shared)
         PyDict_Clear(w->shared);
+    if (w->escaped)
+        PySet_Clear(w->escaped);
     Py_RETURN_NONE;
 }
 
@@ -1254,6 +1349,8 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
     Py_VISIT(w->shared);
     Py_VISIT(w->plan_for);
     Py_VISIT(w->enum_plan);
+    Py_VISIT(w->savable);
+    Py_VISIT(w->escaped);
     Py_VISIT(w->hooked);
     Py_VISIT(w->ctx);
     Py_VISIT(w->dyn);
@@ -1294,12 +1391,17 @@ static PyObject *table_new(Walk *w, int memo)
 
 static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *plan_for, *enum_plan, *hooked;
-    if (!PyArg_ParseTuple(args, "OOO!", &plan_for, &enum_plan, &PySet_Type, &hooked))
+    PyObject *plan_for, *enum_plan, *hooked, *savable;
+    if (!PyArg_ParseTuple(args, "OOO!O!", &plan_for, &enum_plan, &PySet_Type, &hooked,
+                          &PyDict_Type, &savable))
         return NULL;
     Walk *w = (Walk *)type->tp_alloc(type, 0);
     if (!w)
         return NULL;
+    w->savable = Py_NewRef(savable);
+    w->escaped = PySet_New(NULL);
+    if (!w->escaped)
+        goto fail;
     w->plan_for = Py_NewRef(plan_for);
     w->enum_plan = Py_NewRef(enum_plan);
     w->hooked = Py_NewRef(hooked);
@@ -1334,6 +1436,7 @@ static PyMemberDef walk_members[] = {
     {"objects", T_OBJECT, offsetof(Walk, objects), READONLY, NULL},
     {"types", T_OBJECT, offsetof(Walk, types), READONLY, NULL},
     {"shared", T_OBJECT, offsetof(Walk, shared), READONLY, NULL},
+    {"escaped", T_OBJECT, offsetof(Walk, escaped), READONLY, NULL},
     {"ids", T_OBJECT, offsetof(Walk, ids_view), READONLY, NULL},
     {"cmemo", T_OBJECT, offsetof(Walk, cmemo_view), READONLY, NULL},
     {NULL},

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import types
 import zlib
 from dataclasses import MISSING
 from itertools import repeat
@@ -26,7 +25,7 @@ from typing import Any
 import msgspec
 
 from ckpt.errors import StateError
-from ckpt.state import codegen, graph, schema, typed
+from ckpt.state import codegen, graph, registry, schema, typed
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import SCALARS, K, Kind, Schema
@@ -78,15 +77,34 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
         return E_SCALAR, _mask(codegen.OK_TYPES[kind.args[0].tag])
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
         return E_REF, 0
-    if tag is K.ENUM:
-        return E_ENUM, 0
     if tag is K.ANY:
         return E_ANY, 0
-    return E_NONE, 0
+    return E_NONE, 0  # enums and nested kinds inside containers: the slot function
+
+
+def _compact_enum(cls: type) -> bool:
+    """Every member's value is a 64-bit int or a str: ``_value_`` is the compact form."""
+    return all(
+        type(m._value_) is str or (type(m._value_) is int and w.INT_MIN <= m._value_ < w.INT_LIMIT)
+        for m in cls
+    )
+
+
+def _field_arg(kind: Kind, op: int) -> Any:
+    """The op's extra: the enum class, or a fixed tuple's per-item masks."""
+    if op == OP_ENUM:
+        return kind.enum_cls if kind.tag is K.ENUM else kind.args[0].enum_cls
+    if op == OP_TUPLE and kind.tag is K.TUPLE:
+        return tuple(_mask(codegen.OK_TYPES[a.tag]) for a in kind.args)
+    return None
 
 
 def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
-    """(op, mask, key op, key mask, value op, value mask) for one saved field."""
+    """(op, mask, key op, key mask, value op, value mask) for one saved field.
+
+    Each op takes in C only values that fit its kind exactly (exact types, ints within
+    64 bits, references to registered classes); the slot function gets every other.
+    """
     tag = kind.tag
     py = (OP_PY, 0, 0, 0, 0, 0)
     if tag in SCALARS:
@@ -97,12 +115,12 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
             return OP_SCALAR, _mask(codegen.OK_TYPES[inner.tag]), 0, 0, 0, 0
         if inner.tag is K.REF:
             return OP_REF, 0, 0, 0, 0, 0
-        if inner.tag is K.ENUM:
+        if inner.tag is K.ENUM and _compact_enum(inner.enum_cls):
             return OP_ENUM, _BITS[type(None)], 0, 0, 0, 0
         return py
     if tag is K.REF:
         return OP_REF, 0, 0, 0, 0, 0
-    if tag is K.ENUM:
+    if tag is K.ENUM and _compact_enum(kind.enum_cls):
         return OP_ENUM, 0, 0, 0, 0, 0
     if tag is K.ANY:
         return OP_ANY, 0, 0, 0, 0, 0
@@ -186,7 +204,7 @@ def _plan_for(cls: type) -> tuple:
         for spec in sch.fields:
             op = _field_op(spec.kind)
             slot = slot_function(sch, spec) if op[0] == OP_PY else _LazySlot(sch, spec)
-            arg = spec.opts.save if op[0] == OP_SAVE else None
+            arg = spec.opts.save if op[0] == OP_SAVE else _field_arg(spec.kind, op[0])
             fields.append((spec.name, *op, spec.elidable, slot, arg))
         plan = (sch, sch.name, sch.before_save, tuple(fields))
         sch.info.__dict__["_native_plan"] = plan
@@ -224,7 +242,7 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
 
 
 def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
-    walk = _core.Walk(_plan_for, _enum_plan, hooked)
+    walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
     try:
         ctx = typed.SaveCtx(walk, False, hooked)
         root_enc = ctx.dyn(root, graph.ROOT_OWNER)
@@ -236,10 +254,11 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
                 raise
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
-        shared = graph.locate_shared(_shared_view(walk), root) if walk.shared else []
-        table = graph.SaveWalk.type_table(walk)  # type: ignore[arg-type]
-        prefix = b"\x99" + _encode([w.FORMAT_VERSION, ENGINE, w.COMPACT, table])[1:]
-        suffix = _encode([root_enc, shared, {}])[1:]
+        # The typed engine's own payload builder makes everything but type_seq and the
+        # rows (version, type table, shared locations, flags), which C writes between.
+        payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, root_enc)
+        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
+        suffix = _encode(payload[w.ROOT :])[1:]
         data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
         body = memoryview(data)[w.HEADER_SIZE :]
         header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, zlib.crc32(body), len(body))
@@ -250,15 +269,18 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         walk.release()
 
 
-def _shared_view(walk: Any) -> Any:
-    """What ``graph.locate_shared`` reads, with ``type_seq`` materialised once."""
-    return types.SimpleNamespace(
-        shared=walk.shared,
-        cmemo=walk.cmemo,
-        objects=walk.objects,
-        types=walk.types,
-        type_seq=walk.type_seq,
-    )
+class _PayloadView:
+    """A native walk as ``graph.SaveWalk.payload`` and ``locate_shared`` read it."""
+
+    type_table = graph.SaveWalk.type_table
+    payload = graph.SaveWalk.payload
+
+    def __init__(self, walk: Any) -> None:
+        self.types, self.objects, self.cmemo = walk.types, walk.objects, walk.cmemo
+        self.shared, self.escaped, self.tagged = walk.shared, walk.escaped, False
+        # type_seq only for locate_shared; the payload's copy is not encoded (C writes it).
+        self.type_seq = walk.type_seq if walk.shared else []
+        self.rows: list = []
 
 
 # --- loading ---------------------------------------------------------------------------
