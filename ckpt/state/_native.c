@@ -425,6 +425,27 @@ static int pt_put(PTable *t, void *key, void *val)
     return 0;
 }
 
+/* Remove a present slot, shifting later entries of its probe run back (no tombstones). */
+static void pt_remove(PTable *t, Slot *slot)
+{
+    size_t i = (size_t)(slot - t->slots), j = i;
+    t->slots[i].key = NULL;
+    t->used--;
+    for (;;) {
+        j = (j + 1) & t->mask;
+        if (!t->slots[j].key)
+            return;
+        size_t home = phash(t->slots[j].key) & t->mask;
+        /* the entry at j may move to i unless its home lies cyclically in (i, j] */
+        int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+        if (!stays) {
+            t->slots[i] = t->slots[j];
+            t->slots[j].key = NULL;
+            i = j;
+        }
+    }
+}
+
 static void pt_free(PTable *t)
 {
     PyMem_Free(t->slots);
@@ -1522,11 +1543,21 @@ static PyObject *table_getitem(Table *t, PyObject *k)
 static int table_setitem(Table *t, PyObject *k, PyObject *v)
 {
     void *key;
-    if (!v || !t->memo || !t->walk->cmemo.slots || !table_key(k, &key)) {
+    if (!t->memo || !t->walk->cmemo.slots || !table_key(k, &key)) {
         PyErr_SetString(PyExc_TypeError, "only cmemo[id(container)] = owner is supported");
         return -1;
     }
     Slot *s = pt_find(&t->walk->cmemo, key);
+    if (!v) { /* del cmemo[k]: the typed engine forgets a container it then escapes */
+        if (!s) {
+            PyErr_SetObject(PyExc_KeyError, k);
+            return -1;
+        }
+        PyObject *owner = (PyObject *)s->val;
+        pt_remove(&t->walk->cmemo, s);
+        Py_DECREF(owner);
+        return 0;
+    }
     if (s) {
         Py_INCREF(v);
         Py_SETREF(*(PyObject **)&s->val, v);

@@ -15,6 +15,7 @@ Without the compiled core (no C compiler at install time, or ``CKPT_PURE_PYTHON=
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import os
 import zlib
@@ -38,6 +39,32 @@ OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
 OP_TUPLE, OP_FROZENSET, OP_SAVE = range(8, 11)
 E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY = range(5)
 _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
+_NONE = frozenset({type(None)})
+
+# The typed engine of format version 1 re-saves a whole graph in "tagged" mode when a
+# scalar slot misfits; version 2 escapes that one slot.  The native engine follows
+# whichever this checkout has: these are the only places that differ.
+_V1 = hasattr(typed, "NeedsTagged")
+
+
+def _typed_save_source(sch: Schema) -> tuple[str, dict, str]:
+    return codegen.build_save(sch, False) if _V1 else codegen.build_save(sch)
+
+
+def _emit_field(src: Any, spec: Any) -> None:
+    if _V1:
+        codegen._emit_save_field(src, spec, spec.index, False)
+    else:
+        codegen._emit_save_field(src, spec, spec.index)
+
+
+def _fast_types(tag: K) -> frozenset:
+    """Exact types a scalar slot takes as is on the fast path (a subset of what fits)."""
+    return codegen.OK_TYPES[tag] if _V1 else codegen._FAST_SETS[tag]
+
+
+def _save_ctx(walk: Any, hooked: set[int]) -> Any:
+    return typed.SaveCtx(walk, False, hooked) if _V1 else typed.SaveCtx(walk)
 
 
 def _load_core() -> tuple[Any, str]:
@@ -72,9 +99,9 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
     """The C element op for items of a container field (E_NONE: not handled in C)."""
     tag = kind.tag
     if tag in SCALARS:
-        return E_SCALAR, _mask(codegen.OK_TYPES[tag])
+        return E_SCALAR, _mask(_fast_types(tag))
     if tag is K.OPT and kind.args[0].tag in SCALARS:
-        return E_SCALAR, _mask(codegen.OK_TYPES[kind.args[0].tag])
+        return E_SCALAR, _mask(_fast_types(kind.args[0].tag) | _NONE)
     if tag is K.REF or (tag is K.OPT and kind.args[0].tag is K.REF):
         return E_REF, 0
     if tag is K.ANY:
@@ -83,10 +110,14 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
 
 
 def _compact_enum(cls: type) -> bool:
-    """Every member's value is a 64-bit int or a str: ``_value_`` is the compact form."""
-    return all(
+    """Every member's value is a 64-bit int or a str and no combination can exist (not
+    a Flag): ``_value_`` is the compact form."""
+    compact = getattr(schema, "compact_enum", None)
+    if compact is not None:
+        return compact(cls)
+    return not issubclass(cls, enum.Flag) and all(
         type(m._value_) is str or (type(m._value_) is int and w.INT_MIN <= m._value_ < w.INT_LIMIT)
-        for m in cls
+        for m in cls.__members__.values()
     )
 
 
@@ -95,7 +126,7 @@ def _field_arg(kind: Kind, op: int) -> Any:
     if op == OP_ENUM:
         return kind.enum_cls if kind.tag is K.ENUM else kind.args[0].enum_cls
     if op == OP_TUPLE and kind.tag is K.TUPLE:
-        return tuple(_mask(codegen.OK_TYPES[a.tag]) for a in kind.args)
+        return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
     return None
 
 
@@ -108,11 +139,11 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
     tag = kind.tag
     py = (OP_PY, 0, 0, 0, 0, 0)
     if tag in SCALARS:
-        return OP_SCALAR, _mask(codegen.OK_TYPES[tag]), 0, 0, 0, 0
+        return OP_SCALAR, _mask(_fast_types(tag)), 0, 0, 0, 0
     if tag is K.OPT:
         inner = kind.args[0]
         if inner.tag in SCALARS:
-            return OP_SCALAR, _mask(codegen.OK_TYPES[inner.tag]), 0, 0, 0, 0
+            return OP_SCALAR, _mask(_fast_types(inner.tag) | _NONE), 0, 0, 0, 0
         if inner.tag is K.REF:
             return OP_REF, 0, 0, 0, 0, 0
         if inner.tag is K.ENUM and _compact_enum(inner.enum_cls):
@@ -138,7 +169,7 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
     if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
         if not all(a.tag in SCALARS for a in kind.args):
             return py
-        mask = _mask(codegen._ok_types(kind.args))
+        mask = _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
         return (OP_FROZENSET if tag is K.FROZENSET else OP_TUPLE), 0, 0, mask, 0, 0
     if tag is K.SAVE and kind.args:
         return OP_SAVE, 0, 0, 0, 0, 0  # plain data: save(value) is its own encoding
@@ -166,7 +197,7 @@ def slot_function(sch: Schema, spec: Any) -> Any:
     and the body comes from the same per-field emitter, so this is exactly what the
     typed engine runs for that field.
     """
-    source, globs, _ = codegen.build_save(sch, False)
+    source, globs, _ = _typed_save_source(sch)
     lines = source.splitlines()
     end = next(i for i, line in enumerate(lines) if line.strip().startswith("for __ckpt_obj in"))
     src = codegen._Source()
@@ -175,7 +206,7 @@ def slot_function(sch: Schema, spec: Any) -> Any:
     name = f"slot_{codegen._ident(sch.cls.__qualname__)}_{spec.index}"
     src.add(0, f"def {name}(__ckpt_obj, __ckpt_ctx):")
     body = codegen._Source()
-    codegen._emit_save_field(body, spec, spec.index, False)
+    _emit_field(body, spec)
     src.globs.update(body.globs)
     text = "\n".join(body.lines)
     for line in lines[1:end]:  # only the context bindings this field's code uses
@@ -218,7 +249,7 @@ def _enum_plan(cls: type) -> str:
 _encode = msgspec.msgpack.Encoder().encode
 
 
-_RESAVE = (typed.NeedsTagged, OverflowError)
+_RESAVE = (typed.NeedsTagged, OverflowError) if _V1 else ()
 
 
 def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
@@ -244,7 +275,7 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
 def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
     try:
-        ctx = typed.SaveCtx(walk, False, hooked)
+        ctx = _save_ctx(walk, hooked)
         root_enc = ctx.dyn(root, graph.ROOT_OWNER)
         try:
             walk.run(ctx, ctx.dyn, stats)
@@ -343,26 +374,38 @@ def _load_op(spec: Any) -> tuple[int, int, Any, bool, Any]:
 class _LazyLoadSlot:
     """A load slot decoder compiled on first use (the fast path rarely needs one)."""
 
-    __slots__ = ("fn", "plan", "spec")
+    __slots__ = ("checked", "fn", "plan", "spec")
 
-    def __init__(self, plan: graph.TypePlan, spec: Any) -> None:
-        self.plan, self.spec, self.fn = plan, spec, None
+    def __init__(self, plan: graph.TypePlan, spec: Any, checked: bool) -> None:
+        self.plan, self.spec, self.checked, self.fn = plan, spec, checked, None
 
     def __call__(self, raw: Any, ctx: Any) -> Any:
         if self.fn is None:
-            self.fn = load_slot_function(self.plan, self.spec)
+            self.fn = load_slot_function(self.plan, self.spec, self.checked)
         return self.fn(raw, ctx)
 
 
-def load_slot_function(plan: graph.TypePlan, spec: Any) -> Any:
-    """``slot(raw, ctx) -> value``: the typed engine's load expression for one field."""
+def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -> Any:
+    """``slot(raw, ctx) -> value``: the typed engine's load expression for one field.
+
+    ``checked``: the stream lists the type as holding slot escapes (format version 2);
+    the expression is wrapped as ``codegen.build_load`` wraps it for such a type.
+    """
     sch = plan.schema
-    source, globs, _ = codegen.build_load(plan, w.COMPACT, False)
+    if _V1:
+        source, globs, _ = codegen.build_load(plan, w.COMPACT, False)
+    else:
+        source, globs, _ = codegen.build_load(plan, w.COMPACT, False, checked)
     lines = source.splitlines()
     end = next(i for i, line in enumerate(lines) if line.strip().startswith("for __ckpt_obj"))
     src = codegen._Source()
     src.globs.update(globs)
     expr = codegen._load_expr(src, spec, "_r", False)
+    if checked and not codegen._self_describing(spec.kind):
+        escape = "__ckpt_dyn(_r)"
+        if spec.kind.tag is K.SAVE:
+            escape = f"{src.const(f'load_{spec.name}', spec.opts.load)}({escape})"
+        expr = f"({escape} if type(_r) is dict else {expr})"
     name = f"load_slot_{codegen._ident(sch.cls.__qualname__)}_{spec.index}"
     src.add(0, f"def {name}(_r, __ckpt_ctx):")
     for line in lines[1:end]:
@@ -386,11 +429,15 @@ def _default_entry(spec: Any) -> tuple:
     return (spec.name, -1, L_DEFAULT, 0, None, False, spec.default, None)
 
 
-def _load_plan(plan: graph.TypePlan) -> tuple:
-    """The C fill plan for one stream layout of a class (cached on the class)."""
+def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
+    """The C fill plan for one stream layout of a class (cached on the class).
+
+    A map in a compact slot is never a fast-path shape, so the C code hands it to the
+    slot decoder, which (for a type the stream lists as escaped) decodes the escape.
+    """
     sch = plan.schema
     cache = sch.info.__dict__.setdefault("_native_load", {})
-    key = plan.stream_names
+    key = (plan.stream_names, checked)
     entry = cache.get(key)
     if entry is None:
         fields = []
@@ -399,7 +446,10 @@ def _load_plan(plan: graph.TypePlan) -> tuple:
                 fields.append(_default_entry(spec))
                 continue
             op, build, zero, zero_call, arg = _load_op(spec)
-            slot = load_slot_function(plan, spec) if op == L_PY else _LazyLoadSlot(plan, spec)
+            if op == L_PY:
+                slot = load_slot_function(plan, spec, checked)
+            else:
+                slot = _LazyLoadSlot(plan, spec, checked)
             fields.append((spec.name, source, op, build, zero, zero_call, arg, slot))
         fields.extend(_default_entry(spec) for spec in sch.unsaved)
         entry = (sch.has_dict, sch.frozen, plan.nfields, tuple(fields))
@@ -417,10 +467,11 @@ def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
     objs, per_type = _core.shells(loaded.classes, loaded.type_seq, counts)
     ctx = typed.LoadCtx(objs, loaded.enums)
     fill = _core.fill
+    escaped = getattr(loaded, "escaped", ())
     for plan, shells, rows in zip(loaded.plans, per_type, loaded.rows, strict=True):
         if plan is None or not rows:
             continue
-        cplan = _load_plan(plan)
+        cplan = _load_plan(plan, plan.index in escaped)
         if stats is None:
             fill(shells, rows, cplan, objs, ctx)
         else:
