@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt import state
-from ckpt.bench import harness, state_models
+from ckpt.bench import harness, state_flat, state_models
 from ckpt.bench.harness import Case, Result
 from ckpt.state import api
 
-PEERS = ("typed", "reflect", "pickle", "pickle-py")
+NATIVE = ("native",) if state.native_status()[0] else ()  # where its C core is built
+PEERS = ("typed", *NATIVE, "reflect", "pickle", "pickle-py")
 
 
 def _pickle_py_dumps(obj: Any) -> bytes:
@@ -70,6 +71,7 @@ def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> lis
         for name, make in state_models.SHAPES.items()
     ]
     shapes.append(("GraphSave", "GraphLoad", state_models.make_graph(graph_nodes)))
+    shapes.append(("FlatSave", "FlatLoad", state_flat.make_flat(graph_nodes)))
     for save_name, load_name, root in shapes:
         variants = list(peers)
         if save_name == "GraphSave" and "typed" in peers:
@@ -159,6 +161,19 @@ TARGETS = [
     Target("GraphLoad", "typed", "pickle", "wall_ns", 1.00, "time"),
     Target("GraphSave", "typed", "reflect", "out_bytes", 0.85, "bytes"),
     Target("GraphSave", "typed", "pickle", "out_bytes", 0.50, "bytes"),
+    # issue 12: the native engine (rows only where it is built)
+    *[
+        Target(name, "native", base, "wall_ns", limit, "time")
+        for name, base, limit in (
+            ("Encoding/fields", "reflect", 0.05),
+            ("Decoding/fields", "reflect", 0.10),
+            ("GraphSave", "pickle", 0.25),
+            ("GraphLoad", "pickle", 0.35),
+            ("FlatSave", "pickle", 0.20),
+            ("FlatLoad", "pickle", 0.45),
+        )
+        if NATIVE
+    ],
 ]
 
 
@@ -179,11 +194,11 @@ def target_rows(results: list[Result]) -> list[dict[str, Any]]:
             }
         )
     for r in results:
-        if r.variant == "typed" and r.name in ("GraphSave", "GraphLoad"):
+        if r.variant in ("typed", "native") and r.name in ("GraphSave", "GraphLoad"):
             rows.append(
                 {
                     "benchmark": r.name,
-                    "metric": "gc collections, typed",
+                    "metric": f"gc collections, {r.variant}",
                     "ratio": r.gc_collections,
                     "target": 0,
                     "met": r.gc_collections == 0,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 
 from ckpt import state
-from ckpt.bench import state_models
+from ckpt.bench import state_flat, state_models
 
 from .graph_equal import graph_diff
 from .kinds import KINDS, holder
@@ -90,7 +90,11 @@ def _shared_models() -> list[Any]:
 
 def _bench_models() -> list[Any]:
     shapes = [pytest.param(make, id=f"bench-{name}") for name, make in state_models.SHAPES.items()]
-    return [*shapes, pytest.param(lambda: state_models.make_graph(3000), id="bench-graph")]
+    return [
+        *shapes,
+        pytest.param(lambda: state_models.make_graph(3000), id="bench-graph"),
+        pytest.param(lambda: state_flat.make_flat(3000), id="bench-flat"),
+    ]
 
 
 @pytest.mark.parametrize("make", [*_kind_models(), *_shared_models(), *_bench_models()])
