@@ -459,15 +459,19 @@ typedef struct {
     PyObject *name;     /* interned field name */
     PyObject *fallback; /* save: fn(obj, ctx) -> wire value (the typed engine's code) */
     PyObject *arg;      /* OP_SAVE: the field's save= function */
+    int dict_ok;        /* no data descriptor of this name: the instance dict decides */
     int op, mask, kop, kmask, vop, vmask, elide;
 } Field;
 
 typedef struct {
     PyObject *schema; /* Schema, or the enum class for an enum entry */
     PyObject *name;   /* the type's stream name (for stats) */
-    int is_enum, before_save;
+    int is_enum, before_save, dict_ok;
     Py_ssize_t nfields;
     Field *fields;
+    void *keys_seen;          /* the class's shared keys the indices below refer to */
+    Py_ssize_t keys_entries;  /* ... and how many entries they had */
+    Py_ssize_t *vindex;       /* per field: its index in inline values, or -1 */
     PyObject **pending; /* borrowed: the walk's objects list keeps them */
     Py_ssize_t npending, cap_pending;
     Buf rows;
@@ -484,6 +488,7 @@ static void te_free(TypeEntry *te)
         Py_XDECREF(te->fields[i].arg);
     }
     PyMem_Free(te->fields);
+    PyMem_Free(te->vindex);
     PyMem_Free(te->pending);
     PyMem_Free(te->rows.data);
     Py_XDECREF(te->schema);
@@ -491,13 +496,14 @@ static void te_free(TypeEntry *te)
     PyMem_Free(te);
 }
 
-/* plan: (schema, name, before_save, ((name, op, mask, kop, kmask, vop, vmask, elide,
- * fallback, arg), ...)) */
+/* plan: (schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
+ * elide, fallback, arg, dict_ok), ...)) */
 static TypeEntry *te_from_plan(PyObject *plan)
 {
     PyObject *schema, *name, *fields;
-    int before_save;
-    if (!PyArg_ParseTuple(plan, "OUpO!", &schema, &name, &before_save, &PyTuple_Type, &fields))
+    int before_save, dict_ok;
+    if (!PyArg_ParseTuple(plan, "OUppO!", &schema, &name, &before_save, &dict_ok, &PyTuple_Type,
+                          &fields))
         return NULL;
     TypeEntry *te = PyMem_Calloc(1, sizeof(TypeEntry));
     if (!te) {
@@ -507,6 +513,7 @@ static TypeEntry *te_from_plan(PyObject *plan)
     te->schema = Py_NewRef(schema);
     te->name = Py_NewRef(name);
     te->before_save = before_save;
+    te->dict_ok = dict_ok;
     Py_ssize_t n = PyTuple_GET_SIZE(fields);
     te->fields = PyMem_Calloc(n ? n : 1, sizeof(Field));
     if (!te->fields) {
@@ -517,9 +524,9 @@ static TypeEntry *te_from_plan(PyObject *plan)
     for (Py_ssize_t i = 0; i < n; i++) {
         Field *f = &te->fields[i];
         PyObject *fname, *fb, *arg;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UiiiiiipOO", &fname, &f->op,
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UiiiiiipOOp", &fname, &f->op,
                               &f->mask, &f->kop, &f->kmask, &f->vop, &f->vmask, &f->elide, &fb,
-                              &arg)) {
+                              &arg, &f->dict_ok)) {
             te_free(te);
             return NULL;
         }
@@ -1090,6 +1097,149 @@ static int run_before_save(Walk *w, PyObject *obj)
     return 0;
 }
 
+/* CPython 3.11 keeps a materialised instance dict of a "managed dict" class just
+ * before the object (a layout checked once, at import, by check_layout).  An object
+ * whose attributes still live in inline values has none: it is read with getattr. */
+static int dict_layout_ok;
+
+static inline PyObject *instance_dict(PyObject *obj)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (dict_layout_ok && (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+        PyObject *d = ((PyObject **)obj)[-3];
+        if (d && PyDict_CheckExact(d))
+            return d;
+    }
+#endif
+    return NULL;
+}
+
+static PyObject *check_layout(PyObject *mod, PyObject *obj)
+{
+    dict_layout_ok = 0;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+        PyObject *d = PyObject_GenericGetDict(obj, NULL);
+        if (!d)
+            return NULL;
+        dict_layout_ok = ((PyObject **)obj)[-3] == d;
+        Py_DECREF(d);
+    }
+#endif
+    return PyBool_FromLong(dict_layout_ok);
+}
+
+/* An instance whose attributes are still CPython 3.11's inline values (no dict made
+ * yet): the values array sits just before the object and is indexed like the class's
+ * shared keys.  These mirror 3.11's private layouts; check_values verifies them once
+ * at import against getattr, and any mismatch turns this path off. */
+static int values_layout_ok;
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind;
+    uint32_t dk_version;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} Keys311;
+
+typedef struct {
+    PyObject *me_key;
+    PyObject *me_value;
+} UEntry311;
+
+static inline PyObject **inline_values(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (!values_layout_ok || !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) ||
+        !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return NULL;
+    return ((PyObject ***)obj)[-4];
+}
+
+static inline Keys311 *split_keys(PyTypeObject *tp)
+{
+    Keys311 *k = (Keys311 *)((PyHeapTypeObject *)tp)->ht_cached_keys;
+    return (k && k->dk_kind == 2 /* DICT_KEYS_SPLIT */) ? k : NULL;
+}
+
+static Py_ssize_t key_index(Keys311 *k, PyObject *name)
+{
+    UEntry311 *e = (UEntry311 *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+    for (Py_ssize_t i = 0; i < k->dk_nentries; i++)
+        if (e[i].me_key == name)
+            return i;
+    return -1;
+}
+
+/* Per-field indices into the inline values, recomputed when the shared keys change. */
+static Py_ssize_t *value_indices(TypeEntry *te, PyTypeObject *tp)
+{
+    Keys311 *k = split_keys(tp);
+    if (!k)
+        return NULL;
+    if (te->vindex && te->keys_seen == k && te->keys_entries == k->dk_nentries)
+        return te->vindex;
+    if (!te->vindex) {
+        te->vindex = PyMem_Calloc(te->nfields ? te->nfields : 1, sizeof(Py_ssize_t));
+        if (!te->vindex)
+            return NULL;
+    }
+    for (Py_ssize_t i = 0; i < te->nfields; i++)
+        te->vindex[i] = te->fields[i].dict_ok ? key_index(k, te->fields[i].name) : -1;
+    te->keys_seen = k;
+    te->keys_entries = k->dk_nentries;
+    return te->vindex;
+}
+#endif
+
+static PyObject *check_values(PyObject *mod, PyObject *args)
+{
+    PyObject *obj, *name;
+    if (!PyArg_ParseTuple(args, "OU", &obj, &name))
+        return NULL;
+    values_layout_ok = 0;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    PyTypeObject *tp = Py_TYPE(obj);
+    if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+        !((PyObject **)obj)[-3]) {
+        PyObject **values = ((PyObject ***)obj)[-4];
+        Keys311 *k = split_keys(tp);
+        PyObject *expect = PyObject_GetAttr(obj, name);
+        if (!expect)
+            return NULL;
+        Py_ssize_t i = (values && k) ? key_index(k, name) : -1;
+        values_layout_ok = i >= 0 && values[i] == expect;
+        Py_DECREF(expect);
+    }
+#endif
+    return PyBool_FromLong(values_layout_ok);
+}
+
+/* A field's value (new reference): from the instance dict, trying the next entry in
+ * insertion order first (dataclasses and both loaders fill fields in order). */
+static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos, Field *f)
+{
+    if (d && f->dict_ok) {
+        Py_ssize_t at = *pos;
+        PyObject *k, *v;
+        if (PyDict_Next(d, &at, &k, &v) && k == f->name) {
+            *pos = at;
+            return Py_NewRef(v);
+        }
+        v = PyDict_GetItemWithError(d, f->name);
+        if (v)
+            return Py_NewRef(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_GetAttr(obj, f->name); /* class attributes, __getattr__, errors */
+}
+
 static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
 {
     if (te->before_save && run_before_save(w, obj) < 0)
@@ -1097,23 +1247,42 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
     Buf *b = &te->rows;
     if (w_array(b, te->nfields) < 0)
         return -1;
-    for (Py_ssize_t i = 0; i < te->nfields; i++) {
+    /* Held: Python code run for a field (a slot function) may replace obj.__dict__. */
+    PyObject *d = te->dict_ok ? Py_XNewRef(instance_dict(obj)) : NULL;
+    Py_ssize_t pos = 0, *vindex = NULL;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (te->dict_ok && !d && inline_values(obj))
+        vindex = value_indices(te, Py_TYPE(obj));
+#endif
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < te->nfields && rc == 0; i++) {
         Field *f = &te->fields[i];
         if (f->op == OP_PY) {
-            if (w_fallback(w, b, f, obj) < 0)
-                return -1;
+            rc = w_fallback(w, b, f, obj);
             continue;
         }
-        PyObject *v = PyObject_GetAttr(obj, f->name);
+        PyObject *v = NULL;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+        if (vindex && vindex[i] >= 0) {
+            /* read afresh: Python code run for an earlier field may have changed them */
+            PyObject **values = inline_values(obj);
+            if (values && te->keys_seen == split_keys(Py_TYPE(obj)) && values[vindex[i]])
+                v = Py_NewRef(values[vindex[i]]);
+        }
         if (!v)
-            return -1;
-        int r = w_field(w, b, f, obj, v);
+#endif
+            v = field_value(obj, d, &pos, f);
+        if (!v) {
+            rc = -1;
+            break;
+        }
+        rc = w_field(w, b, f, obj, v);
         Py_DECREF(v);
-        if (r < 0)
-            return -1;
     }
-    te->nrows++;
-    return 0;
+    Py_XDECREF(d);
+    if (rc == 0)
+        te->nrows++;
+    return rc;
 }
 
 static PyObject *walk_run(Walk *w, PyObject *args)
@@ -1857,8 +2026,14 @@ static PyObject *load_fill(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyList_Type, &shells, &PyList_Type, &rows,
                           &PyTuple_Type, &plan, &PyList_Type, &objs, &ctx))
         return NULL;
-    if (!PyArg_ParseTuple(plan, "ppnO!", &has_dict, &frozen, &nrow, &PyTuple_Type, &entries))
+    /* has_dict: 0 fields set one by one (slots), 1 a dict assigned to __dict__ as the
+     * typed engine does, 2 object.__setattr__ per field (a plain dataclass: the same
+     * result, kept in CPython's compact per-instance values instead of a new dict). */
+    if (!PyArg_ParseTuple(plan, "ipnO!", &has_dict, &frozen, &nrow, &PyTuple_Type, &entries))
         return NULL;
+    int direct = has_dict == 2;
+    if (direct)
+        has_dict = 0;
     Py_ssize_t n = PyTuple_GET_SIZE(entries);
     if (PyList_GET_SIZE(shells) != PyList_GET_SIZE(rows)) {
         PyErr_SetString(StateError, "object count and row count disagree");
@@ -1912,7 +2087,7 @@ static PyObject *load_fill(PyObject *mod, PyObject *args)
             int r;
             if (has_dict)
                 r = PyDict_SetItem(d, f->name, v);
-            else if (frozen)
+            else if (frozen || direct)
                 r = PyObject_GenericSetAttr(obj, f->name, v);
             else
                 r = PyObject_SetAttr(obj, f->name, v);
@@ -2014,6 +2189,8 @@ fail:
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "configure(msgspec_encode, StateError)"},
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},
+    {"check_layout", check_layout, METH_O, "Check where instance dicts live (3.11)."},
+    {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
     {"fill", load_fill, METH_VARARGS, "Fill one type's objects from their rows."},
     {"shells", load_shells, METH_VARARGS, "Create every object without __init__."},
     {NULL},

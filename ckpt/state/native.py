@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import importlib.util
 import os
+import sys
 import zlib
 from dataclasses import MISSING
 from itertools import repeat
@@ -77,7 +78,18 @@ def _load_core() -> tuple[Any, str]:
     except ImportError as exc:
         return None, f"the C extension does not load ({exc}); reinstall ckpt"
     _native.configure(msgspec.msgpack.Encoder().encode, StateError)
+    _native.check_values(_Probe(), "x")  # a fresh instance: inline values
+    probe = _Probe()
+    probe.__dict__  # noqa: B018 (materialise it: the layout check needs one)
+    _native.check_layout(probe)
     return _native, "C extension loaded"
+
+
+class _Probe:
+    """An instance with a materialised ``__dict__``, for the C core's layout check."""
+
+    def __init__(self) -> None:
+        self.x = 1
 
 
 _core, _reason = _load_core()
@@ -226,6 +238,16 @@ def slot_function(sch: Schema, spec: Any) -> Any:
     )
 
 
+def _dict_ok(cls: type, name: str) -> bool:
+    """Reading ``name`` from the instance dict is what getattr does: no data descriptor
+    (property, slot, ...) of that name anywhere in the class's MRO."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            kind = type(klass.__dict__[name])
+            return not (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
+    return True
+
+
 def _plan_for(cls: type) -> tuple:
     """The C plan of a class (cached on its TypeInfo); StateError if not savable."""
     sch = schema.schema_of(cls)
@@ -236,8 +258,10 @@ def _plan_for(cls: type) -> tuple:
             op = _field_op(spec.kind)
             slot = slot_function(sch, spec) if op[0] == OP_PY else _LazySlot(sch, spec)
             arg = spec.opts.save if op[0] == OP_SAVE else _field_arg(spec.kind, op[0])
-            fields.append((spec.name, *op, spec.elidable, slot, arg))
-        plan = (sch, sch.name, sch.before_save, tuple(fields))
+            name = sys.intern(spec.name)  # dict keys are interned: compared by identity
+            fields.append((name, *op, spec.elidable, slot, arg, _dict_ok(cls, name)))
+        plain_getattr = cls.__getattribute__ is object.__getattribute__
+        plan = (sch, sch.name, sch.before_save, plain_getattr, tuple(fields))
         sch.info.__dict__["_native_plan"] = plan
     return plan
 
@@ -425,8 +449,8 @@ def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -
 
 def _default_entry(spec: Any) -> tuple:
     if spec.factory is not MISSING:
-        return (spec.name, -1, L_FACTORY, 0, None, False, spec.factory, None)
-    return (spec.name, -1, L_DEFAULT, 0, None, False, spec.default, None)
+        return (sys.intern(spec.name), -1, L_FACTORY, 0, None, False, spec.factory, None)
+    return (sys.intern(spec.name), -1, L_DEFAULT, 0, None, False, spec.default, None)
 
 
 def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
@@ -450,9 +474,15 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
                 slot = load_slot_function(plan, spec, checked)
             else:
                 slot = _LazyLoadSlot(plan, spec, checked)
-            fields.append((spec.name, source, op, build, zero, zero_call, arg, slot))
+            fields.append((sys.intern(spec.name), source, op, build, zero, zero_call, arg, slot))
         fields.extend(_default_entry(spec) for spec in sch.unsaved)
-        entry = (sch.has_dict, sch.frozen, plan.nfields, tuple(fields))
+        cls = sch.cls
+        direct = (
+            sch.has_dict
+            and all(_dict_ok(cls, f[0]) for f in fields)
+            and (sch.frozen or cls.__setattr__ is object.__setattr__)
+        )
+        entry = (2 if direct else int(sch.has_dict), sch.frozen, plan.nfields, tuple(fields))
         cache[key] = entry
     return entry
 
