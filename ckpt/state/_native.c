@@ -23,6 +23,26 @@
 
 #define MAX_DEPTH 64
 
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* CPython 3.11 private dict layouts (Objects/dict-common.h), used only after the
+ * import-time checks (check_layout, check_values) agree with them. */
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind;
+    uint32_t dk_version;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} Keys311;
+
+typedef struct {
+    PyObject *me_key;
+    PyObject *me_value;
+} UEntry311;
+#endif
+
 /* Field ops (save and load); must match native.py. */
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
        OP_FROZENSET, OP_SAVE };
@@ -69,20 +89,33 @@ static inline int reserve(Buf *b, Py_ssize_t n)
     return (b->cap - b->len >= n) ? 0 : buf_grow(b, n);
 }
 
-static inline void put_be(char *p, uint64_t v, int n)
+/* A one-byte marker and an n-byte big-endian number (n = 0, 1, 2, 4, 8). */
+static inline int w_head(Buf *b, uint8_t c, uint64_t v, int n)
 {
-    for (int i = n - 1; i >= 0; i--) {
-        p[i] = (char)(v & 0xff);
-        v >>= 8;
-    }
-}
-
-static int w_head(Buf *b, uint8_t c, uint64_t v, int n)
-{
-    if (reserve(b, 1 + n) < 0)
+    if (reserve(b, 9) < 0)
         return -1;
-    b->data[b->len] = (char)c;
-    put_be(b->data + b->len + 1, v, n);
+    char *p = b->data + b->len;
+    p[0] = (char)c;
+    switch (n) {
+    case 1:
+        p[1] = (char)v;
+        break;
+    case 2: {
+        uint16_t x = __builtin_bswap16((uint16_t)v);
+        memcpy(p + 1, &x, 2);
+        break;
+    }
+    case 4: {
+        uint32_t x = __builtin_bswap32((uint32_t)v);
+        memcpy(p + 1, &x, 4);
+        break;
+    }
+    case 8: {
+        uint64_t x = __builtin_bswap64(v);
+        memcpy(p + 1, &x, 8);
+        break;
+    }
+    }
     b->len += 1 + n;
     return 0;
 }
@@ -95,7 +128,7 @@ static inline int w_byte(Buf *b, uint8_t c)
     return 0;
 }
 
-static int w_uint(Buf *b, uint64_t v)
+static inline int w_uint(Buf *b, uint64_t v)
 {
     if (v < 128)
         return w_byte(b, (uint8_t)v);
@@ -108,7 +141,7 @@ static int w_uint(Buf *b, uint64_t v)
     return w_head(b, 0xcf, v, 8);
 }
 
-static int w_int(Buf *b, int64_t v)
+static inline int w_int(Buf *b, int64_t v)
 {
     if (v >= 0)
         return w_uint(b, (uint64_t)v);
@@ -150,8 +183,12 @@ static int w_raw(Buf *b, const char *p, Py_ssize_t n)
 static int w_str(Buf *b, PyObject *s)
 {
     Py_ssize_t n;
-    const char *p = PyUnicode_AsUTF8AndSize(s, &n);
-    if (!p)
+    const char *p;
+    if (PyUnicode_IS_COMPACT_ASCII(s)) { /* its UTF-8 is its data */
+        p = (const char *)PyUnicode_DATA(s);
+        n = PyUnicode_GET_LENGTH(s);
+    }
+    else if (!(p = PyUnicode_AsUTF8AndSize(s, &n)))
         return -1;
     int r;
     if (n < 32)
@@ -185,8 +222,18 @@ static int w_bin(Buf *b, const char *p, Py_ssize_t n)
     return r < 0 ? -1 : w_raw(b, p, n);
 }
 
-static int w_long(Buf *b, PyObject *v)
+static inline int w_long(Buf *b, PyObject *v)
 {
+#if PY_VERSION_HEX < 0x030C0000
+    /* one 30-bit digit or zero: read it directly (3.11 int layout, public in longintrepr.h) */
+    Py_ssize_t size = Py_SIZE(v);
+    if (size == 0)
+        return w_byte(b, 0);
+    if (size == 1)
+        return w_uint(b, ((PyLongObject *)v)->ob_digit[0]);
+    if (size == -1)
+        return w_int(b, -(int64_t)((PyLongObject *)v)->ob_digit[0]);
+#endif
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow == 0) {
@@ -451,6 +498,18 @@ static void pt_free(PTable *t)
     PyMem_Free(t->slots);
     t->slots = NULL;
     t->mask = t->used = 0;
+}
+
+/* Table sizes of the previous walk: a program saves graphs of similar size again and
+ * again, so starting there skips the growth chain (rehashes and zeroed memory). */
+static size_t last_ids = 1024, last_memo = 256;
+
+static size_t table_size_for(size_t used)
+{
+    size_t cap = 64;
+    while (cap < used * 2 + 2 && cap < ((size_t)1 << 40))
+        cap *= 2;
+    return cap;
 }
 
 /* ---- per-type plans ------------------------------------------------------------------- */
@@ -1123,6 +1182,15 @@ static PyObject *check_layout(PyObject *mod, PyObject *obj)
         if (!d)
             return NULL;
         dict_layout_ok = ((PyObject **)obj)[-3] == d;
+        /* and a combined str-keyed dict's first entry is where field_value looks */
+        PyDictObject *dd = (PyDictObject *)d;
+        PyObject *k0 = NULL, *v0 = NULL;
+        Py_ssize_t pos = 0;
+        if (dict_layout_ok && !dd->ma_values && PyDict_Next(d, &pos, &k0, &v0)) {
+            Keys311 *dk = (Keys311 *)dd->ma_keys;
+            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+            dict_layout_ok = dk->dk_kind == 1 && e[0].me_key == k0 && e[0].me_value == v0;
+        }
         Py_DECREF(d);
     }
 #endif
@@ -1136,21 +1204,6 @@ static PyObject *check_layout(PyObject *mod, PyObject *obj)
 static int values_layout_ok;
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-typedef struct {
-    Py_ssize_t dk_refcnt;
-    uint8_t dk_log2_size;
-    uint8_t dk_log2_index_bytes;
-    uint8_t dk_kind;
-    uint32_t dk_version;
-    Py_ssize_t dk_usable;
-    Py_ssize_t dk_nentries;
-    char dk_indices[];
-} Keys311;
-
-typedef struct {
-    PyObject *me_key;
-    PyObject *me_value;
-} UEntry311;
 
 static inline PyObject **inline_values(PyObject *obj)
 {
@@ -1227,6 +1280,29 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
     if (d && f->dict_ok) {
         Py_ssize_t at = *pos;
         PyObject *k, *v;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+        /* A combined str-keyed table (what the loaders and __init__ make): look at the
+         * entry in insertion order directly (layout checked by check_layout). */
+        PyDictObject *dd = (PyDictObject *)d;
+        Keys311 *dk = (Keys311 *)dd->ma_keys;
+        if (dict_layout_ok && !dd->ma_values && dk->dk_kind == 1 /* DICT_KEYS_UNICODE */) {
+            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+            if (at < dk->dk_nentries && e[at].me_key == f->name && e[at].me_value) {
+                *pos = at + 1;
+                return Py_NewRef(e[at].me_value);
+            }
+        }
+        else if (dict_layout_ok && values_layout_ok && dd->ma_values && dk->dk_kind == 2) {
+            /* a split table (a dict made from inline values): values by key index */
+            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+            PyObject **vals = (PyObject **)dd->ma_values;
+            if (at < dk->dk_nentries && e[at].me_key == f->name && vals[at]) {
+                *pos = at + 1;
+                return Py_NewRef(vals[at]);
+            }
+        }
+        else
+#endif
         if (PyDict_Next(d, &at, &k, &v) && k == f->name) {
             *pos = at;
             return Py_NewRef(v);
@@ -1477,6 +1553,10 @@ static PyObject *walk_failed(Walk *w, void *closure)
 
 static void walk_clear_tables(Walk *w)
 {
+    if (w->ids.slots && w->ids.used > 1) {
+        last_ids = table_size_for(w->ids.used);
+        last_memo = table_size_for(w->cmemo.used);
+    }
     if (w->cmemo.slots) {
         for (size_t i = 0; i <= w->cmemo.mask; i++)
             if (w->cmemo.slots[i].key)
@@ -1598,8 +1678,8 @@ static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     w->objects = PyList_New(0);
     w->types = PyList_New(0);
     w->shared = PyDict_New();
-    if (!w->objects || !w->types || !w->shared || pt_init(&w->ids, 1024) < 0 ||
-        pt_init(&w->cmemo, 256) < 0 || pt_init(&w->tindex, 64) < 0 ||
+    if (!w->objects || !w->types || !w->shared || pt_init(&w->ids, last_ids) < 0 ||
+        pt_init(&w->cmemo, last_memo) < 0 || pt_init(&w->tindex, 64) < 0 ||
         pt_put(&w->ids, Py_None, (void *)0) < 0 || PyList_Append(w->objects, Py_None) < 0)
         goto fail;
     w->ids_view = table_new(w, 0);
