@@ -1927,9 +1927,26 @@ static PyObject *call_slot(LField *f, PyObject *raw, PyObject *ctx)
     return PyObject_CallFunctionObjArgs(f->slot, raw, ctx, NULL);
 }
 
+/* zero_call: 0 the zero itself, 1 call the factory, 2/3/4 a new list/dict/set (what
+ * calling list, dict or set returns, without the call). */
+static PyObject *make_zero(int how, PyObject *zero)
+{
+    switch (how) {
+    case 0:
+        return Py_NewRef(zero);
+    case 2:
+        return PyList_New(0);
+    case 3:
+        return PyDict_New();
+    case 4:
+        return PySet_New(NULL);
+    }
+    return PyObject_CallNoArgs(zero);
+}
+
 static PyObject *zero_of(LField *f)
 {
-    return f->zero_call ? PyObject_CallNoArgs(f->zero) : Py_NewRef(f->zero);
+    return make_zero(f->zero_call, f->zero);
 }
 
 /* A list of ids as objects; NULL without an error when an item is not a plain id. */
@@ -2010,16 +2027,28 @@ static PyObject *load_value(LField *f, PyObject *raw, PyObject *objs, PyObject *
         break;
     }
     case L_ANY:
+        /* dyn's decoder: plain values are themselves, a list of plain values a new
+         * list of them, {0: id} the object, {1: [plain values]} a tuple of them. */
         if (t != &PyDict_Type && t != &PyList_Type)
             return Py_NewRef(raw);
-        if (t == &PyDict_Type && PyDict_GET_SIZE(raw) == 1) {
+        if (t == &PyList_Type) {
+            if (plain_items(raw))
+                return PyList_GetSlice(raw, 0, PyList_GET_SIZE(raw));
+            break;
+        }
+        if (PyDict_GET_SIZE(raw) == 1) {
             Py_ssize_t pos = 0;
             PyObject *k, *v;
             PyDict_Next(raw, &pos, &k, &v);
-            if (PyLong_CheckExact(k) && PyLong_AsLong(k) == 0) {
-                PyObject *o = ref_get(objs, v);
-                if (o)
-                    return o;
+            if (PyLong_CheckExact(k)) {
+                long tag = PyLong_AsLong(k);
+                if (tag == 0) {
+                    PyObject *o = ref_get(objs, v);
+                    if (o)
+                        return o;
+                }
+                else if (tag == 1 && PyList_CheckExact(v) && plain_items(v))
+                    return PyList_AsTuple(v);
             }
             PyErr_Clear();
         }
@@ -2125,7 +2154,7 @@ static PyObject *load_fill(PyObject *mod, PyObject *args)
     PyObject *result = NULL;
     for (Py_ssize_t j = 0; j < n; j++) {
         LField *f = &fs[j];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, j), "UniiOpOO", &f->name, &f->src, &f->op,
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, j), "UniiOiOO", &f->name, &f->src, &f->op,
                               &f->build, &f->zero, &f->zero_call, &f->arg, &f->slot))
             goto done;
         if (f->src >= nrow) {
@@ -2153,7 +2182,7 @@ static PyObject *load_fill(PyObject *mod, PyObject *args)
             if (f->op == L_DEFAULT)
                 v = Py_NewRef(f->arg);
             else if (f->op == L_FACTORY)
-                v = PyObject_CallNoArgs(f->arg);
+                v = make_zero(f->zero_call, f->arg);
             else {
                 PyObject *raw = PyList_GET_ITEM(row, f->src);
                 Py_INCREF(raw);

@@ -447,10 +447,18 @@ def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -
     )
 
 
+_NEW = {list: 2, dict: 3, set: 4}  # factories C calls without a call (make_zero)
+
+
+def _how(factory: Any) -> int:
+    return _NEW.get(factory, 1)
+
+
 def _default_entry(spec: Any) -> tuple:
+    name = sys.intern(spec.name)
     if spec.factory is not MISSING:
-        return (sys.intern(spec.name), -1, L_FACTORY, 0, None, False, spec.factory, None)
-    return (sys.intern(spec.name), -1, L_DEFAULT, 0, None, False, spec.default, None)
+        return (name, -1, L_FACTORY, 0, None, _how(spec.factory), spec.factory, None)
+    return (name, -1, L_DEFAULT, 0, None, 0, spec.default, None)
 
 
 def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
@@ -474,7 +482,8 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
                 slot = load_slot_function(plan, spec, checked)
             else:
                 slot = _LazyLoadSlot(plan, spec, checked)
-            fields.append((sys.intern(spec.name), source, op, build, zero, zero_call, arg, slot))
+            how = _how(zero) if zero_call else 0
+            fields.append((sys.intern(spec.name), source, op, build, zero, how, arg, slot))
         fields.extend(_default_entry(spec) for spec in sch.unsaved)
         cls = sch.cls
         direct = (
