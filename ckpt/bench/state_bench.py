@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt import state
-from ckpt.bench import harness, state_models
+from ckpt.bench import harness, state_flat, state_models
 from ckpt.bench.harness import Case, Result
 from ckpt.state import api
 
-PEERS = ("typed", "reflect", "pickle", "pickle-py")
+NATIVE = ("native",) if state.native_status()[0] else ()  # where its C core is built
+PEERS = ("typed", *NATIVE, "reflect", "pickle", "pickle-py")
 
 
 def _pickle_py_dumps(obj: Any) -> bytes:
@@ -78,6 +79,7 @@ def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> lis
         ("BigIntGraphSave", "BigIntGraphLoad", state_models.make_bigint_graph(graph_nodes))
     )
     shapes.append(("PeopleSave", "PeopleLoad", state_models.make_people(graph_nodes)))
+    shapes.append(("FlatSave", "FlatLoad", state_flat.make_flat(graph_nodes)))
     for save_name, load_name, root in shapes:
         variants = list(peers)
         if save_name == "GraphSave" and "typed" in peers:
@@ -170,6 +172,19 @@ TARGETS = [
     # Issue 10: exact values on the fast path.
     Target("PeopleSave", "typed", "reflect", "wall_ns", 0.30, "time"),
     Target("BigIntGraphSave", "typed", "reflect", "wall_ns", 0.35, "time"),
+    # issue 12: the native engine (rows only where it is built)
+    *[
+        Target(name, "native", base, "wall_ns", limit, "time")
+        for name, base, limit in (
+            ("Encoding/fields", "reflect", 0.05),
+            ("Decoding/fields", "reflect", 0.10),
+            ("GraphSave", "pickle", 0.25),
+            ("GraphLoad", "pickle", 0.35),
+            ("FlatSave", "pickle", 0.20),
+            ("FlatLoad", "pickle", 0.45),
+        )
+        if NATIVE
+    ],
 ]
 # (benchmark, baseline benchmark, limit): the same engine on two shapes.
 CROSS_TARGETS = [("BigIntGraphSave", "GraphSave", 1.10)]
@@ -207,11 +222,11 @@ def target_rows(results: list[Result]) -> list[dict[str, Any]]:
             }
         )
     for r in results:
-        if r.variant == "typed" and r.name in ("GraphSave", "GraphLoad"):
+        if r.variant in ("typed", "native") and r.name in ("GraphSave", "GraphLoad"):
             rows.append(
                 {
                     "benchmark": r.name,
-                    "metric": "gc collections, typed",
+                    "metric": f"gc collections, {r.variant}",
                     "ratio": r.gc_collections,
                     "target": 0,
                     "met": r.gc_collections == 0,

@@ -1,15 +1,18 @@
 """The object-graph engine: save a graph of savable dataclasses to a stream and back.
 
-Two engines share one wire format (see ``ckpt/state/README.md``):
+Three engines share one wire format (see ``ckpt/state/README.md``):
 
 * ``reflect`` walks each object at run time, dispatching on each value's type;
-* ``typed`` runs code generated once per type from its annotations.
+* ``typed`` runs code generated once per type from its annotations;
+* ``native`` writes and reads the typed engine's stream in C (where it is built).
 
 Public API::
 
     @state.savable                      # registers the dataclass
-    state.dumps(root, engine="typed", stats=None) -> bytes
-    state.loads(data, engine="typed", stats=None) -> root
+    state.dumps(root, engine=None, stats=None) -> bytes   # None: default_engine()
+    state.loads(data, engine=None, stats=None) -> root
+    state.default_engine()              # "native" where built, else "typed"
+    state.native_status()               # (available, one-line reason)
     state.save(root, binary_file, engine=..., stats=None) -> SaveResult
     state.load(binary_file, engine=..., stats=None) -> root
     state.Stats()                       # per-type counts and times when passed in
@@ -19,7 +22,8 @@ Public API::
 """
 
 from ckpt.errors import StateError
-from ckpt.state.api import ENGINES, SaveResult, dumps, load, loads, save
+from ckpt.state.api import ENGINES, SaveResult, default_engine, dumps, load, loads, save
+from ckpt.state.native import native_status
 from ckpt.state.registry import field, savable
 from ckpt.state.stats import Stats
 from ckpt.state.typed import generated_source
@@ -46,12 +50,14 @@ __all__ = [
     "Stats",
     "StreamView",
     "TypeView",
+    "default_engine",
     "dumps",
     "field",
     "generated_source",
     "inspect_stream",
     "load",
     "loads",
+    "native_status",
     "register_value",
     "savable",
     "save",

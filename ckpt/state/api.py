@@ -2,9 +2,10 @@
 
 Deep code raises ``StateError`` (or trips over malformed input with a built-in
 exception); here every failure becomes a ``StateError`` that says which engine and
-what went wrong, chained to the cause.  Cyclic GC is paused during a typed save or
-load: the walk allocates many objects and no garbage, so collections would only
-traverse the growing graph again and again.
+what went wrong, chained to the cause.  Cyclic GC is paused during a typed or native
+save or load: the walk allocates many objects and no garbage, so collections would only
+traverse the growing graph again and again.  ``native`` is listed only where its C core
+is built (``native_status()`` says why not); ``default_engine()`` is the fastest one here.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ckpt.errors import StateError
-from ckpt.state import graph, reflect, typed
+from ckpt.state import graph, native, reflect, typed
 from ckpt.state import wire as w
+from ckpt.state.native import native_status
 from ckpt.state.stats import Stats, collecting
 
-ENGINES = ("reflect", "typed")
-PAUSE_GC = True  # the typed engine pauses cyclic GC; benchmarks turn it off to compare
-_MODULES = {"reflect": reflect, "typed": typed}
+ENGINES = ("reflect", "typed", "native") if native_status()[0] else ("reflect", "typed")
+PAUSE_GC = True  # typed and native pause cyclic GC; benchmarks turn it off to compare
+_MODULES = {"reflect": reflect, "typed": typed, "native": native}
+_PAUSED = (typed, native)
 _INPUT_ERRORS = (
     ValueError,
     TypeError,
@@ -43,24 +46,40 @@ class SaveResult:
     bytes: int
 
 
-def _engine(name: str) -> Any:
-    module = _MODULES.get(name)
+def default_engine() -> str:
+    """The fastest engine available here: ``native`` when its C core is built, else ``typed``."""
+    return "native" if native_status()[0] else "typed"
+
+
+def _engine(name: str | None) -> Any:
+    module = _MODULES.get(default_engine() if name is None else name)
     if module is None:
         raise StateError(f"unknown state engine {name!r}; choose one of {', '.join(ENGINES)}")
+    if module is native and not native_status()[0]:
+        raise StateError(
+            f"the native state engine is unavailable here ({native_status()[1]}); "
+            "use engine='typed'"
+        )
     return module
 
 
-def _encode(root: Any, engine: str, stats: Stats | None) -> tuple[bytes, int, int]:
+def _encode(root: Any, engine: str | None, stats: Stats | None) -> tuple[bytes, int, int]:
     """Frame the graph; returns the stream and its object and type counts.
 
     GC is switched off before anything is allocated and back on only after the walk's
     tables are released, so no collection can start anywhere inside a typed save.
     """
     module = _engine(engine)
-    paused = module is typed and PAUSE_GC and gc.isenabled()
+    engine = engine or default_engine()
+    paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
     if paused:
         gc.disable()
     try:
+        if module is native:
+            if stats is None:
+                return native.save(root, None)  # framed, with its object and type counts
+            with collecting(stats):
+                return native.save(root, stats)
         if stats is None:
             payload, walk = module.save(root, stats)
         else:
@@ -94,13 +113,13 @@ def _where(root: Any) -> str:
     return f" (at {path})" if path else ""
 
 
-def dumps(root: Any, engine: str = "typed", stats: Stats | None = None) -> bytes:
+def dumps(root: Any, engine: str | None = None, stats: Stats | None = None) -> bytes:
     """Serialize the graph reachable from ``root`` into a self-contained stream."""
     return _encode(root, engine, stats)[0]
 
 
 def save(
-    root: Any, binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None
+    root: Any, binary_file: BinaryIO, engine: str | None = None, stats: Stats | None = None
 ) -> SaveResult:
     """Serialize into a writable binary file; one large write."""
     data, objects, types = _encode(root, engine, stats)
@@ -132,10 +151,11 @@ def _read_exact(binary_file: BinaryIO, size: int) -> bytes:
     return b"".join(parts)
 
 
-def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
-    """Rebuild the graph from a stream written by either engine."""
+def loads(data: Any, engine: str | None = None, stats: Stats | None = None) -> Any:
+    """Rebuild the graph from a stream written by any engine (None: default_engine())."""
     module = _engine(engine)
-    paused = module is typed and PAUSE_GC and gc.isenabled()
+    engine = engine or default_engine()
+    paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
     if paused:
         gc.disable()
     try:
@@ -154,7 +174,7 @@ def loads(data: Any, engine: str = "typed", stats: Stats | None = None) -> Any:
             gc.enable()
 
 
-def load(binary_file: BinaryIO, engine: str = "typed", stats: Stats | None = None) -> Any:
+def load(binary_file: BinaryIO, engine: str | None = None, stats: Stats | None = None) -> Any:
     """Rebuild the graph from the next stream in a readable binary file.
 
     Reads exactly one frame (header, then the length it declares), so streams written

@@ -32,9 +32,7 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.slow
-def test_checkpoint_onto_a_full_disk_is_one_line_and_loses_nothing(
-    cli: Cli, tiny_fs: Path
-) -> None:
+def test_checkpoint_onto_a_full_disk_is_one_line_and_loses_nothing(cli: Cli, tiny_fs: Path) -> None:
     cli("run", "full", "--workload", "http")
     before = cli.get("full")["requests"]
     image = tiny_fs / "img"

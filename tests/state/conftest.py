@@ -14,7 +14,7 @@ from ckpt import state
 # Hypothesis settings (no deadline, no example database) are the suite-wide profile
 # loaded in tests/conftest.py.
 
-ENGINES = ("reflect", "typed")
+ENGINES = state.ENGINES  # native too, where its C core is built
 ENGINE_PAIRS = list(itertools.product(ENGINES, ENGINES))
 
 

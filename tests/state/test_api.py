@@ -167,7 +167,9 @@ def test_inspect_stream_without_classes(engine: str) -> None:
     graph = _graph()
     view = state.inspect_stream(state.dumps(graph, engine=engine))
     assert isinstance(view.version, int)
-    assert view.engine == engine
+    assert view.engine == (
+        "typed" if engine == "native" else engine
+    )  # native writes typed's stream
     counts = {t.name: t.count for t in view.types}
     assert counts["tests.state.Node"] == 3
     assert counts["tests.state.Leaf"] == 1

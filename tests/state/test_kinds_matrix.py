@@ -14,8 +14,9 @@ SLOTS = pytest.mark.parametrize("slots", [False, True], ids=["plain", "slots"])
 KIND = pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
 
 
-def test_engines_are_reflect_and_typed() -> None:
-    assert state.ENGINES == ("reflect", "typed")
+def test_engines_are_reflect_typed_and_native_where_built() -> None:
+    native = ("native",) if state.native_status()[0] else ()
+    assert ("reflect", "typed", *native) == state.ENGINES
 
 
 @KIND
