@@ -95,7 +95,11 @@ def default_root() -> Path:
 
 def version_callback(value: bool) -> None:
     if value:
+        from ckpt.state.native import native_status
+
+        ok, why = native_status()
         say(f"ckpt {__version__}")
+        say(f"native engine: {'available' if ok else 'unavailable'} ({why})")
         raise typer.Exit()
 
 
@@ -573,7 +577,12 @@ CpuOpt = Annotated[
     str | None,
     typer.Option("--cpu", help="CPU quota in CPUs (e.g. 0.5), or 'uncapped' (default)."),
 ]
-EngineOpt = Annotated[str | None, typer.Option("--engine", help="State engine: typed or reflect.")]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine", help="State engine: native, typed or reflect (default: the fastest built)."
+    ),
+]
 KeyOpt = Annotated[
     Path | None, typer.Option("--key-file", help="HMAC-SHA256 key for the image (raw bytes).")
 ]
@@ -601,8 +610,13 @@ def run_cmd(
     cpu: CpuOpt = None,
     port: Annotated[int, typer.Option("--port", help="TCP port to serve on; 0 = free.")] = 0,
     engine: Annotated[
-        str, typer.Option("--engine", help="Default engine for checkpoints.")
-    ] = "typed",
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Default engine for its checkpoints: native, typed or reflect "
+            "(default: native where built, else typed).",
+        ),
+    ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -793,13 +807,22 @@ def cycle_cmd(
         float, typer.Option("--hold", min=0.0, help="Seconds to wait between cycles.")
     ] = 0.0,
     engines: Annotated[
-        str, typer.Option("--engines", help="Comma-separated engines; the first is the baseline.")
-    ] = "reflect,typed",
+        str | None,
+        typer.Option(
+            "--engines",
+            help="Comma-separated engines; the first is the baseline "
+            "(default: reflect,typed, and native where it is built).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Checkpoint/restore a running sandbox repeatedly, engines interleaved ABBA."""
     from ckpt.bench import cycle
 
+    if engines is None:
+        from ckpt.state import native_status
+
+        engines = "reflect,typed,native" if native_status()[0] else "reflect,typed"
     plan = cycle.Plan.parse(
         sandbox_id, image_path, count=count, cpu=cpu, hold=hold, engines=engines
     )

@@ -42,7 +42,7 @@ from ckpt.sandbox.timings import (
 READY_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 10.0
 REAP_TIMEOUT_S = 3.0
-ENGINES = ("typed", "reflect")
+ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
 
 _children: dict[int, subprocess.Popen] = {}  # reaped on liveness checks (long-lived callers)
 
@@ -425,7 +425,7 @@ def _start(
     sandbox_id: str,
     cpus: float | None,
     ignore_cgroups: bool,
-    engine: str,
+    engine: str | None,
     workload: str,
     notes: list[str],
     template: bool | None,
@@ -483,7 +483,7 @@ def run(
     *,
     cpus: float | None = None,
     port: int = 0,
-    engine: str = "typed",
+    engine: str | None = None,
     ignore_cgroups: bool = False,
     options: dict[str, Any] | None = None,
     template: bool | None = None,
@@ -720,7 +720,7 @@ def restore(
     notes: list[str] = []
     timings = Timings()
     st, mgr, spawned = _start(
-        root, sandbox_id, cpus, ignore_cgroups, engine or "typed", "(restoring)", notes, template
+        root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     params = {

@@ -61,7 +61,7 @@ class SandboxState:
     cgroup: str | None
     created: str
     address: str | None = None
-    engine: str = "typed"
+    engine: str | None = None  # None: the fastest engine the sandbox has (native, else typed)
     cpu: float | None = None
     socket: str = ""
     pid_start: float = 0.0  # process create time, guards against pid reuse

@@ -315,7 +315,7 @@ class Host:
         image = statefile.open_image(params["image"], key=_key(params))
         reader = image.state_reader()
         try:
-            k = state.load(reader, engine=params.get("engine") or "typed", stats=stats)
+            k = state.load(reader, engine=params.get("engine") or None, stats=stats)
         finally:
             close = getattr(reader, "close", None)
             if close is not None:
@@ -416,7 +416,7 @@ class Host:
         from ckpt import state, statefile
 
         k = self.kernel
-        engine = params.get("engine") or "typed"
+        engine = params.get("engine") or state.default_engine()
         was_running = not self.frozen
         leave_running = bool(params.get("leave_running"))
         cpu0 = self_cpu_usec()

@@ -42,30 +42,21 @@ E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY = range(5)
 _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
 _NONE = frozenset({type(None)})
 
-# The typed engine of format version 1 re-saves a whole graph in "tagged" mode when a
-# scalar slot misfits; version 2 escapes that one slot.  The native engine follows
-# whichever this checkout has: these are the only places that differ.
-_V1 = hasattr(typed, "NeedsTagged")
-
-
 def _typed_save_source(sch: Schema) -> tuple[str, dict, str]:
-    return codegen.build_save(sch, False) if _V1 else codegen.build_save(sch)
+    return codegen.build_save(sch)
 
 
 def _emit_field(src: Any, spec: Any) -> None:
-    if _V1:
-        codegen._emit_save_field(src, spec, spec.index, False)
-    else:
-        codegen._emit_save_field(src, spec, spec.index)
+    codegen._emit_save_field(src, spec, spec.index)
 
 
 def _fast_types(tag: K) -> frozenset:
     """Exact types a scalar slot takes as is on the fast path (a subset of what fits)."""
-    return codegen.OK_TYPES[tag] if _V1 else codegen._FAST_SETS[tag]
+    return codegen._FAST_SETS[tag]
 
 
 def _save_ctx(walk: Any, hooked: set[int]) -> Any:
-    return typed.SaveCtx(walk, False, hooked) if _V1 else typed.SaveCtx(walk)
+    return typed.SaveCtx(walk)
 
 
 def _load_core() -> tuple[Any, str]:
@@ -273,27 +264,11 @@ def _enum_plan(cls: type) -> str:
 _encode = msgspec.msgpack.Encoder().encode
 
 
-_RESAVE = (typed.NeedsTagged, OverflowError) if _V1 else ()
-
-
 def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
-    """The framed stream, its object count and its type count.
-
-    When a scalar slot holds a value MessagePack would change, the typed engine's
-    slot code raises ``NeedsTagged`` (or msgspec ``OverflowError``), and the graph is
-    saved again in the typed engine's tagged mode, as ``api`` does for ``typed``.
-    """
-    hooked: set[int] = set()
-    try:
-        return _save(root, stats, hooked)
-    except _RESAVE:
-        if stats is not None:
-            stats.__init__()
-        payload, walk = typed.save(root, stats, tagged=True, hooked=hooked)
-        data = w.frame(payload)
-        counts = (len(walk.objects) - 1, len(walk.types))
-        walk.release()
-        return data, *counts
+    """The framed stream, its object count and its type count.  A value that does not
+    fit its slot is escaped in that slot by typed's own slot code (format version 2),
+    so nothing is ever saved twice."""
+    return _save(root, stats, set())
 
 
 def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
@@ -416,10 +391,7 @@ def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -
     the expression is wrapped as ``codegen.build_load`` wraps it for such a type.
     """
     sch = plan.schema
-    if _V1:
-        source, globs, _ = codegen.build_load(plan, w.COMPACT, False)
-    else:
-        source, globs, _ = codegen.build_load(plan, w.COMPACT, False, checked)
+    source, globs, _ = codegen.build_load(plan, w.COMPACT, False, checked)
     lines = source.splitlines()
     end = next(i for i, line in enumerate(lines) if line.strip().startswith("for __ckpt_obj"))
     src = codegen._Source()

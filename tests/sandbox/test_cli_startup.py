@@ -49,7 +49,6 @@ def imported(tmp_path: Path, *args: str) -> set[str]:
         ("kill", "ghost"),
         ("delete", "ghost"),
         ("template", "status"),
-        ("--version",),
     ],
 )
 def test_lifecycle_commands_import_no_rendering_or_engine(tmp_path: Path, args: tuple) -> None:
@@ -161,3 +160,16 @@ def test_importing_ckpt_as_a_library_leaves_bytecode_settings_alone() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
     )
     assert proc.stdout.split() == ["None", "True"]
+
+
+def test_version_says_whether_the_native_engine_is_there() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first.startswith("ckpt ")
+    from ckpt.state import native_status
+
+    ok, why = native_status()
+    assert second == f"native engine: {'available' if ok else 'unavailable'} ({why})"
