@@ -42,6 +42,7 @@ E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY = range(5)
 _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
 _NONE = frozenset({type(None)})
 
+
 def _typed_save_source(sch: Schema) -> tuple[str, dict, str]:
     return codegen.build_save(sch)
 
