@@ -238,7 +238,7 @@ def render_sizes(sizes: dict[str, dict[str, float]]) -> Any:
 
     table = Table(title="checkpoint of idle nginx (written once per engine), bytes")
     keys = ["state-file-B", "pages-file-B", "pages-metadata-B", "encoded-kernel-B", "objects"]
-    heads = ["checkpoint.img", "pages.img", "pages_meta.img", "stream (raw)", "objects"]
+    heads = ["checkpoint.img", "pages.img", "page meta", "stream (raw)", "objects"]
     table.add_column("engine")
     for head in heads:  # short headers: the table fits 80 columns
         table.add_column(head, justify="right", overflow="fold")
