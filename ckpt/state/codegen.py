@@ -206,7 +206,8 @@ def build_save(sch: Schema) -> tuple[str, dict, str]:
     for spec in sch.fields:
         _emit_save_field(src, spec, spec.index)
         outs.append(f"_e{spec.index}")
-    src.add(2, f"__ckpt_rows_append([{', '.join(outs)}])")
+    # A row is a tuple (MessagePack writes it as the same array, and it is smaller).
+    src.add(2, f"__ckpt_rows_append(({''.join(o + ', ' for o in outs)}))")
     return src.text(), src.globs, fname
 
 

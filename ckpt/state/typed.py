@@ -25,6 +25,7 @@ from ckpt.state.schema import Schema, schema_of
 from ckpt.state.stats import Stats, setup_timer
 
 ENGINE = "typed"
+CHUNK = 4096  # objects per generated-save call; their rows are encoded right after
 
 
 class SaveCtx:
@@ -143,36 +144,49 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
     ctx = SaveCtx(walk)
     root_enc = ctx.dyn(root, graph.ROOT_OWNER)
     pending, rows, types = walk.pending, walk.rows, walk.types
+    encoded: list[list[bytes]] = []  # per type: its rows, encoded chunk by chunk
+    counts: list[int] = []
     savers: list = []
     progressed = True
     while progressed:
         progressed = False
         t = 0
         while t < len(types):
-            batch = pending[t]
-            if batch:
-                # The generated loop iterates the pending list itself, so objects of
-                # this type discovered meanwhile (a chain) are handled in the same call.
+            queue = pending[t]
+            if queue:
                 while len(savers) <= t:
                     entry = types[len(savers)]
                     savers.append(saver(entry) if isinstance(entry, Schema) else None)
-                done = len(rows[t])
+                    encoded.append([])
+                    counts.append(0)
                 ctx.current = t
-                try:
-                    if stats is None:
-                        savers[t](batch, rows[t].append, ctx)
-                    else:
-                        start, setup = stats.clock(), stats.setup_clock()
-                        savers[t](batch, rows[t].append, ctx)
-                        stats.add_timed(types[t].name, start, setup, len(batch))
-                except StateError as exc:
-                    # The batch stopped at the object whose row is missing: name its field.
-                    raise StateError(
-                        f"{_where(types[t], batch[len(rows[t]) - done])}{exc}"
-                    ) from exc
+                # Chunks of the queue: objects of this type discovered meanwhile join its
+                # end and are taken by a later chunk.  Each chunk's rows are encoded and
+                # dropped at once, so the walk never holds the whole graph's rows.
+                pos = 0
+                while pos < len(queue):
+                    chunk = queue[pos : pos + CHUNK]
+                    pos += len(chunk)
+                    out = rows[t]
+                    try:
+                        if stats is None:
+                            savers[t](chunk, out.append, ctx)
+                        else:
+                            start, setup = stats.clock(), stats.setup_clock()
+                            savers[t](chunk, out.append, ctx)
+                            stats.add_timed(types[t].name, start, setup, len(chunk))
+                    except StateError as exc:
+                        # The chunk stopped at the object whose row is missing.
+                        raise StateError(f"{_where(types[t], chunk[len(out)])}{exc}") from exc
+                    encoded[t].append(w.array_body(out))
+                    counts[t] += len(out)
+                    out.clear()
                 pending[t] = []
                 progressed = True
             t += 1
+    for t in range(len(types)):
+        rows[t] = w.array_of(counts[t], encoded[t]) if t < len(encoded) else []
+    encoded.clear()
     return walk.payload(ENGINE, w.COMPACT, root, root_enc), walk
 
 

@@ -74,6 +74,27 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 
 
+def array_body(rows: list) -> bytes:
+    """The MessagePack encoding of ``rows`` without its array header: the elements'
+    encodings back to back, so chunks can be joined under one header (``array_of``)."""
+    data = _encoder.encode(rows)
+    first = data[0]
+    skip = 1 if first & 0xF0 == 0x90 else 3 if first == 0xDC else 5
+    return data[skip:]
+
+
+def array_of(count: int, bodies: list[bytes]) -> msgspec.Raw:
+    """An encoded array of ``count`` elements from chunks made by ``array_body``; the
+    stream holds exactly what encoding the whole list at once would have written."""
+    if count < 16:
+        head = bytes([0x90 | count])
+    elif count < 1 << 16:
+        head = struct.pack(">BH", 0xDC, count)
+    else:
+        head = struct.pack(">BI", 0xDD, count)
+    return msgspec.Raw(head + b"".join(bodies))
+
+
 def frame(payload: Any) -> bytes:
     """Encode the top-level array and wrap it in the checked frame."""
     body = _encoder.encode(payload)
