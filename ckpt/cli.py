@@ -76,6 +76,11 @@ def note(text: str) -> None:
     sys.stderr.write(f"note: {text}\n")
 
 
+JsonDocOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+]
+
+
 class Globals:
     """Options given before the command, shared by every command."""
 
@@ -226,9 +231,7 @@ def bench_state(
     quick: Annotated[
         bool, typer.Option("--quick", help="A short run: --count 3, no memory pass.")
     ] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
+    json_out: JsonDocOpt = False,
     go: Annotated[
         bool, typer.Option("--go/--no-go", help="Print Go benchmark lines for benchstat.")
     ] = True,
@@ -261,8 +264,6 @@ def bench_state(
 
 # --- statefile commands (ckpt/statefile) ------------------------------------------
 
-SfJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
-
 
 @inspect_app.command("statefile")
 def inspect_statefile_cmd(
@@ -277,7 +278,7 @@ def inspect_statefile_cmd(
     verify: Annotated[
         bool, typer.Option("--verify", help="Decode every record and check every page.")
     ] = False,
-    json_out: SfJson = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """Show an image: header, metadata, integrity, type table, pages, objects."""
     import json as _json
@@ -314,7 +315,7 @@ def bench_statefile_cmd(
     workdir: Annotated[
         Path | None, typer.Option("--dir", help="Where to write files (default: temp dir).")
     ] = None,
-    json_out: SfJson = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """Image write/read MB/s and CPU vs a plain file copy; zero-page cost."""
     import json as _json
@@ -347,9 +348,7 @@ def bench_cgroup_stat(
     batch: Annotated[
         int, typer.Option("--batch", help="stat() calls per timed sample (figures are per call).")
     ] = 200,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """cgroup stat(): the lean reader against a naive one, on a live process's real cgroup.
 
@@ -389,9 +388,7 @@ def bench_checkpointfile_cmd(
     memory: Annotated[
         bool, typer.Option("--memory/--no-memory", help="Measure peak traced memory.")
     ] = True,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """Decode and re-encode an idle nginx kernel from its image, typed vs reflect;
     and files:N save/load with per-type stats on vs off (seed 001)."""
@@ -438,9 +435,7 @@ def bench_lifecycle_cmd(
         str | None,
         typer.Option("--commands", help="Only these (run,checkpoint,restore,state)."),
     ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """Each CLI command timed as a whole process, exec to exit, against `python -c pass`.
 
@@ -474,9 +469,7 @@ def bench_load_cmd(
     modes: Annotated[
         str, typer.Option("--modes", help="template, cold, or both (comma-separated).")
     ] = "template,cold",
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """Real HTTP clients keep an http sandbox busy across checkpoint/restore cycles.
 
@@ -520,9 +513,7 @@ def bench_scale_cmd(
         Path | None,
         typer.Option("--plot", help="Also draw cost against size to FILE.png (needs [plot])."),
     ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-    ] = False,
+    json_out: JsonDocOpt = False,
 ) -> None:
     """Checkpoint and restore cost against object count and memory size, real sandboxes."""
     import json as _json
