@@ -337,6 +337,9 @@ def run(
     try:
         points = [measure(w, count, root, base, say) for w in workloads]
     finally:
+        from ckpt.sandbox import template_client
+
+        template_client.stop(root.path)  # restores fork from it; it must not outlive us
         if own:
             shutil.rmtree(base, ignore_errors=True)
     return {"points": points, "summary": summarize(points), "machine": machine_info()}
