@@ -235,11 +235,11 @@ def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
         for fd in spec["cgroup_fds"]:  # first of all: every instruction from here is charged
             os.write(fd, b"0")
         os.setsid()  # its own session: a signal to the template's group never reaches it
-        os.write(spec["pid_w"], b"joined")
+        os.write(spec["joined_w"], b"joined")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _close_all([*keep_out, spec["pid_w"]])
+        _close_all([*keep_out, spec["joined_w"]])
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(spec["log_fd"], 1)
@@ -520,19 +520,22 @@ class Template:
     def _spawn(self, spec: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
         sys.stderr.flush()
         keep_out = [conn.fileno(), self.listener.fileno()] if self.listener else [conn.fileno()]
-        pid_r, spec["pid_w"] = os.pipe()
+        joined_r, spec["joined_w"] = os.pipe()
         spec["template_socket"] = self.sock_path
         try:
             pid = os.fork()
-            if pid == 0:
-                os.close(pid_r)
-                _become_sandbox(spec, keep_out)
-            os.close(spec["pid_w"])
-            joined = os.read(pid_r, 32)  # "joined", or nothing if the child died first
+        except BaseException:
+            os.close(spec["joined_w"])
+            os.close(joined_r)
+            raise
+        if pid == 0:
+            os.close(joined_r)
+            _become_sandbox(spec, keep_out)
+        os.close(spec["joined_w"])  # once, so no later descriptor of that number is hit
+        try:
+            joined = os.read(joined_r, 32)  # "joined", or nothing if the child died first
         finally:
-            os.close(pid_r)
-            with contextlib.suppress(OSError):
-                os.close(spec["pid_w"])
+            os.close(joined_r)
         if joined != b"joined":
             os.waitpid(pid, 0)
             raise Refused("the forked sandbox could not join its cgroup or detach")
