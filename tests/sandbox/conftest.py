@@ -7,9 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -136,3 +137,19 @@ def quota_allowed() -> tuple[bool, str]:
         return cgroups.available_for_quota()
     except (ImportError, AttributeError) as exc:
         return False, f"ckpt.cgroups not available: {exc}"
+
+
+@pytest.fixture
+def tcli(cli: Cli) -> Cli:
+    """``cli`` with the template enabled whatever the caller's environment says."""
+    for key in ("CKPT_TEMPLATE", "CKPT_TEMPLATE_IDLE_S", "CKPT_HOLD_TIMEOUT_S"):
+        cli.env.pop(key, None)
+    return cli
+
+
+@pytest.fixture
+def clients() -> Iterator[Callable[[int], Any]]:
+    """Opens hand-read HTTP clients (``handover_kit.Client``); closes them at the end."""
+    from .handover_kit import client_pool
+
+    yield from client_pool()

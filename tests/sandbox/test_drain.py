@@ -10,20 +10,17 @@ Every request goes to 127.0.0.1; every wait is bounded; no test asserts a timing
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .conftest import Cli
-from .test_handover import (
+from .handover_kit import (
     HOST,
     WAIT_S,
-    Client,
     busy_with,
     checkpoint,
-    client_pool,
     error_line,
     free_port,
     held,
@@ -32,20 +29,9 @@ from .test_handover import (
     sid,
     start_template,
     wait_for,
-    with_template,
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def tcli(cli: Cli) -> Cli:
-    return with_template(cli)
-
-
-@pytest.fixture
-def clients() -> Iterator[Callable[[int], Client]]:
-    yield from client_pool()
 
 
 HALF = f"GET /half HTTP/1.1\r\nHost: {HOST}\r\n".encode()  # the blank line is missing

@@ -23,13 +23,11 @@ import pytest
 from ckpt.sandbox import template_client
 
 from .conftest import Cli, sandbox_processes
-from .test_handover import (
+from .handover_kit import (
     HOST,
     WAIT_S,
-    Client,
     bindable,
     checkpoint,
-    client_pool,
     free_port,
     held,
     restore,
@@ -39,20 +37,9 @@ from .test_handover import (
     steady_fds,
     tcp_sockets,
     wait_for,
-    with_template,
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def tcli(cli: Cli) -> Cli:
-    return with_template(cli)
-
-
-@pytest.fixture
-def clients() -> Iterator[Callable[[int], Client]]:
-    yield from client_pool()
 
 
 # -- CKPT_HOLD_TIMEOUT_S ---------------------------------------------------------------
