@@ -37,6 +37,7 @@ import fcntl
 import gc
 import json
 import os
+import selectors
 import signal
 import socket
 import stat
@@ -56,6 +57,7 @@ IDLE_DEFAULT_S = 1800.0
 HOLD_DEFAULT_S = 600.0
 LOCK_WAIT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
+MAX_INCOMING = 64  # requests still arriving, read side by side; past it the oldest goes
 
 
 def log(msg: str) -> None:
@@ -107,37 +109,43 @@ def _peer(conn: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _receive(conn: socket.socket) -> tuple[bytes, list[int]]:
-    """One request line and the descriptors that came with it (all of them, always).
+class Incoming:
+    """A connection whose request line is still arriving.
 
-    The whole request must arrive within REQUEST_TIMEOUT_S: a client trickling a byte
-    at a time cannot hold the (single-threaded) template longer than that."""
-    fds: list[int] = []
-    buf = bytearray()
-    space = socket.CMSG_SPACE(proto.MAX_FDS * array.array("i").itemsize)
-    deadline = time.monotonic() + REQUEST_TIMEOUT_S
-    while not buf.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            _close_all(fds)
-            raise Refused(f"the request did not arrive within {REQUEST_TIMEOUT_S:g} s")
-        conn.settimeout(left)
-        data, ancdata, flags, _ = conn.recvmsg(65536, space)
+    Every connection is read as its bytes come, beside all others, so a client that
+    sends half a request (or a byte now and then) delays nobody: each has its own
+    deadline, REQUEST_TIMEOUT_S for the whole request."""
+
+    def __init__(self, conn: socket.socket, peer_pid: int) -> None:
+        self.conn = conn
+        self.peer_pid = peer_pid
+        self.deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        self.buf = bytearray()
+        self.fds: list[int] = []
+
+    def read_some(self) -> bool:
+        """Take what has arrived; True once the request line (or EOF) is in."""
+        space = socket.CMSG_SPACE(proto.MAX_FDS * array.array("i").itemsize)
+        try:
+            data, ancdata, flags, _ = self.conn.recvmsg(65536, space)
+        except (BlockingIOError, InterruptedError):
+            return False
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 got = array.array("i")
                 got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
-                fds.extend(got)
+                self.fds.extend(got)
         if flags & socket.MSG_CTRUNC:
-            _close_all(fds)
             raise Refused("too many descriptors")
-        if not data:
-            break
-        buf += data
-        if len(buf) > proto.MAX_REQUEST:
-            _close_all(fds)
+        self.buf += data
+        if len(self.buf) > proto.MAX_REQUEST:
             raise Refused("request too large")
-    return bytes(buf), fds
+        return not data or self.buf.endswith(b"\n")
+
+    def close(self) -> None:
+        _close_all(self.fds)
+        self.fds = []
+        self.conn.close()
 
 
 def _close_all(fds: list[int]) -> None:
@@ -277,7 +285,8 @@ def _max_fd() -> int:
 
 
 class Template:
-    """The serving loop: one request at a time, on one thread."""
+    """The serving loop on one thread: requests are read side by side as their bytes
+    arrive, and each complete one is handled at once, one at a time."""
 
     def __init__(self, root: str, sock_path: str, version: str) -> None:
         self.root = root
@@ -352,32 +361,127 @@ class Template:
 
     def serve(self) -> None:
         assert self.listener is not None
-        self.listener.settimeout(POLL_S)
-        while self.running:
+        self.listener.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ, None)
+        incoming: dict[int, Incoming] = {}
+        next_check = time.monotonic() + POLL_S
+        try:
+            while self.running:
+                due = min([next_check, *(i.deadline for i in incoming.values())])
+                for key, _ in sel.select(max(0.0, due - time.monotonic())):
+                    if key.data is None:
+                        self._accept(sel, incoming)
+                    else:
+                        self._readable(sel, incoming, key.data)
+                    if not self.running:
+                        return
+                self._expire_incoming(sel, incoming)
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + POLL_S
+                    if self._should_exit():
+                        return
+        finally:
+            for inc in incoming.values():
+                inc.close()
+            sel.close()
+
+    def _should_exit(self) -> bool:
+        """The checks of a quiet moment: reap, expire holds, and whether to go."""
+        self._reap()
+        self._expire_holds()
+        if not self.still_ours():
+            log("socket removed or replaced: exiting")
+            return True
+        if self.stale and not self.held:
+            log("a newer ckpt is in use and nothing is held: exiting")
+            return True
+        if time.monotonic() - self.last_request > self.idle_s and not self.held:
+            log(f"idle for {self.idle_s:g} s: exiting")
+            self.close()
+            return True
+        return False
+
+    def _accept(self, sel: selectors.BaseSelector, incoming: dict[int, Incoming]) -> None:
+        assert self.listener is not None
+        while True:
             try:
                 conn, _ = self.listener.accept()
-            except TimeoutError:
-                self._reap()
-                self._expire_holds()
-                if not self.still_ours():
-                    log("socket removed or replaced: exiting")
-                    return
-                if self.stale and not self.held:
-                    log("a newer ckpt is in use and nothing is held: exiting")
-                    return
-                if time.monotonic() - self.last_request > self.idle_s and not self.held:
-                    log(f"idle for {self.idle_s:g} s: exiting")
-                    self.close()
-                    return
-                continue
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError as exc:
                 log(f"accept failed: {exc}; exiting")
+                self.running = False
                 return
             self.last_request = time.monotonic()
-            with conn:
-                self._handle(conn)
-            self._reap()
-            self._expire_holds()  # steady traffic must not keep a hold alive
+            try:
+                peer_pid, peer_uid = _peer(conn)
+                if peer_uid != os.getuid():
+                    raise Refused("requests are accepted from this template's own user only")
+            except Refused as exc:
+                self._refuse(conn, exc)
+                conn.close()
+                continue
+            except OSError:
+                conn.close()
+                continue
+            if len(incoming) >= MAX_INCOMING:  # a flood: the oldest waiter goes
+                oldest = min(incoming.values(), key=lambda i: i.deadline)
+                self._refuse(
+                    oldest.conn,
+                    Refused(f"more than {MAX_INCOMING} requests arriving at once; try again"),
+                )
+                self._drop(sel, incoming, oldest)
+            conn.setblocking(False)
+            incoming[conn.fileno()] = inc = Incoming(conn, peer_pid)
+            sel.register(conn, selectors.EVENT_READ, inc)
+
+    def _readable(
+        self, sel: selectors.BaseSelector, incoming: dict[int, Incoming], inc: Incoming
+    ) -> None:
+        try:
+            complete = inc.read_some()
+        except Refused as exc:
+            complete = False
+            self._refuse(inc.conn, exc)
+            self._drop(sel, incoming, inc)
+        except OSError as exc:
+            complete = False
+            log(f"request failed: {exc!r}")
+            self._drop(sel, incoming, inc)
+        if not complete:
+            return
+        sel.unregister(inc.conn)
+        del incoming[inc.conn.fileno()]
+        inc.conn.setblocking(True)
+        inc.conn.settimeout(REQUEST_TIMEOUT_S)  # for the reply
+        fds, inc.fds = inc.fds, []
+        with inc.conn:
+            self._handle(inc.conn, inc.peer_pid, bytes(inc.buf), fds)
+        self._reap()
+        self._expire_holds()  # steady traffic must not keep a hold alive
+
+    def _expire_incoming(self, sel: selectors.BaseSelector, incoming: dict[int, Incoming]) -> None:
+        now = time.monotonic()
+        for inc in [i for i in incoming.values() if i.deadline <= now]:
+            self._refuse(
+                inc.conn, Refused(f"the request did not arrive within {REQUEST_TIMEOUT_S:g} s")
+            )
+            self._drop(sel, incoming, inc)
+
+    def _drop(
+        self, sel: selectors.BaseSelector, incoming: dict[int, Incoming], inc: Incoming
+    ) -> None:
+        sel.unregister(inc.conn)
+        del incoming[inc.conn.fileno()]
+        inc.close()
+
+    def _refuse(self, conn: socket.socket, exc: Refused) -> None:
+        self.refused += 1
+        log(f"refused: {exc}")
+        with contextlib.suppress(OSError):
+            conn.setblocking(False)  # a refusal is one small line: never wait to send it
+        _send(conn, {"ok": False, "error": str(exc)})
 
     def _reap(self) -> None:
         while True:
@@ -388,14 +492,8 @@ class Template:
             if pid == 0:
                 return
 
-    def _handle(self, conn: socket.socket) -> None:
-        fds: list[int] = []
+    def _handle(self, conn: socket.socket, peer_pid: int, line: bytes, fds: list[int]) -> None:
         try:
-            conn.settimeout(REQUEST_TIMEOUT_S)
-            peer_pid, peer_uid = _peer(conn)
-            if peer_uid != os.getuid():
-                raise Refused("requests are accepted from this template's own user only")
-            line, fds = _receive(conn)
             try:
                 req = json.loads(line)
             except ValueError:
@@ -430,9 +528,7 @@ class Template:
                 self._release(sandbox_id)
             self.after_send = []
         except Refused as exc:
-            self.refused += 1
-            log(f"refused: {exc}")
-            _send(conn, {"ok": False, "error": str(exc)})
+            self._refuse(conn, exc)
         except (OSError, TimeoutError) as exc:
             log(f"request failed: {exc!r}")
         finally:

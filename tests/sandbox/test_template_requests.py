@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ckpt.sandbox import template_client
+from ckpt.sandbox import template, template_client
 from ckpt.sandbox import template_proto as proto
 from ckpt.sandbox.paths import Root
 
@@ -538,11 +538,41 @@ def test_a_silent_connection_does_not_stop_the_template_serving(tpl: Tpl) -> Non
         silent.sendall(b'{"op": "sta')  # half a request, then nothing
         reply = template_client._request(tpl.root, {"op": "status"}, timeout=WAIT_S)
         assert reply["ok"] is True and reply["result"]["pid"] == before["pid"]
+        # Answered beside the silent one, not after giving up on it: that one has had
+        # no refusal yet (its deadline has not passed).
+        silent.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            silent.recv(65536)
+        silent.setblocking(True)
         silent.settimeout(WAIT_S)
         last = silent.recv(65536)  # the template gave up on it: hung up, or refused
         assert last == b"" or json.loads(last)["ok"] is False, last
     finally:
         silent.close()
+    nothing_started(tpl, None, before, refused=None)
+
+
+def test_a_flood_of_silent_connections_cannot_lock_out_a_real_request(tpl: Tpl) -> None:
+    """More half-sent requests than the template reads at once: the oldest are refused
+    to make room, so a real request is still answered while the flood hangs."""
+    before = tpl.status()
+    extra = 8
+    socks = []
+    try:
+        for _ in range(template.MAX_INCOMING + extra):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(tpl.sock)
+            s.sendall(b'{"op": ')
+            socks.append(s)
+        reply = template_client._request(tpl.root, {"op": "status"}, timeout=WAIT_S)
+        assert reply["ok"] is True and reply["result"]["pid"] == before["pid"]
+        for s in socks[:extra]:  # accepted first, so made room first
+            s.settimeout(WAIT_S)
+            got = json.loads(s.recv(65536))
+            assert got["ok"] is False and "arriving at once" in got["error"], got
+    finally:
+        for s in socks:
+            s.close()
     nothing_started(tpl, None, before, refused=None)
 
 
