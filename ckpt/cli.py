@@ -32,6 +32,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain help text: paragraphs refold to the terminal, "[x]" stays
 )
 bench_app = typer.Typer(help="Benchmark suites (rich table, --json, Go benchmark lines).")
 inspect_app = typer.Typer(help="Show what an image holds.")
