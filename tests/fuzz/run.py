@@ -1,0 +1,83 @@
+"""Coverage-guided fuzzing of one target with atheris (libFuzzer driving Python coverage).
+
+    python -m tests.fuzz.run TARGET [--work DIR] [-- LIBFUZZER_FLAGS...]
+
+TARGET is ``state`` or ``statefile`` (``tests/fuzz/targets.py``).  The ckpt modules and
+the target are imported under ``atheris.instrument_imports``, so libFuzzer sees Python
+line and branch coverage; the native engine's C code has none (gcc cannot add
+libFuzzer's), see README.md.  The corpus starts from seeds generated now from real
+streams and images (``seeds.py``), the committed corpus and the committed crash inputs;
+what libFuzzer finds interesting is written to ``WORK/corpus``, findings to
+``WORK/artifacts``.  A finding prints the input, then libFuzzer stops with a non-zero
+exit.  Flags after ``--`` go to libFuzzer as they are (``-max_total_time=60``,
+``-runs=100000``, ``-jobs=2``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_FLAGS = [
+    "-timeout=20",  # seconds per input: a hang is a finding
+    "-rss_limit_mb=3072",  # a huge allocation claimed by a small input is a finding
+    "-max_len=65536",
+    "-print_final_stats=1",
+]
+
+
+def describe(data: bytes, limit: int = 4096) -> str:
+    """The input as a Python bytes literal (cut at ``limit``), for the CI log."""
+    shown = repr(data[:limit])
+    more = f" ... ({len(data)} bytes in all)" if len(data) > limit else f" ({len(data)} bytes)"
+    return shown + more
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1 :]
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__)
+    parser.add_argument("target", choices=("state", "statefile"))
+    parser.add_argument("--work", type=Path, help="corpus and artifacts (default: a temp dir)")
+    args = parser.parse_args(argv)
+
+    import atheris
+
+    with atheris.instrument_imports(include=["ckpt", "tests"]):
+        from . import seeds, targets
+
+    work = args.work or Path(tempfile.mkdtemp(prefix=f"ckpt-fuzz-{args.target}-"))
+    corpus, artifacts, seed_dir = work / "corpus", work / "artifacts", work / "seeds"
+    for d in (corpus, artifacts):
+        d.mkdir(parents=True, exist_ok=True)
+    n = seeds.write_seeds(args.target, seed_dir)
+    dirs = [corpus, seed_dir]
+    dirs += [
+        p for p in (HERE / "corpus" / args.target, HERE / "crashes" / args.target) if p.is_dir()
+    ]
+    print(f"fuzz {args.target}: {n} generated seeds, corpus in {corpus}", file=sys.stderr)
+
+    target = targets.TARGETS[args.target]
+
+    def one_input(data: bytes) -> None:
+        try:
+            target(data)
+        except targets.Finding as exc:
+            print(f"\nfuzz {args.target}: FINDING: {exc}", file=sys.stderr)
+            print(f"fuzz {args.target}: input: {describe(data)}", file=sys.stderr)
+            raise
+
+    flags = [*DEFAULT_FLAGS, f"-artifact_prefix={artifacts}/", *extra]
+    atheris.Setup([sys.argv[0], *flags, *map(str, dirs)], one_input)
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
