@@ -16,6 +16,7 @@ exit.  Flags after ``--`` go to libFuzzer as they are (``-max_total_time=60``,
 from __future__ import annotations
 
 import argparse
+import ctypes
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +35,53 @@ def describe(data: bytes, limit: int = 4096) -> str:
     shown = repr(data[:limit])
     more = f" ... ({len(data)} bytes in all)" if len(data) > limit else f" ({len(data)} bytes)"
     return shown + more
+
+
+_PC_TABLES: dict[str, ctypes.Array] = {}
+
+
+def _libfuzzer() -> ctypes.CDLL | None:
+    """The libFuzzer that atheris loaded (its core module), for its coverage entry points."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.rstrip("\n").split(maxsplit=5)[-1]
+            if "atheris/core_with_libfuzzer" in path:
+                return ctypes.CDLL(path)
+    return None
+
+
+def register_native_coverage() -> str:
+    """Hand libFuzzer the native core's edge counters, if it was built with them.
+
+    ``.ci/fuzz.sh`` builds ``_native.c`` with gcc ``-fsanitize-coverage=trace-pc`` and
+    links ``gcc_cov.c``, which counts edges into ``ckpt_cov_counters``; registered here
+    as an inline 8-bit counter region, they guide libFuzzer like clang's would.  Returns
+    what was done, for the log.
+    """
+    from ckpt.state import native
+
+    core = getattr(native, "_core", None)
+    if core is None:
+        return "native C coverage: none (the native core is not built)"
+    lib = ctypes.CDLL(core.__file__)
+    try:
+        size = ctypes.c_uint32.in_dll(lib, "ckpt_cov_size").value
+    except ValueError:
+        return "native C coverage: none (core built without gcc trace-pc; see README)"
+    fuzzer = _libfuzzer()
+    if fuzzer is None:
+        return "native C coverage: none (atheris runs without its libFuzzer core)"
+    start = ctypes.addressof((ctypes.c_uint8 * size).in_dll(lib, "ckpt_cov_counters"))
+    fuzzer.__sanitizer_cov_8bit_counters_init(ctypes.c_void_p(start), ctypes.c_void_p(start + size))
+    # A PC table (one made-up PC per counter, flags 0) so libFuzzer's "cov:" counts the
+    # C edges too; without one it shows only "ft:".  Kept alive for the process.
+    table = _PC_TABLES.setdefault("native", (ctypes.c_size_t * (2 * size))())
+    table[0::2] = range(start, start + size)
+    base = ctypes.addressof(table)
+    fuzzer.__sanitizer_cov_pcs_init(
+        ctypes.c_void_p(base), ctypes.c_void_p(base + ctypes.sizeof(table))
+    )
+    return f"native C coverage: {size} edge counters from gcc trace-pc"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
 
     target = targets.TARGETS[args.target]
 
+    registered = []
+
     def one_input(data: bytes) -> None:
+        if not registered:  # atheris loads libFuzzer only once Fuzz() runs
+            registered.append(True)
+            print(f"fuzz {args.target}: {register_native_coverage()}", file=sys.stderr)
         try:
             target(data)
         except targets.Finding as exc:
