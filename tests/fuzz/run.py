@@ -1,13 +1,13 @@
 """Coverage-guided fuzzing of one target with atheris (libFuzzer driving Python coverage).
 
-    python -m tests.fuzz.run TARGET [--work DIR] [-- LIBFUZZER_FLAGS...]
+    python -m tests.fuzz.run TARGET [CORPUS_DIR...] [--work DIR] [-- LIBFUZZER_FLAGS...]
 
 TARGET is ``state`` or ``statefile`` (``tests/fuzz/targets.py``).  The ckpt modules and
 the target are imported under ``atheris.instrument_imports``, so libFuzzer sees Python
 line and branch coverage; the native engine's C code has none (gcc cannot add
 libFuzzer's), see README.md.  The corpus starts from seeds generated now from real
-streams and images (``seeds.py``), the committed corpus and the committed crash inputs;
-what libFuzzer finds interesting is written to ``WORK/corpus``, findings to
+streams and images (``seeds.py``), the committed corpus and crash inputs, and any
+CORPUS_DIR given (an earlier run's, to go on from it); what libFuzzer finds interesting is written to ``WORK/corpus``, findings to
 ``WORK/artifacts``.  A finding prints the input, then libFuzzer stops with a non-zero
 exit.  Flags after ``--`` go to libFuzzer as they are (``-max_total_time=60``,
 ``-runs=100000``, ``-jobs=2``...).
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, extra = argv[:at], argv[at + 1 :]
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__)
     parser.add_argument("target", choices=("state", "statefile"))
+    parser.add_argument("dirs", nargs="*", type=Path, help="more corpus directories to read")
     parser.add_argument("--work", type=Path, help="corpus and artifacts (default: a temp dir)")
     args = parser.parse_args(argv)
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in (corpus, artifacts):
         d.mkdir(parents=True, exist_ok=True)
     n = seeds.write_seeds(args.target, seed_dir)
-    dirs = [corpus, seed_dir]
+    dirs = [corpus, seed_dir, *args.dirs]
     dirs += [
         p for p in (HERE / "corpus" / args.target, HERE / "crashes" / args.target) if p.is_dir()
     ]

@@ -49,6 +49,13 @@ DIFF_PAIRS = (
     if _DIFF == "all"
     else {("typed", "native")}
 )
+# The engines the state target loads with: all by default; CKPT_FUZZ_ENGINES=native (a
+# comma-separated list) focuses a run on some, e.g. on the C core, three times faster.
+ENGINES = tuple(e for e in os.environ.get("CKPT_FUZZ_ENGINES", "").split(",") if e) or (
+    state.ENGINES
+)
+if not set(ENGINES) <= set(state.ENGINES):
+    raise SystemExit(f"CKPT_FUZZ_ENGINES={','.join(ENGINES)}: choose from {state.ENGINES}")
 KEY = b"fuzz-key-0123456789abcdef-fuzz-key"  # the key the keyed seed images are sealed with
 MAX_PAGES_READ = 64  # pages read back per input: enough for the seeds, bounded for a hostile one
 _LEN = struct.Struct("<I")
@@ -93,7 +100,7 @@ def state_target(data: bytes, engines: tuple[str, ...] | None = None) -> None:
     """Load with every engine and inspect; engines that both succeed must agree."""
     stream = state_input(data)
     loaded: list[tuple[str, Any]] = []
-    for engine in engines or state.ENGINES:
+    for engine in engines or ENGINES:
         ok, value = _expect_ckpt_error(
             f"state.loads(engine={engine!r})", lambda e=engine: state.loads(stream, engine=e)
         )
