@@ -113,3 +113,16 @@ def test_statefile_input_layout_round_trips() -> None:
     data = targets.statefile_pack(b"abc", b"", b"xyz")
     assert targets.statefile_unpack(data) == (b"abc", b"", b"xyz")
     assert targets.statefile_unpack(b"\xff\xff") == (b"", b"", b"")  # clamped, never raises
+
+
+@pytest.mark.parametrize("engine", state.ENGINES)
+def test_extension_types_are_refused(engine: str) -> None:
+    """A fuzz finding: a MessagePack extension value loaded as a msgspec Ext object."""
+    import msgspec
+
+    from ckpt.state import wire
+
+    payload = wire.unframe(state.dumps(seeds.Pair(1, [2]), engine="typed"))
+    payload[wire.ROOT] = msgspec.msgpack.Ext(1, b"abcd")
+    with pytest.raises(state.StateError, match="extension value"):
+        state.loads(wire.frame(payload), engine=engine)
