@@ -7,14 +7,19 @@ CkptError, so a fixed finding stays fixed.  A directory with no files skips clea
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from ckpt import state
+from ckpt.state import wire
 
 from . import seeds, targets
 
@@ -118,11 +123,24 @@ def test_statefile_input_layout_round_trips() -> None:
 @pytest.mark.parametrize("engine", state.ENGINES)
 def test_extension_types_are_refused(engine: str) -> None:
     """A fuzz finding: a MessagePack extension value loaded as a msgspec Ext object."""
-    import msgspec
-
-    from ckpt.state import wire
-
     payload = wire.unframe(state.dumps(seeds.Pair(1, [2]), engine="typed"))
     payload[wire.ROOT] = msgspec.msgpack.Ext(1, b"abcd")
     with pytest.raises(state.StateError, match="extension value"):
         state.loads(wire.frame(payload), engine=engine)
+
+
+def test_replay_cli_fails_on_a_finding_and_prints_the_input(tmp_path: Path) -> None:
+    """``python -m tests.fuzz.replay`` (the ASan pass in .ci/fuzz.sh) exits 1 on a finding:
+    the committed reflect-vs-typed input is one once reflect is compared too."""
+    sample = HERE / "corpus" / "state" / "reflect-vs-typed-unflagged-escape"
+    if not sample.is_file():
+        pytest.skip(f"{sample} is missing")
+    root = HERE.parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "tests.fuzz.replay", "state", str(sample)]
+    calm = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert calm.returncode == 0, calm.stderr
+    env["CKPT_FUZZ_DIFF"] = "all"
+    found = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 1, found.stderr
+    assert "FINDING" in found.stderr and "input: b'\\x01" in found.stderr
