@@ -19,7 +19,9 @@ Input layouts (so that mutations reach the decoders behind the checksums):
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import struct
 import tempfile
 import zlib
@@ -156,6 +158,7 @@ def _image_dir() -> Path:
     if _scratch is None:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         _scratch = Path(tempfile.mkdtemp(prefix="ckpt-fuzz-image-", dir=base))
+        atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
     return _scratch
 
 
