@@ -70,8 +70,19 @@ T_VALUE = 9  # payload: [value codec name, [plain items]] (ckpt.state.values)
 INT_MIN = -(1 << 63)
 INT_LIMIT = 1 << 64  # MessagePack holds ints in [INT_MIN, INT_LIMIT)
 
+
+def _no_extensions(code: int, data: memoryview) -> Any:
+    """No engine writes MessagePack extension types: one in a stream is damage or forgery
+    (found by the fuzzer: it loaded as a ``msgspec.msgpack.Ext`` object in a field).
+    Called only when an extension is met, so a sound stream pays nothing."""
+    raise StateError(
+        f"state stream payload holds a MessagePack extension value (type {code}, "
+        f"{len(data)} bytes), which ckpt never writes: the stream is corrupt or forged"
+    )
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder()
+_decoder = msgspec.msgpack.Decoder(ext_hook=_no_extensions)
 
 
 def array_body(rows: list) -> bytes:
