@@ -17,7 +17,7 @@ suffix=$($py -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))
 include=$($py -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=undefined -Wall -I"$include" \
-    ckpt/state/_native.c -o "$work/ckpt/state/_native$suffix"
+    ckpt/state/_native.c ckpt/state/_native_read.c -o "$work/ckpt/state/_native$suffix"
 libasan=$(gcc -print-file-name=libasan.so)
 libubsan=$(gcc -print-file-name=libubsan.so)
 cd "$work"
