@@ -198,22 +198,78 @@ count:
     return 0;
 }
 
-/* Skip n values, iteratively: the pending count never exceeds the bytes that remain. */
+/* Skip n values, iteratively, with the common one-byte headers first.  The pending
+ * count never exceeds the bytes that remain (each pending value needs one), so it
+ * cannot overflow and a count the input cannot hold fails at once. */
 static int rd_skip(Rd *r, Py_ssize_t n)
 {
+    const uint8_t *p = r->p, *end = r->end;
     while (n > 0) {
-        Val v;
-        if (rd_head(r, &v) < 0)
-            return -1;
+        if (p >= end)
+            goto truncated;
+        uint8_t c = *p++;
         n--;
-        if (v.kind == V_ARRAY || v.kind == V_MAP) {
-            Py_ssize_t more = v.kind == V_MAP ? 2 * v.n : v.n;
-            if (more > (r->end - r->p) - n)
-                return rd_fail(r, "truncated (a count runs past the end)");
-            n += more;
+        Py_ssize_t more = 0, len = 0;
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
+            continue;
+        if (c <= 0x8f)
+            more = 2 * (c & 0x0f);
+        else if (c <= 0x9f)
+            more = c & 0x0f;
+        else if (c <= 0xbf)
+            len = c & 0x1f;
+        else {
+            int lb;
+            switch (c) {
+            case 0xcc: case 0xd0: len = 1; break;
+            case 0xcd: case 0xd1: len = 2; break;
+            case 0xca: case 0xce: case 0xd2: len = 4; break;
+            case 0xcb: case 0xcf: case 0xd3: len = 8; break;
+            case 0xd4: len = 2; break;
+            case 0xd5: len = 3; break;
+            case 0xd6: len = 5; break;
+            case 0xd7: len = 9; break;
+            case 0xd8: len = 17; break;
+            case 0xc4: case 0xd9: case 0xc7: lb = 1; goto sized;
+            case 0xc5: case 0xda: case 0xc8: lb = 2; goto sized;
+            case 0xc6: case 0xdb: case 0xc9: lb = 4; goto sized;
+            case 0xdc: lb = 2; goto counted;
+            case 0xdd: lb = 4; goto counted;
+            case 0xde: lb = 2; goto counted;
+            case 0xdf: lb = 4; goto counted;
+            default:
+                r->p = p - 1;
+                return rd_fail(r, "invalid MessagePack byte");
+            }
+            goto advance;
+        sized:
+            if (end - p < lb)
+                goto truncated;
+            len = (Py_ssize_t)be(p, lb) + (c >= 0xc7 && c <= 0xc9); /* ext: + type byte */
+            p += lb;
+            goto advance;
+        counted:
+            if (end - p < lb)
+                goto truncated;
+            more = (Py_ssize_t)be(p, lb) * (c >= 0xde ? 2 : 1);
+            p += lb;
         }
+        if (more) {
+            if (more > (end - p) - n)
+                goto truncated;
+            n += more;
+            continue;
+        }
+    advance:
+        if (len > end - p)
+            goto truncated;
+        p += len;
     }
+    r->p = p;
     return 0;
+truncated:
+    r->p = p;
+    return rd_fail(r, "truncated (a length or count runs past the end)");
 }
 
 /* The value at r->p decoded by msgspec (maps with non-scalar keys, extensions, values
