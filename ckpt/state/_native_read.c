@@ -297,6 +297,18 @@ static inline int is_ext_byte(uint8_t c)
     return (c >= 0xc7 && c <= 0xc9) || (c >= 0xd4 && c <= 0xd8);
 }
 
+/* A string, ASCII the quick way (what msgspec does too), else strict UTF-8. */
+static inline PyObject *rd_str(const uint8_t *data, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (data[i] & 0x80)
+            return PyUnicode_DecodeUTF8((const char *)data, n, NULL);
+    PyObject *u = PyUnicode_New(n, 127);
+    if (u)
+        memcpy(PyUnicode_DATA(u), data, n);
+    return u;
+}
+
 static PyObject *scalar(const Val *v)
 {
     switch (v->kind) {
@@ -313,11 +325,73 @@ static PyObject *scalar(const Val *v)
     case V_FLOAT:
         return PyFloat_FromDouble(v->f);
     case V_STR:
-        return PyUnicode_DecodeUTF8((const char *)v->data, v->n, NULL);
+        return rd_str(v->data, v->n);
     case V_BIN:
         return PyBytes_FromStringAndSize((const char *)v->data, v->n);
     }
     PyErr_SetString(PyExc_SystemError, "ckpt native: not a scalar");
+    return NULL;
+}
+
+/* The common scalars without the general header decoder: a new reference, or NULL
+ * with no error set (and r->p unchanged) for anything else. */
+static inline PyObject *rd_quick(Rd *r)
+{
+    const uint8_t *p = r->p;
+    Py_ssize_t left = r->end - p;
+    if (left <= 0)
+        return NULL;
+    uint8_t c = *p;
+    if (c <= 0x7f) {
+        r->p = p + 1;
+        return PyLong_FromLong(c);
+    }
+    if (c >= 0xe0) {
+        r->p = p + 1;
+        return PyLong_FromLong((int8_t)c);
+    }
+    if (c >= 0xa0 && c <= 0xbf) {
+        Py_ssize_t n = c & 0x1f;
+        if (n >= left)
+            return NULL;
+        r->p = p + 1 + n;
+        return rd_str(p + 1, n);
+    }
+    switch (c) {
+    case 0xc0:
+        r->p = p + 1;
+        Py_RETURN_NONE;
+    case 0xc2:
+        r->p = p + 1;
+        Py_RETURN_FALSE;
+    case 0xc3:
+        r->p = p + 1;
+        Py_RETURN_TRUE;
+    case 0xd9: {
+        if (left < 2 || p[1] > left - 2)
+            return NULL;
+        r->p = p + 2 + p[1];
+        return rd_str(p + 2, p[1]);
+    }
+    case 0xcb: {
+        if (left < 9)
+            return NULL;
+        uint64_t bits = be(p + 1, 8);
+        double d;
+        memcpy(&d, &bits, 8);
+        r->p = p + 9;
+        return PyFloat_FromDouble(d);
+    }
+    case 0xcc:
+    case 0xcd:
+    case 0xce: {
+        int n = 1 << (c - 0xcc);
+        if (left < 1 + n)
+            return NULL;
+        r->p = p + 1 + n;
+        return PyLong_FromUnsignedLong((unsigned long)be(p + 1, n));
+    }
+    }
     return NULL;
 }
 
@@ -326,6 +400,9 @@ static PyObject *scalar(const Val *v)
 static PyObject *rd_obj(Rd *r, int depth)
 {
     const uint8_t *start = r->p;
+    PyObject *q = rd_quick(r);
+    if (q || PyErr_Occurred())
+        return q;
     if (r->p < r->end && is_ext_byte(*r->p))
         return rd_slow(r);
     Val v;
