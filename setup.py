@@ -41,7 +41,8 @@ setup(
     ext_modules=[
         Extension(
             "ckpt.state._native",
-            sources=["ckpt/state/_native.c"],
+            sources=["ckpt/state/_native.c", "ckpt/state/_native_read.c"],
+            depends=["ckpt/state/_native_read.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_native_read.h"
+
 #define MAX_DEPTH 64
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
@@ -2321,7 +2323,8 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0) {
+    if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
+        PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

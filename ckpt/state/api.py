@@ -159,6 +159,11 @@ def loads(data: Any, engine: str | None = None, stats: Stats | None = None) -> A
     if paused:
         gc.disable()
     try:
+        if module is native:  # reads the rows from the bytes: no decoded payload
+            if stats is None:
+                return native.loads(data, None)
+            with collecting(stats):
+                return native.loads(data, stats)
         if stats is None:
             return module.load(graph.validate(w.unframe(data)), stats)
         with collecting(stats):

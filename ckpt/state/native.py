@@ -70,11 +70,25 @@ def _load_core() -> tuple[Any, str]:
     except ImportError as exc:
         return None, f"the C extension does not load ({exc}); reinstall ckpt"
     _native.configure(msgspec.msgpack.Encoder().encode, StateError)
+    if hasattr(_native, "read_configure"):  # an older build without the byte reader
+        _native.read_configure(StateError, _decode_slice)
     _native.check_values(_Probe(), "x")  # a fresh instance: inline values
     probe = _Probe()
     probe.__dict__  # noqa: B018 (materialise it: the layout check needs one)
     _native.check_layout(probe)
     return _native, "C extension loaded"
+
+
+def _decode_slice(view: memoryview) -> Any:
+    """What the C reader hands msgspec (maps with non-scalar keys, extensions, values
+    nested deeper than it goes): decoded, with msgspec's errors as ``StateError``."""
+    try:
+        return _slice_decoder.decode(view)
+    except (msgspec.DecodeError, ValueError, OverflowError, RecursionError) as exc:
+        raise StateError(f"state stream payload is malformed: {exc}") from exc
+
+
+_slice_decoder = msgspec.msgpack.Decoder()
 
 
 class _Probe:
@@ -495,3 +509,121 @@ def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
     graph.run_after_load(objs, graph.hooked_classes(loaded))
     objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
     return root
+
+
+# --- loading straight from the bytes ------------------------------------------------
+
+_HEAD_ITEMS = (w.VERSION, w.ENGINE, w.ENCODING, w.TYPES, w.ROOT, w.SHARED, w.FLAGS)
+
+
+def reads_bytes() -> bool:
+    """Whether this build has the C byte reader (an older build decodes with msgspec)."""
+    return _core is not None and hasattr(_core, "read_split")
+
+
+def loads(data: Any, stats: Stats | None) -> Any:
+    """Rebuild the graph from a framed stream, decoding the rows from the bytes in C.
+
+    msgspec decodes only the small items (version, type table, root, shared, flags);
+    type_seq and the rows are read by ``_native_read.c`` where they lie, so no list of
+    rows is ever built.  Self-describing (reflect) and version-1 tagged streams load
+    with the typed engine's code, as ``load`` does.
+    """
+    if not reads_bytes():
+        return load(graph.validate(w.unframe(data)), stats)
+    body = w.check_frame(data)
+    spans, tseq, row_spans = _core.read_split(body)
+    head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS}
+    flags = head[w.FLAGS]
+    if head[w.ENCODING] != w.COMPACT or (isinstance(flags, dict) and flags.get("tagged")):
+        return load(graph.validate(w.unframe(data)), stats)
+    loaded, row_counts = _validate(head, tseq, row_spans)
+    if loaded.shared:  # shared locations name objects: apply_shared needs their types
+        loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
+    names = [p.schema.name if p is not None else "" for p in loaded.plans]
+    objs, per_type = _core.read_shells(loaded.classes, names, row_counts, body, *tseq)
+    ctx = typed.LoadCtx(objs, loaded.enums)
+    fill = _core.read_fill
+    escaped = loaded.escaped
+    for plan, shells, (start, _count) in zip(loaded.plans, per_type, row_spans, strict=True):
+        if plan is None or not shells:
+            continue
+        cplan = _load_plan(plan, plan.index in escaped)
+        if stats is None:
+            fill(shells, body, start, cplan, objs, ctx)
+        else:
+            begin = stats.clock()
+            fill(shells, body, start, cplan, objs, ctx)
+            stats.add(plan.schema.name, stats.clock() - begin, len(shells))
+    root = ctx.dyn(head[w.ROOT])
+    graph.apply_shared(loaded, objs, root)
+    graph.run_after_load(objs, graph.hooked_classes(loaded))
+    objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
+    return root
+
+
+def _validate(head: dict, tseq: Any, row_spans: Any) -> tuple[graph.Loaded, list[int]]:
+    """``graph.validate`` for a payload whose type_seq and rows are still bytes: the
+    same checks and messages, with the per-type row counts from ``read_split`` (the
+    object counts are checked against them by ``read_shells``)."""
+    version, encoding, types = head[w.VERSION], head[w.ENCODING], head[w.TYPES]
+    shared, flags = head[w.SHARED], head[w.FLAGS]
+    if type(version) is not int or version not in w.READ_VERSIONS:
+        raise StateError(f"state stream layout version {version!r} is not supported")
+    if not (isinstance(types, list) and row_spans is not None and len(row_spans) == len(types)):
+        raise StateError("state stream type table and rows do not match")
+    if tseq is None or not isinstance(shared, list) or not isinstance(flags, dict):
+        raise StateError("state stream payload has the wrong shape")
+    plans: list[graph.TypePlan | None] = []
+    classes: list[type] = []
+    enums: list[type | None] = []
+    counts: list[int] = []
+    for t, entry in enumerate(types):
+        name, names, descriptors, is_enum = w.type_entry(t, entry)
+        if row_spans[t] is None:
+            raise StateError(f"type {name!r}: object count and row count disagree")
+        count = row_spans[t][1]
+        counts.append(count)
+        if is_enum:
+            cls = schema.enum_named(name)
+            if cls is None:
+                raise StateError(
+                    f"the stream names enum type {name!r}, which is not a known enum "
+                    "(enums load only when a savable class's annotations mention them)"
+                )
+            if count:
+                raise StateError(f"enum type {name!r} cannot have objects")
+            plans.append(None)
+            classes.append(graph._NotAnObject)
+            enums.append(cls)
+            continue
+        cls = registry.class_named(name)
+        if cls is None:
+            raise StateError(
+                f"the stream names type {name!r}, which is not a registered savable type; "
+                "refusing to load (register it with @state.savable, or check the stream)"
+            )
+        plans.append(graph.make_plan(t, schema.schema_of(cls), names, descriptors, count))
+        classes.append(cls)
+        enums.append(None)
+    escaped = flags.get("escaped", [])
+    if not (
+        isinstance(escaped, list) and all(type(t) is int and 0 <= t < len(types) for t in escaped)
+    ):
+        raise StateError("state stream flags list escaped types that do not exist")
+    engine = head[w.ENGINE]
+    loaded = graph.Loaded(
+        engine=engine if isinstance(engine, str) else "?",
+        encoding=encoding,
+        plans=plans,
+        classes=classes,
+        enums=enums,
+        type_seq=[],
+        rows=[],
+        root=head[w.ROOT],
+        shared=shared,
+        tagged=False,
+        version=version,
+        escaped=frozenset(escaped),
+    )
+    return loaded, counts

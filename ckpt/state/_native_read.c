@@ -1,0 +1,1128 @@
+/* The native engine's reader: the compact stream's rows decoded straight from the bytes.
+ *
+ * Without it, msgspec decodes the whole payload into Python lists first and C walks
+ * those; here `split` finds the nine top-level items (and each type's rows) with one
+ * structural pass, `shells` creates every object from the type_seq bytes, and `fill`
+ * decodes each row's values where they lie, storing them into the objects at once.
+ *
+ * Hardening: every length and count is checked against the bytes that remain before
+ * anything is allocated (an array of n items needs at least n bytes, a map 2n), ids are
+ * checked against the object count, and nothing that input controls drives C
+ * recursion beyond RD_MAX_DEPTH: deeper values, maps with non-scalar keys and
+ * extension types are handed to msgspec (a Python callable given by `read_configure`),
+ * exactly as the whole payload used to be.  A value whose shape the field's fast path
+ * does not take is decoded to the Python value msgspec would give and passed to the
+ * typed engine's own load expression for that field, so errors are the typed engine's.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_native_read.h"
+
+#define RD_MAX_DEPTH 64
+
+static PyObject *StateErr;    /* ckpt.errors.StateError */
+static PyObject *slice_decode; /* memoryview -> value (msgspec; errors become StateError) */
+static PyObject *no_args;      /* () */
+static PyObject *dict_str;     /* "__dict__" */
+
+/* ---- the MessagePack reader ------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *base, *p, *end;
+} Rd;
+
+enum { V_NIL, V_FALSE, V_TRUE, V_UINT, V_INT, V_FLOAT, V_STR, V_BIN, V_ARRAY, V_MAP, V_EXT };
+
+typedef struct {
+    int kind;
+    uint64_t u; /* V_UINT */
+    int64_t i;  /* V_INT */
+    double f;   /* V_FLOAT */
+    const uint8_t *data;
+    Py_ssize_t n; /* bytes (str, bin, ext) or items (array, map) */
+} Val;
+
+static int rd_fail(Rd *r, const char *what)
+{
+    PyErr_Format(StateErr, "state stream payload is malformed: %s at payload offset %zd", what,
+                 (Py_ssize_t)(r->p - r->base));
+    return -1;
+}
+
+static inline uint64_t be(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Take `n` bytes (a length field or a payload) if the input has them. */
+static inline const uint8_t *take(Rd *r, Py_ssize_t n)
+{
+    if (n < 0 || n > r->end - r->p)
+        return NULL;
+    const uint8_t *at = r->p;
+    r->p += n;
+    return at;
+}
+
+/* Read one value's header.  Strings, binaries and extensions are consumed whole (data,
+ * n); for arrays and maps n is the item count, checked against the bytes that remain,
+ * and r->p is left at the first item. */
+static int rd_head(Rd *r, Val *v)
+{
+    const uint8_t *q;
+    if (r->p >= r->end)
+        return rd_fail(r, "truncated");
+    uint8_t c = *r->p++;
+    int lb = 0; /* bytes of a length field */
+    if (c <= 0x7f) {
+        v->kind = V_UINT, v->u = c;
+        return 0;
+    }
+    if (c >= 0xe0) {
+        v->kind = V_INT, v->i = (int8_t)c;
+        return 0;
+    }
+    if (c <= 0x8f) {
+        v->kind = V_MAP, v->n = c & 0x0f;
+        goto count;
+    }
+    if (c <= 0x9f) {
+        v->kind = V_ARRAY, v->n = c & 0x0f;
+        goto count;
+    }
+    if (c <= 0xbf) {
+        v->kind = V_STR, v->n = c & 0x1f;
+        goto bytes;
+    }
+    switch (c) {
+    case 0xc0:
+        v->kind = V_NIL;
+        return 0;
+    case 0xc2:
+        v->kind = V_FALSE;
+        return 0;
+    case 0xc3:
+        v->kind = V_TRUE;
+        return 0;
+    case 0xc4: case 0xc5: case 0xc6:
+        lb = 1 << (c - 0xc4);
+        v->kind = V_BIN;
+        goto sized;
+    case 0xd9: case 0xda: case 0xdb:
+        lb = 1 << (c - 0xd9);
+        v->kind = V_STR;
+        goto sized;
+    case 0xc7: case 0xc8: case 0xc9:
+        lb = 1 << (c - 0xc7);
+        if (!(q = take(r, lb)))
+            return rd_fail(r, "truncated");
+        v->kind = V_EXT, v->n = (Py_ssize_t)be(q, lb) + 1; /* with the type byte */
+        goto bytes;
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+        v->kind = V_EXT, v->n = ((Py_ssize_t)1 << (c - 0xd4)) + 1;
+        goto bytes;
+    case 0xca: case 0xcb: {
+        int n = c == 0xca ? 4 : 8;
+        if (!(q = take(r, n)))
+            return rd_fail(r, "truncated");
+        uint64_t bits = be(q, n);
+        v->kind = V_FLOAT;
+        if (n == 4) {
+            uint32_t b32 = (uint32_t)bits;
+            float fl;
+            memcpy(&fl, &b32, 4);
+            v->f = fl;
+        }
+        else
+            memcpy(&v->f, &bits, 8);
+        return 0;
+    }
+    case 0xcc: case 0xcd: case 0xce: case 0xcf: {
+        int n = 1 << (c - 0xcc);
+        if (!(q = take(r, n)))
+            return rd_fail(r, "truncated");
+        v->kind = V_UINT, v->u = be(q, n);
+        return 0;
+    }
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        int n = 1 << (c - 0xd0);
+        if (!(q = take(r, n)))
+            return rd_fail(r, "truncated");
+        uint64_t u = be(q, n);
+        int64_t i;
+        if (n == 1)
+            i = (int8_t)u;
+        else if (n == 2)
+            i = (int16_t)u;
+        else if (n == 4)
+            i = (int32_t)u;
+        else
+            memcpy(&i, &u, 8);
+        v->kind = V_INT, v->i = i;
+        return 0;
+    }
+    case 0xdc: case 0xdd:
+        lb = c == 0xdc ? 2 : 4;
+        if (!(q = take(r, lb)))
+            return rd_fail(r, "truncated");
+        v->kind = V_ARRAY, v->n = (Py_ssize_t)be(q, lb);
+        goto count;
+    case 0xde: case 0xdf:
+        lb = c == 0xde ? 2 : 4;
+        if (!(q = take(r, lb)))
+            return rd_fail(r, "truncated");
+        v->kind = V_MAP, v->n = (Py_ssize_t)be(q, lb);
+        goto count;
+    }
+    r->p--;
+    return rd_fail(r, "invalid MessagePack byte");
+sized:
+    if (!(q = take(r, lb)))
+        return rd_fail(r, "truncated");
+    v->n = (Py_ssize_t)be(q, lb);
+bytes:
+    if (!(v->data = take(r, v->n)))
+        return rd_fail(r, "truncated (a length runs past the end)");
+    return 0;
+count:
+    /* every item takes at least one byte: a count the input cannot hold is refused
+     * before anything is allocated for it */
+    if (v->n > (r->end - r->p) / (v->kind == V_MAP ? 2 : 1))
+        return rd_fail(r, "truncated (a count runs past the end)");
+    return 0;
+}
+
+/* Skip n values, iteratively, with the common one-byte headers first.  The pending
+ * count never exceeds the bytes that remain (each pending value needs one), so it
+ * cannot overflow and a count the input cannot hold fails at once. */
+static int rd_skip(Rd *r, Py_ssize_t n)
+{
+    const uint8_t *p = r->p, *end = r->end;
+    while (n > 0) {
+        if (p >= end)
+            goto truncated;
+        uint8_t c = *p++;
+        n--;
+        Py_ssize_t more = 0, len = 0;
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
+            continue;
+        if (c <= 0x8f)
+            more = 2 * (c & 0x0f);
+        else if (c <= 0x9f)
+            more = c & 0x0f;
+        else if (c <= 0xbf)
+            len = c & 0x1f;
+        else {
+            int lb;
+            switch (c) {
+            case 0xcc: case 0xd0: len = 1; break;
+            case 0xcd: case 0xd1: len = 2; break;
+            case 0xca: case 0xce: case 0xd2: len = 4; break;
+            case 0xcb: case 0xcf: case 0xd3: len = 8; break;
+            case 0xd4: len = 2; break;
+            case 0xd5: len = 3; break;
+            case 0xd6: len = 5; break;
+            case 0xd7: len = 9; break;
+            case 0xd8: len = 17; break;
+            case 0xc4: case 0xd9: case 0xc7: lb = 1; goto sized;
+            case 0xc5: case 0xda: case 0xc8: lb = 2; goto sized;
+            case 0xc6: case 0xdb: case 0xc9: lb = 4; goto sized;
+            case 0xdc: lb = 2; goto counted;
+            case 0xdd: lb = 4; goto counted;
+            case 0xde: lb = 2; goto counted;
+            case 0xdf: lb = 4; goto counted;
+            default:
+                r->p = p - 1;
+                return rd_fail(r, "invalid MessagePack byte");
+            }
+            goto advance;
+        sized:
+            if (end - p < lb)
+                goto truncated;
+            len = (Py_ssize_t)be(p, lb) + (c >= 0xc7 && c <= 0xc9); /* ext: + type byte */
+            p += lb;
+            goto advance;
+        counted:
+            if (end - p < lb)
+                goto truncated;
+            more = (Py_ssize_t)be(p, lb) * (c >= 0xde ? 2 : 1);
+            p += lb;
+        }
+        if (more) {
+            if (more > (end - p) - n)
+                goto truncated;
+            n += more;
+            continue;
+        }
+    advance:
+        if (len > end - p)
+            goto truncated;
+        p += len;
+    }
+    r->p = p;
+    return 0;
+truncated:
+    r->p = p;
+    return rd_fail(r, "truncated (a length or count runs past the end)");
+}
+
+/* The value at r->p decoded by msgspec (maps with non-scalar keys, extensions, values
+ * nested deeper than RD_MAX_DEPTH): what the whole-payload decode gave before. */
+static PyObject *rd_slow(Rd *r)
+{
+    const uint8_t *start = r->p;
+    if (rd_skip(r, 1) < 0)
+        return NULL;
+    PyObject *mv = PyMemoryView_FromMemory((char *)start, r->p - start, PyBUF_READ);
+    if (!mv)
+        return NULL;
+    PyObject *v = PyObject_CallOneArg(slice_decode, mv);
+    Py_DECREF(mv);
+    return v;
+}
+
+static inline int is_container_byte(uint8_t c)
+{
+    return (c >= 0x80 && c <= 0x9f) || c == 0xdc || c == 0xdd || c == 0xde || c == 0xdf;
+}
+
+static inline int is_ext_byte(uint8_t c)
+{
+    return (c >= 0xc7 && c <= 0xc9) || (c >= 0xd4 && c <= 0xd8);
+}
+
+/* A string, ASCII the quick way (what msgspec does too), else strict UTF-8. */
+static inline PyObject *rd_str(const uint8_t *data, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (data[i] & 0x80)
+            return PyUnicode_DecodeUTF8((const char *)data, n, NULL);
+    PyObject *u = PyUnicode_New(n, 127);
+    if (u)
+        memcpy(PyUnicode_DATA(u), data, n);
+    return u;
+}
+
+static PyObject *scalar(const Val *v)
+{
+    switch (v->kind) {
+    case V_NIL:
+        Py_RETURN_NONE;
+    case V_FALSE:
+        Py_RETURN_FALSE;
+    case V_TRUE:
+        Py_RETURN_TRUE;
+    case V_UINT:
+        return PyLong_FromUnsignedLongLong(v->u);
+    case V_INT:
+        return PyLong_FromLongLong(v->i);
+    case V_FLOAT:
+        return PyFloat_FromDouble(v->f);
+    case V_STR:
+        return rd_str(v->data, v->n);
+    case V_BIN:
+        return PyBytes_FromStringAndSize((const char *)v->data, v->n);
+    }
+    PyErr_SetString(PyExc_SystemError, "ckpt native: not a scalar");
+    return NULL;
+}
+
+/* The common scalars without the general header decoder: a new reference, or NULL
+ * with no error set (and r->p unchanged) for anything else. */
+static inline PyObject *rd_quick(Rd *r)
+{
+    const uint8_t *p = r->p;
+    Py_ssize_t left = r->end - p;
+    if (left <= 0)
+        return NULL;
+    uint8_t c = *p;
+    if (c <= 0x7f) {
+        r->p = p + 1;
+        return PyLong_FromLong(c);
+    }
+    if (c >= 0xe0) {
+        r->p = p + 1;
+        return PyLong_FromLong((int8_t)c);
+    }
+    if (c >= 0xa0 && c <= 0xbf) {
+        Py_ssize_t n = c & 0x1f;
+        if (n >= left)
+            return NULL;
+        r->p = p + 1 + n;
+        return rd_str(p + 1, n);
+    }
+    switch (c) {
+    case 0xc0:
+        r->p = p + 1;
+        Py_RETURN_NONE;
+    case 0xc2:
+        r->p = p + 1;
+        Py_RETURN_FALSE;
+    case 0xc3:
+        r->p = p + 1;
+        Py_RETURN_TRUE;
+    case 0xd9: {
+        if (left < 2 || p[1] > left - 2)
+            return NULL;
+        r->p = p + 2 + p[1];
+        return rd_str(p + 2, p[1]);
+    }
+    case 0xcb: {
+        if (left < 9)
+            return NULL;
+        uint64_t bits = be(p + 1, 8);
+        double d;
+        memcpy(&d, &bits, 8);
+        r->p = p + 9;
+        return PyFloat_FromDouble(d);
+    }
+    case 0xcc:
+    case 0xcd:
+    case 0xce: {
+        int n = 1 << (c - 0xcc);
+        if (left < 1 + n)
+            return NULL;
+        r->p = p + 1 + n;
+        return PyLong_FromUnsignedLong((unsigned long)be(p + 1, n));
+    }
+    }
+    return NULL;
+}
+
+/* One value as the Python object msgspec decodes it to.  Recursion is bounded by
+ * RD_MAX_DEPTH; deeper values go to msgspec, which has its own limit. */
+static PyObject *rd_obj(Rd *r, int depth)
+{
+    const uint8_t *start = r->p;
+    PyObject *q = rd_quick(r);
+    if (q || PyErr_Occurred())
+        return q;
+    if (r->p < r->end && is_ext_byte(*r->p))
+        return rd_slow(r);
+    Val v;
+    if (rd_head(r, &v) < 0)
+        return NULL;
+    if (v.kind == V_ARRAY) {
+        if (depth >= RD_MAX_DEPTH) {
+            r->p = start;
+            return rd_slow(r);
+        }
+        PyObject *list = PyList_New(v.n);
+        if (!list)
+            return NULL;
+        for (Py_ssize_t i = 0; i < v.n; i++) {
+            PyObject *x = rd_obj(r, depth + 1);
+            if (!x) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, i, x);
+        }
+        return list;
+    }
+    if (v.kind == V_MAP) {
+        if (depth >= RD_MAX_DEPTH) {
+            r->p = start;
+            return rd_slow(r);
+        }
+        PyObject *d = PyDict_New();
+        if (!d)
+            return NULL;
+        for (Py_ssize_t i = 0; i < v.n; i++) {
+            if (r->p < r->end && (is_container_byte(*r->p) || is_ext_byte(*r->p))) {
+                /* a key msgspec turns into a tuple (or worse): let it decide */
+                Py_DECREF(d);
+                r->p = start;
+                return rd_slow(r);
+            }
+            PyObject *k = rd_obj(r, depth + 1);
+            if (!k) {
+                Py_DECREF(d);
+                return NULL;
+            }
+            PyObject *x = rd_obj(r, depth + 1);
+            if (!x) {
+                Py_DECREF(k);
+                Py_DECREF(d);
+                return NULL;
+            }
+            int rc = PyDict_SetItem(d, k, x);
+            Py_DECREF(k);
+            Py_DECREF(x);
+            if (rc < 0) {
+                Py_DECREF(d);
+                return NULL;
+            }
+        }
+        return d;
+    }
+    return scalar(&v);
+}
+
+/* ---- fill plans (the tuples native._load_plan builds; ops as in _native.c) ------------- */
+
+enum { L_PY = 0, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF, L_ANY,
+       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE };
+enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
+
+typedef struct {
+    PyObject *name;
+    Py_ssize_t src;
+    int op, build;
+    PyObject *zero;
+    int zero_call;
+    PyObject *arg;
+    PyObject *slot;
+} LField;
+
+static inline PyObject *ref_get(PyObject *objs, PyObject *raw)
+{
+    if (PyLong_CheckExact(raw)) {
+        Py_ssize_t i = PyLong_AsSsize_t(raw);
+        if (i >= 0 && i < PyList_GET_SIZE(objs))
+            return Py_NewRef(PyList_GET_ITEM(objs, i));
+        PyErr_Clear();
+    }
+    return NULL;
+}
+
+static PyObject *call_slot(LField *f, PyObject *raw, PyObject *ctx)
+{
+    return PyObject_CallFunctionObjArgs(f->slot, raw, ctx, NULL);
+}
+
+static PyObject *make_zero(int how, PyObject *zero)
+{
+    switch (how) {
+    case 0:
+        return Py_NewRef(zero);
+    case 2:
+        return PyList_New(0);
+    case 3:
+        return PyDict_New();
+    case 4:
+        return PySet_New(NULL);
+    }
+    return PyObject_CallNoArgs(zero);
+}
+
+static PyObject *zero_of(LField *f)
+{
+    return make_zero(f->zero_call, f->zero);
+}
+
+static PyObject *refs_list(PyObject *objs, PyObject *raw)
+{
+    Py_ssize_t n = PyList_GET_SIZE(raw);
+    PyObject *out = PyList_New(n);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = ref_get(objs, PyList_GET_ITEM(raw, i));
+        if (!o) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, o);
+    }
+    return out;
+}
+
+/* Steals `list`. */
+static PyObject *build_from(int build, PyObject *list)
+{
+    PyObject *r;
+    switch (build) {
+    case B_SET:
+        r = PySet_New(list);
+        break;
+    case B_FROZENSET:
+        r = PyFrozenSet_New(list);
+        break;
+    case B_TUPLE:
+        r = PyList_AsTuple(list);
+        break;
+    default:
+        return list;
+    }
+    Py_DECREF(list);
+    return r;
+}
+
+static int plain_items(PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyTypeObject *t = Py_TYPE(PyList_GET_ITEM(list, i));
+        if (t == &PyDict_Type || t == &PyList_Type)
+            return 0;
+    }
+    return 1;
+}
+
+/* A field's value from its decoded wire value `raw` (owned by the caller, fresh: this
+ * reader made it, so it may be returned as the value itself).  The same choices as
+ * _native.c's load_value, which mirror the typed engine's load expressions; any shape
+ * they do not take is the typed engine's own decoder for the field. */
+static PyObject *value_of(LField *f, PyObject *raw, PyObject *objs, PyObject *ctx)
+{
+    PyTypeObject *t = Py_TYPE(raw);
+    switch (f->op) {
+    case L_RAW:
+        if (t != &PyDict_Type)
+            return Py_NewRef(raw);
+        break;
+    case L_NONE_ZERO:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t != &PyDict_Type && (t != &PyList_Type || plain_items(raw)))
+            return Py_NewRef(raw);
+        break;
+    case L_FALSY_ZERO:
+        if (raw == Py_None || raw == Py_False ||
+            (t == &PyUnicode_Type && PyUnicode_GET_LENGTH(raw) == 0) ||
+            (t == &PyBytes_Type && PyBytes_GET_SIZE(raw) == 0))
+            return zero_of(f);
+        if (t == &PyUnicode_Type || t == &PyBytes_Type || raw == Py_True)
+            return Py_NewRef(raw);
+        break;
+    case L_TUPLE:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type && plain_items(raw))
+            return PyList_AsTuple(raw);
+        break;
+    case L_REF: {
+        PyObject *o = ref_get(objs, raw);
+        if (o)
+            return o;
+        break;
+    }
+    case L_ANY:
+        if (t != &PyDict_Type && t != &PyList_Type)
+            return Py_NewRef(raw);
+        if (t == &PyList_Type) {
+            if (plain_items(raw))
+                return Py_NewRef(raw); /* fresh: no copy needed */
+            break;
+        }
+        if (PyDict_GET_SIZE(raw) == 1) {
+            Py_ssize_t pos = 0;
+            PyObject *k, *v;
+            PyDict_Next(raw, &pos, &k, &v);
+            if (PyLong_CheckExact(k)) {
+                long tag = PyLong_AsLong(k);
+                if (tag == 0) {
+                    PyObject *o = ref_get(objs, v);
+                    if (o)
+                        return o;
+                }
+                else if (tag == 1 && PyList_CheckExact(v) && plain_items(v))
+                    return PyList_AsTuple(v);
+            }
+            PyErr_Clear();
+        }
+        break;
+    case L_ENUM:
+        if (t != &PyDict_Type && t != &PyList_Type) {
+            PyObject *m = PyDict_GetItemWithError(f->arg, raw);
+            if (m)
+                return Py_NewRef(m);
+            PyErr_Clear();
+        }
+        break;
+    case L_SEQ_REF:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type) {
+            PyObject *l = refs_list(objs, raw);
+            if (l)
+                return build_from(f->build, l);
+            if (PyErr_Occurred())
+                return NULL;
+        }
+        break;
+    case L_SEQ:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type && plain_items(raw))
+            return build_from(f->build, Py_NewRef(raw));
+        break;
+    case L_DICT:
+    case L_DICT_REF:
+        if (raw == Py_None)
+            return zero_of(f);
+        if (t == &PyList_Type && PyList_GET_SIZE(raw) == 2) {
+            PyObject *keys = PyList_GET_ITEM(raw, 0), *vals = PyList_GET_ITEM(raw, 1);
+            if (!PyList_CheckExact(keys) || !PyList_CheckExact(vals) ||
+                PyList_GET_SIZE(keys) != PyList_GET_SIZE(vals) || !plain_items(keys))
+                break;
+            if (f->op == L_DICT && !plain_items(vals))
+                break;
+            PyObject *d = _PyDict_NewPresized(PyList_GET_SIZE(keys));
+            if (!d)
+                return NULL;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+                PyObject *v = PyList_GET_ITEM(vals, i);
+                if (f->op == L_DICT_REF) {
+                    v = ref_get(objs, v);
+                    if (!v) {
+                        Py_DECREF(d);
+                        goto slow;
+                    }
+                }
+                else
+                    Py_INCREF(v);
+                int rc = PyDict_SetItem(d, PyList_GET_ITEM(keys, i), v);
+                Py_DECREF(v);
+                if (rc < 0) {
+                    Py_DECREF(d);
+                    return NULL; /* an unhashable key: typed raises the same TypeError */
+                }
+            }
+            return d;
+        }
+        break;
+    case L_SAVE:
+        if (t != &PyDict_Type && (t != &PyList_Type || plain_items(raw)))
+            return PyObject_CallOneArg(f->arg, raw);
+        break;
+    }
+slow:
+    return call_slot(f, raw, ctx);
+}
+
+/* An unsigned id at r->p below `limit`: its value, else -1 with r->p unchanged. */
+static inline Py_ssize_t rd_id(Rd *r, Py_ssize_t limit)
+{
+    const uint8_t *p = r->p;
+    if (p >= r->end)
+        return -1;
+    uint8_t c = *p;
+    uint64_t u;
+    int n;
+    if (c <= 0x7f)
+        u = c, n = 0;
+    else if (c >= 0xcc && c <= 0xcf) {
+        n = 1 << (c - 0xcc);
+        if (r->end - p - 1 < n)
+            return -1;
+        u = be(p + 1, n);
+    }
+    else
+        return -1;
+    if (u >= (uint64_t)limit)
+        return -1;
+    r->p = p + 1 + n;
+    return (Py_ssize_t)u;
+}
+
+/* One field's value, read from r->p (which ends just past the value). */
+static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
+{
+    const uint8_t *start = r->p;
+    Py_ssize_t nobjs = PyList_GET_SIZE(objs);
+    if (f->op == L_REF) {
+        Py_ssize_t i = rd_id(r, nobjs);
+        if (i >= 0)
+            return Py_NewRef(PyList_GET_ITEM(objs, i));
+    }
+    else if (f->op == L_SEQ_REF && r->p < r->end && *r->p != 0xc0) {
+        Val v;
+        if (rd_head(r, &v) < 0)
+            return NULL;
+        if (v.kind == V_ARRAY) {
+            PyObject *out = PyList_New(v.n);
+            if (!out)
+                return NULL;
+            Py_ssize_t k = 0;
+            for (; k < v.n; k++) {
+                Py_ssize_t i = rd_id(r, nobjs);
+                if (i < 0)
+                    break;
+                PyList_SET_ITEM(out, k, Py_NewRef(PyList_GET_ITEM(objs, i)));
+            }
+            if (k == v.n)
+                return build_from(f->build, out);
+            Py_DECREF(out);
+        }
+        r->p = start;
+    }
+    else if (f->op == L_ANY && r->end - r->p >= 3 && r->p[0] == 0x81 && r->p[1] == 0x00) {
+        r->p += 2;
+        Py_ssize_t i = rd_id(r, nobjs);
+        if (i >= 0)
+            return Py_NewRef(PyList_GET_ITEM(objs, i));
+        r->p = start;
+    }
+    PyObject *raw = rd_obj(r, 0);
+    if (!raw)
+        return NULL;
+    PyObject *v = f->op == L_PY ? call_slot(f, raw, ctx) : value_of(f, raw, objs, ctx);
+    Py_DECREF(raw);
+    return v;
+}
+
+static int get_buffer(PyObject *data, Py_buffer *buf)
+{
+    if (PyObject_GetBuffer(data, buf, PyBUF_SIMPLE) < 0)
+        return -1;
+    return 0;
+}
+
+/* read_fill(shells, body, start, plan, objs, ctx) -> offset after the last row.
+ * shells: the type's objects in row order; start: the payload offset of its first
+ * row; plan as for _native.fill. */
+static PyObject *read_fill(PyObject *mod, PyObject *args)
+{
+    PyObject *shells, *body, *plan, *objs, *ctx, *entries;
+    Py_ssize_t start, nrow;
+    int has_dict, frozen;
+    if (!PyArg_ParseTuple(args, "O!OnO!O!O", &PyList_Type, &shells, &body, &start, &PyTuple_Type,
+                          &plan, &PyList_Type, &objs, &ctx))
+        return NULL;
+    if (!PyArg_ParseTuple(plan, "ipnO!", &has_dict, &frozen, &nrow, &PyTuple_Type, &entries))
+        return NULL;
+    int direct = has_dict == 2;
+    if (direct)
+        has_dict = 0;
+    Py_buffer buf;
+    if (get_buffer(body, &buf) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(entries);
+    LField *fs = PyMem_Calloc(n ? n : 1, sizeof(LField));
+    const uint8_t **at = PyMem_Calloc(nrow ? nrow : 1, sizeof(uint8_t *));
+    if (!fs || !at) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (start < 0 || start > buf.len) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad row offset");
+        goto done;
+    }
+    /* sequential: the stream row holds exactly the read fields, in plan order */
+    int sequential = 1;
+    Py_ssize_t expect = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        LField *f = &fs[j];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, j), "UniiOiOO", &f->name, &f->src, &f->op,
+                              &f->build, &f->zero, &f->zero_call, &f->arg, &f->slot))
+            goto done;
+        if (f->src >= nrow) {
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
+            goto done;
+        }
+        if (f->op != L_DEFAULT && f->op != L_FACTORY) {
+            if (f->src < 0) {
+                PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
+                goto done;
+            }
+            if (f->src != expect++)
+                sequential = 0;
+        }
+    }
+    if (expect != nrow)
+        sequential = 0;
+    Rd r = {buf.buf, (const uint8_t *)buf.buf + start, (const uint8_t *)buf.buf + buf.len};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shells); i++) {
+        PyObject *obj = PyList_GET_ITEM(shells, i);
+        Val h;
+        const uint8_t *row_at = r.p;
+        if (rd_head(&r, &h) < 0)
+            goto done;
+        if (h.kind != V_ARRAY || h.n != nrow) {
+            r.p = row_at;
+            PyErr_Format(StateErr, "a %s row has the wrong number of fields",
+                         Py_TYPE(obj)->tp_name);
+            goto done;
+        }
+        const uint8_t *row_end = NULL;
+        if (!sequential) {
+            for (Py_ssize_t k = 0; k < nrow; k++) {
+                at[k] = r.p;
+                if (rd_skip(&r, 1) < 0)
+                    goto done;
+            }
+            row_end = r.p;
+        }
+        PyObject *d = has_dict ? _PyDict_NewPresized(n) : NULL;
+        if (has_dict && !d)
+            goto done;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            LField *f = &fs[j];
+            PyObject *v;
+            if (f->op == L_DEFAULT)
+                v = Py_NewRef(f->arg);
+            else if (f->op == L_FACTORY)
+                v = make_zero(f->zero_call, f->arg);
+            else {
+                if (!sequential)
+                    r.p = at[f->src];
+                v = read_field(f, &r, objs, ctx);
+            }
+            if (!v) {
+                Py_XDECREF(d);
+                goto done;
+            }
+            int rc;
+            if (has_dict)
+                rc = PyDict_SetItem(d, f->name, v);
+            else if (frozen || direct)
+                rc = PyObject_GenericSetAttr(obj, f->name, v);
+            else
+                rc = PyObject_SetAttr(obj, f->name, v);
+            Py_DECREF(v);
+            if (rc < 0) {
+                Py_XDECREF(d);
+                goto done;
+            }
+        }
+        if (!sequential)
+            r.p = row_end;
+        if (has_dict) {
+            int rc = frozen ? PyObject_GenericSetAttr(obj, dict_str, d)
+                            : PyObject_SetAttr(obj, dict_str, d);
+            Py_DECREF(d);
+            if (rc < 0)
+                goto done;
+        }
+    }
+    result = PyLong_FromSsize_t(r.p - r.base);
+done:
+    PyMem_Free(fs);
+    PyMem_Free(at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---- the top level --------------------------------------------------------------------- */
+
+/* read_split(body) -> (spans, type_seq, rows)
+ *   spans: the nine top-level items' (start, end) payload offsets;
+ *   type_seq: (start, count) of its items, or None when it is not an array;
+ *   rows: per type (start, count) of its rows (None for an item that is not an array),
+ *         or None when the rows item is not an array.
+ * The whole payload is checked structurally (every length and count against the
+ * bytes that remain, nothing after the top-level array); nothing is decoded. */
+static PyObject *read_split(PyObject *mod, PyObject *data)
+{
+    Py_buffer buf;
+    if (get_buffer(data, &buf) < 0)
+        return NULL;
+    PyObject *spans = NULL, *tseq = NULL, *rows = NULL, *result = NULL;
+    Rd r = {buf.buf, buf.buf, (const uint8_t *)buf.buf + buf.len};
+    Val v;
+    if (rd_head(&r, &v) < 0)
+        goto done;
+    if (v.kind != V_ARRAY || v.n != 9) {
+        PyErr_SetString(StateErr,
+                        "state stream payload has the wrong shape (not a ckpt object stream)");
+        goto done;
+    }
+    spans = PyTuple_New(9);
+    if (!spans)
+        goto done;
+    tseq = Py_NewRef(Py_None);
+    rows = Py_NewRef(Py_None);
+    for (int item = 0; item < 9; item++) {
+        const uint8_t *s = r.p;
+        if (item == 4 || item == 5) {
+            if (rd_head(&r, &v) < 0)
+                goto done;
+            if (v.kind != V_ARRAY) {
+                r.p = s;
+                if (rd_skip(&r, 1) < 0)
+                    goto done;
+            }
+            else if (item == 4) {
+                Py_SETREF(tseq, Py_BuildValue("nn", (Py_ssize_t)(r.p - r.base), v.n));
+                if (!tseq || rd_skip(&r, v.n) < 0)
+                    goto done;
+            }
+            else {
+                Py_SETREF(rows, PyList_New(v.n));
+                if (!rows)
+                    goto done;
+                for (Py_ssize_t t = 0; t < v.n; t++) {
+                    const uint8_t *ts = r.p;
+                    Val tv;
+                    if (rd_head(&r, &tv) < 0)
+                        goto done;
+                    PyObject *entry;
+                    if (tv.kind == V_ARRAY) {
+                        entry = Py_BuildValue("nn", (Py_ssize_t)(r.p - r.base), tv.n);
+                        if (!entry)
+                            goto done;
+                        PyList_SET_ITEM(rows, t, entry);
+                        if (rd_skip(&r, tv.n) < 0)
+                            goto done;
+                    }
+                    else {
+                        PyList_SET_ITEM(rows, t, Py_NewRef(Py_None));
+                        r.p = ts;
+                        if (rd_skip(&r, 1) < 0)
+                            goto done;
+                    }
+                }
+            }
+        }
+        else if (rd_skip(&r, 1) < 0)
+            goto done;
+        PyObject *span = Py_BuildValue("nn", (Py_ssize_t)(s - r.base), (Py_ssize_t)(r.p - r.base));
+        if (!span)
+            goto done;
+        PyTuple_SET_ITEM(spans, item, span);
+    }
+    if (r.p != r.end) {
+        rd_fail(&r, "trailing bytes after the top-level array");
+        goto done;
+    }
+    result = PyTuple_Pack(3, spans, tseq, rows);
+done:
+    Py_XDECREF(spans);
+    Py_XDECREF(tseq);
+    Py_XDECREF(rows);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* read_shells(classes, names, counts, body, start, n) -> (objs, per_type): every object
+ * created empty with object.__new__, from the n type indices at payload offset start
+ * (checked by read_split to be n values); counts[t] is type t's row count. */
+static PyObject *read_shells(PyObject *mod, PyObject *args)
+{
+    PyObject *classes, *names, *counts, *body;
+    Py_ssize_t start, n;
+    if (!PyArg_ParseTuple(args, "O!O!O!Onn", &PyList_Type, &classes, &PyList_Type, &names,
+                          &PyList_Type, &counts, &body, &start, &n))
+        return NULL;
+    Py_ssize_t ntypes = PyList_GET_SIZE(classes);
+    if (PyList_GET_SIZE(counts) != ntypes || PyList_GET_SIZE(names) != ntypes) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: type table and counts disagree");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (get_buffer(body, &buf) < 0)
+        return NULL;
+    PyObject *objs = NULL, *per = NULL, *result = NULL;
+    Py_ssize_t *fill = PyMem_Calloc(ntypes ? ntypes : 1, sizeof(Py_ssize_t));
+    if (!fill) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (start < 0 || start > buf.len || n < 0 || n > buf.len - start) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad type_seq span");
+        goto done;
+    }
+    /* First pass: count, without allocating, so no count the input claims is trusted. */
+    Rd r = {buf.buf, (const uint8_t *)buf.buf + start, (const uint8_t *)buf.buf + buf.len};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t t = rd_id(&r, ntypes);
+        if (t < 0) {
+            PyErr_SetString(StateErr,
+                            "state stream refers to a type index outside its type table");
+            goto done;
+        }
+        fill[t]++;
+    }
+    for (Py_ssize_t t = 0; t < ntypes; t++) {
+        Py_ssize_t c = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
+        if (c == -1 && PyErr_Occurred())
+            goto done;
+        if (c != fill[t]) {
+            PyErr_Format(StateErr, "type %R: object count and row count disagree",
+                         PyList_GET_ITEM(names, t));
+            goto done;
+        }
+    }
+    objs = PyList_New(n + 1);
+    per = PyList_New(ntypes);
+    if (!objs || !per)
+        goto done;
+    PyList_SET_ITEM(objs, 0, Py_NewRef(Py_None));
+    for (Py_ssize_t t = 0; t < ntypes; t++) {
+        if (fill[t] && !PyType_Check(PyList_GET_ITEM(classes, t))) {
+            PyErr_SetString(PyExc_SystemError, "ckpt native: not a class");
+            goto done;
+        }
+        PyObject *l = PyList_New(fill[t]);
+        if (!l)
+            goto done;
+        PyList_SET_ITEM(per, t, l);
+        fill[t] = 0;
+    }
+    r.p = (const uint8_t *)buf.buf + start;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t t = rd_id(&r, ntypes); /* checked above */
+        PyObject *cls = PyList_GET_ITEM(classes, t);
+        PyObject *o = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
+        if (!o)
+            goto done;
+        PyList_SET_ITEM(objs, i + 1, o);
+        PyList_SET_ITEM(PyList_GET_ITEM(per, t), fill[t]++, Py_NewRef(o));
+    }
+    result = PyTuple_Pack(2, objs, per);
+done:
+    PyMem_Free(fill);
+    Py_XDECREF(objs);
+    Py_XDECREF(per);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyObject *read_configure(PyObject *mod, PyObject *args)
+{
+    PyObject *err, *dec;
+    if (!PyArg_ParseTuple(args, "OO", &err, &dec))
+        return NULL;
+    if (!no_args && !(no_args = PyTuple_New(0)))
+        return NULL;
+    if (!dict_str && !(dict_str = PyUnicode_InternFromString("__dict__")))
+        return NULL;
+    Py_XSETREF(StateErr, Py_NewRef(err));
+    Py_XSETREF(slice_decode, Py_NewRef(dec));
+    Py_RETURN_NONE;
+}
+
+/* Guard: the reader's functions are usable only after read_configure. */
+#define CONFIGURED                                                                     \
+    if (!StateErr) {                                                                   \
+        PyErr_SetString(PyExc_RuntimeError, "ckpt native: reader not configured");     \
+        return NULL;                                                                   \
+    }
+
+static PyObject *read_split_checked(PyObject *mod, PyObject *data)
+{
+    CONFIGURED
+    return read_split(mod, data);
+}
+
+static PyObject *read_shells_checked(PyObject *mod, PyObject *args)
+{
+    CONFIGURED
+    return read_shells(mod, args);
+}
+
+static PyObject *read_fill_checked(PyObject *mod, PyObject *args)
+{
+    CONFIGURED
+    return read_fill(mod, args);
+}
+
+PyMethodDef native_read_methods[] = {
+    {"read_configure", read_configure, METH_VARARGS,
+     "read_configure(StateError, decode_slice): set up the byte reader."},
+    {"read_split", read_split_checked, METH_O,
+     "Find the payload's nine items and each type's rows; check its structure."},
+    {"read_shells", read_shells_checked, METH_VARARGS,
+     "Create every object without __init__ from the type_seq bytes."},
+    {"read_fill", read_fill_checked, METH_VARARGS,
+     "Fill one type's objects from its rows, decoded from the bytes."},
+    {NULL},
+};
