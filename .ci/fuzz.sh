@@ -7,10 +7,10 @@
 # Two builds of the native core, because gcc's libasan (and libubsan) define libFuzzer's
 # coverage callbacks as weak stubs: preloaded first, as ASan must be, they take every
 # coverage call away from libFuzzer and atheris sees no coverage at all.  So:
-#   1. fuzz: _native.c built with gcc -fsanitize-coverage=trace-pc (edge counters through
+#   1. fuzz: _native.c and _native_read.c built with gcc -fsanitize-coverage=trace-pc (edge counters through
 #      tests/fuzz/gcc_cov.c, handed to libFuzzer) and UBSan in trap mode (no runtime);
 #      Python coverage from atheris' instrumentation; a crash or hang stops the run.
-#   2. replay: _native.c built with ASan+UBSan as .ci/asan.sh builds it, LD_PRELOAD
+#   2. replay: the same two built with ASan+UBSan as .ci/asan.sh builds it, LD_PRELOAD
 #      libasan, every seed and corpus input of step 1 run through the same targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,11 +42,11 @@ done
 gcc -c -fPIC -O2 -Wall tests/fuzz/gcc_cov.c -o "$work/gcc_cov.o"
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=undefined \
     -fsanitize-undefined-trap-on-error -fsanitize-coverage=trace-pc -Wall -I"$include" \
-    ckpt/state/_native.c "$work/gcc_cov.o" -o "$work/fuzz/ckpt/state/_native$suffix" &
+    ckpt/state/_native.c ckpt/state/_native_read.c "$work/gcc_cov.o" -o "$work/fuzz/ckpt/state/_native$suffix" &
 build_fuzz=$!
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=undefined -Wall -I"$include" \
-    ckpt/state/_native.c -o "$work/asan/ckpt/state/_native$suffix" &
+    ckpt/state/_native.c ckpt/state/_native_read.c -o "$work/asan/ckpt/state/_native$suffix" &
 build_asan=$!
 wait "$build_fuzz"
 wait "$build_asan"
