@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import enum
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,6 +205,62 @@ class Loaded:
     escaped: frozenset[int] = frozenset()  # type indices whose rows hold slot escapes
 
 
+KNOWN_FLAGS = {1: frozenset({"tagged"}), 2: frozenset({"escaped"})}
+
+
+def escaped_types(flags: dict, ntypes: int, version: int) -> frozenset[int]:
+    """The flags map's type indices whose rows hold slot escapes, checked.
+
+    A flag this reader does not know is refused: it could change how the rows read,
+    and guessing would load other values than were saved."""
+    unknown = set(flags) - KNOWN_FLAGS.get(version, frozenset())
+    if unknown:
+        raise StateError(
+            f"state stream flags {sorted(map(repr, unknown))} are unknown to this ckpt "
+            f"(layout version {version}); refusing to guess how its rows read"
+        )
+    escaped = flags.get("escaped", [])
+    if not (isinstance(escaped, list) and all(type(t) is int and 0 <= t < ntypes for t in escaped)):
+        raise StateError("state stream flags list escaped types that do not exist")
+    return frozenset(escaped)
+
+
+def resolve_types(
+    types: list, count_of: Callable[[int, str], int]
+) -> tuple[list[TypePlan | None], list[type], list[type | None]]:
+    """Map the stream's type table to registered classes and enums, with a load plan
+    per class; ``count_of(t, name)`` gives type t's object count (or raises)."""
+    plans: list[TypePlan | None] = []
+    classes: list[type] = []
+    enums: list[type | None] = []
+    for t, entry in enumerate(types):
+        name, names, descriptors, is_enum = w.type_entry(t, entry)
+        count = count_of(t, name)
+        if is_enum:
+            cls = schema.enum_named(name)
+            if cls is None:
+                raise StateError(
+                    f"the stream names enum type {name!r}, which is not a known enum "
+                    "(enums load only when a savable class's annotations mention them)"
+                )
+            if count:
+                raise StateError(f"enum type {name!r} cannot have objects")
+            plans.append(None)
+            classes.append(_NotAnObject)
+            enums.append(cls)
+            continue
+        cls = registry.class_named(name)
+        if cls is None:
+            raise StateError(
+                f"the stream names type {name!r}, which is not a registered savable type; "
+                "refusing to load (register it with @state.savable, or check the stream)"
+            )
+        plans.append(make_plan(t, schema.schema_of(cls), names, descriptors, count))
+        classes.append(cls)
+        enums.append(None)
+    return plans, classes, enums
+
+
 def validate(payload: list) -> Loaded:
     """Check the top-level shape and map stream types to registered classes."""
     version, engine, encoding, types, type_seq, rows, root, shared, flags = payload
@@ -220,42 +277,16 @@ def validate(payload: list) -> Loaded:
     ):
         raise StateError("state stream payload has the wrong shape")
     counts = Counter(type_seq)
-    plans: list[TypePlan | None] = []
-    classes: list[type] = []
-    enums: list[type | None] = []
-    for t, entry in enumerate(types):
-        name, names, descriptors, is_enum = w.type_entry(t, entry)
+
+    def count_of(t: int, name: str) -> int:
         if not isinstance(rows[t], list) or counts.get(t, 0) != len(rows[t]):
             raise StateError(f"type {name!r}: object count and row count disagree")
-        if is_enum:
-            cls = schema.enum_named(name)
-            if cls is None:
-                raise StateError(
-                    f"the stream names enum type {name!r}, which is not a known enum "
-                    "(enums load only when a savable class's annotations mention them)"
-                )
-            if rows[t]:
-                raise StateError(f"enum type {name!r} cannot have objects")
-            plans.append(None)
-            classes.append(_NotAnObject)
-            enums.append(cls)
-            continue
-        cls = registry.class_named(name)
-        if cls is None:
-            raise StateError(
-                f"the stream names type {name!r}, which is not a registered savable type; "
-                "refusing to load (register it with @state.savable, or check the stream)"
-            )
-        plans.append(make_plan(t, schema.schema_of(cls), names, descriptors, len(rows[t])))
-        classes.append(cls)
-        enums.append(None)
+        return len(rows[t])
+
+    plans, classes, enums = resolve_types(types, count_of)
     if len(counts) and (min(counts) < 0 or max(counts) >= len(types)):
         raise StateError("state stream refers to a type index outside its type table")
-    escaped = flags.get("escaped", [])
-    if not (
-        isinstance(escaped, list) and all(type(t) is int and 0 <= t < len(types) for t in escaped)
-    ):
-        raise StateError("state stream flags list escaped types that do not exist")
+    escaped = escaped_types(flags, len(types), version)
     return Loaded(
         engine=engine if isinstance(engine, str) else "?",
         encoding=encoding,
@@ -268,7 +299,7 @@ def validate(payload: list) -> Loaded:
         shared=shared,
         tagged=bool(flags.get("tagged")) and version == 1,
         version=version,
-        escaped=frozenset(escaped),
+        escaped=escaped,
     )
 
 

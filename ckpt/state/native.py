@@ -574,43 +574,16 @@ def _validate(head: dict, tseq: Any, row_spans: Any) -> tuple[graph.Loaded, list
         raise StateError("state stream type table and rows do not match")
     if tseq is None or not isinstance(shared, list) or not isinstance(flags, dict):
         raise StateError("state stream payload has the wrong shape")
-    plans: list[graph.TypePlan | None] = []
-    classes: list[type] = []
-    enums: list[type | None] = []
     counts: list[int] = []
-    for t, entry in enumerate(types):
-        name, names, descriptors, is_enum = w.type_entry(t, entry)
+
+    def count_of(t: int, name: str) -> int:
         if row_spans[t] is None:
             raise StateError(f"type {name!r}: object count and row count disagree")
-        count = row_spans[t][1]
-        counts.append(count)
-        if is_enum:
-            cls = schema.enum_named(name)
-            if cls is None:
-                raise StateError(
-                    f"the stream names enum type {name!r}, which is not a known enum "
-                    "(enums load only when a savable class's annotations mention them)"
-                )
-            if count:
-                raise StateError(f"enum type {name!r} cannot have objects")
-            plans.append(None)
-            classes.append(graph._NotAnObject)
-            enums.append(cls)
-            continue
-        cls = registry.class_named(name)
-        if cls is None:
-            raise StateError(
-                f"the stream names type {name!r}, which is not a registered savable type; "
-                "refusing to load (register it with @state.savable, or check the stream)"
-            )
-        plans.append(graph.make_plan(t, schema.schema_of(cls), names, descriptors, count))
-        classes.append(cls)
-        enums.append(None)
-    escaped = flags.get("escaped", [])
-    if not (
-        isinstance(escaped, list) and all(type(t) is int and 0 <= t < len(types) for t in escaped)
-    ):
-        raise StateError("state stream flags list escaped types that do not exist")
+        counts.append(row_spans[t][1])
+        return row_spans[t][1]
+
+    plans, classes, enums = graph.resolve_types(types, count_of)
+    escaped = graph.escaped_types(flags, len(types), version)
     engine = head[w.ENGINE]
     loaded = graph.Loaded(
         engine=engine if isinstance(engine, str) else "?",
@@ -624,6 +597,6 @@ def _validate(head: dict, tseq: Any, row_spans: Any) -> tuple[graph.Loaded, list
         shared=shared,
         tagged=False,
         version=version,
-        escaped=frozenset(escaped),
+        escaped=escaped,
     )
     return loaded, counts
