@@ -402,15 +402,14 @@ typedef struct {
 typedef struct {
     Slot *slots;
     size_t mask, used;
+    unsigned shift; /* 64 - log2(capacity): a slot index is a hash's top bits */
 } PTable;
 
-static inline size_t phash(void *p)
+/* Fibonacci hashing: the top bits of the address times 2**64 / phi spread the aligned,
+ * clustered addresses of one allocator over the table in one multiply. */
+static inline size_t phash(PTable *t, void *p)
 {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x;
+    return (size_t)(((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ULL) >> t->shift);
 }
 
 static int pt_init(PTable *t, size_t cap)
@@ -422,12 +421,17 @@ static int pt_init(PTable *t, size_t cap)
     }
     t->mask = cap - 1;
     t->used = 0;
+    t->shift = 64;
+    while (cap > 1) {
+        cap >>= 1;
+        t->shift--;
+    }
     return 0;
 }
 
 static inline Slot *pt_find(PTable *t, void *key)
 {
-    size_t i = phash(key) & t->mask;
+    size_t i = phash(t, key);
     for (;;) {
         Slot *s = &t->slots[i];
         if (s->key == key)
@@ -446,7 +450,7 @@ static int pt_grow(PTable *t)
     for (size_t i = 0; i <= t->mask; i++) {
         Slot *s = &t->slots[i];
         if (s->key) {
-            size_t j = phash(s->key) & n.mask;
+            size_t j = phash(&n, s->key);
             while (n.slots[j].key)
                 j = (j + 1) & n.mask;
             n.slots[j] = *s;
@@ -463,7 +467,7 @@ static int pt_put(PTable *t, void *key, void *val)
 {
     if ((t->used + 1) * 2 > t->mask + 1 && pt_grow(t) < 0)
         return -1;
-    size_t i = phash(key) & t->mask;
+    size_t i = phash(t, key);
     while (t->slots[i].key)
         i = (i + 1) & t->mask;
     t->slots[i].key = key;
@@ -482,7 +486,7 @@ static void pt_remove(PTable *t, Slot *slot)
         j = (j + 1) & t->mask;
         if (!t->slots[j].key)
             return;
-        size_t home = phash(t->slots[j].key) & t->mask;
+        size_t home = phash(t, t->slots[j].key);
         /* the entry at j may move to i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
@@ -607,6 +611,8 @@ typedef struct {
     PTable tindex; /* type address -> type index + 1 */
     PyObject *objects, *types, *shared, *plan_for, *enum_plan, *hooked, *ctx, *dyn;
     PyObject *savable, *escaped; /* registry._by_class; type indices with an escaped slot */
+    PyObject *known[4]; /* classes ref_fits found registered, not yet in the type table */
+    unsigned nknown;
     PyObject *fail_obj;
     Py_ssize_t fail_type;
     TypeEntry **tents;
@@ -678,9 +684,17 @@ static int ref_fits(Walk *w, PyObject *x)
     Slot *s = pt_find(&w->tindex, Py_TYPE(x));
     if (s)
         return !w->tents[(intptr_t)s->val - 1]->is_enum;
-    int r = PyDict_Contains(w->savable, (PyObject *)Py_TYPE(x));
+    PyObject *tp = (PyObject *)Py_TYPE(x);
+    for (int i = 0; i < 4; i++)
+        if (w->known[i] == tp)
+            return 1;
+    /* A list of objects not met yet (a root's list) asks about one class many times:
+     * remember the last few registered ones (held: the walk compares addresses). */
+    int r = PyDict_Contains(w->savable, tp);
     if (r < 0)
         PyErr_Clear();
+    if (r > 0)
+        Py_XSETREF(w->known[w->nknown++ & 3], Py_NewRef(tp));
     return r > 0;
 }
 
@@ -995,6 +1009,17 @@ static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 
 static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 {
+    if (op == E_SCALAR) { /* writing a scalar runs no Python code: read in place */
+        if (w_array(b, PySet_GET_SIZE(v)) < 0)
+            return -1;
+        Py_ssize_t pos = 0;
+        PyObject *k;
+        Py_hash_t h;
+        while (_PySet_NextEntry(v, &pos, &k, &h))
+            if (w_scalar(b, k, type_bit(k)) < 0)
+                return -1;
+        return 0;
+    }
     /* Iterate a snapshot: discovering can run Python code. */
     PyObject *items = PySequence_List(v);
     if (!items)
@@ -1002,6 +1027,50 @@ static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     int r = w_list_items(w, b, items, op, owner);
     Py_DECREF(items);
     return r;
+}
+
+/* One pass of a dict's keys (which 0) or values (1), read in place. */
+static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject *owner)
+{
+    if (w_array(b, PyDict_GET_SIZE(d)) < 0)
+        return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *x;
+    while (PyDict_Next(d, &pos, &k, &x)) {
+        PyObject *item = Py_NewRef(which ? x : k); /* held: discovering may run Python */
+        int r = w_elem(w, b, op, item, owner);
+        Py_DECREF(item);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* [[keys], [values]] of a dict read in place, without the two snapshot lists: 0 done,
+ * -1 error, 1 the dict changed meanwhile (only Python code run to discover a new class
+ * can change it), so nothing was written and the caller takes snapshots.  Only for
+ * scalar and reference items: what they write has no side effect a second try repeats
+ * differently (an object discovered keeps its id). */
+static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObject *owner)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t start = b->len;
+    uint64_t version = ((PyDictObject *)d)->ma_version_tag;
+    Py_INCREF(d);
+    int r = w_byte(b, 0x92);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 0, kop, owner);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 1, vop, owner);
+    if (r == 0 && ((PyDictObject *)d)->ma_version_tag != version) {
+        b->len = start;
+        r = 1;
+    }
+    Py_DECREF(d);
+    return r;
+#else
+    return 1;
+#endif
 }
 
 static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
@@ -1076,6 +1145,11 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return -1;
         if (PyDict_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
+        if (f->kop != E_ANY && f->vop != E_ANY) {
+            int r = w_dict_direct(w, b, v, f->kop, f->vop, obj);
+            if (r <= 0)
+                return r;
+        }
         /* [[keys], [values]], from snapshots: discovering can run Python code. */
         PyObject *keys = PyDict_Keys(v);
         if (!keys)
@@ -1583,6 +1657,8 @@ static int walk_clear(Walk *w)
     Py_CLEAR(w->plan_for);
     Py_CLEAR(w->enum_plan);
     Py_CLEAR(w->savable);
+    for (int i = 0; i < 4; i++)
+        Py_CLEAR(w->known[i]);
     Py_CLEAR(w->escaped);
     Py_CLEAR(w->hooked);
     Py_CLEAR(w->ctx);
@@ -1596,6 +1672,8 @@ static int walk_clear(Walk *w)
 static PyObject *walk_release(Walk *w, PyObject *unused)
 {
     walk_clear_tables(w);
+    for (int i = 0; i < 4; i++)
+        Py_CLEAR(w->known[i]);
     PyObject *tmp;
     tmp = w->ctx; w->ctx = NULL; Py_XDECREF(tmp);
     tmp = w->dyn; w->dyn = NULL; Py_XDECREF(tmp);
@@ -1620,6 +1698,8 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
     Py_VISIT(w->plan_for);
     Py_VISIT(w->enum_plan);
     Py_VISIT(w->savable);
+    for (int i = 0; i < 4; i++)
+        Py_VISIT(w->known[i]);
     Py_VISIT(w->escaped);
     Py_VISIT(w->hooked);
     Py_VISIT(w->ctx);
