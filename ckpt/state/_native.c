@@ -609,6 +609,7 @@ typedef struct {
     PTable ids;    /* address -> object id */
     PTable cmemo;  /* container address -> owner (strong) */
     PTable tindex; /* type address -> type index + 1 */
+    PTable enumv;  /* enum member -> its _value_ (both strong) */
     PyObject *objects, *types, *shared, *plan_for, *enum_plan, *hooked, *ctx, *dyn;
     PyObject *savable, *escaped; /* registry._by_class; type indices with an escaped slot */
     PyObject *known[4]; /* classes ref_fits found registered, not yet in the type table */
@@ -930,12 +931,21 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
         return i < 0 ? -1 : w_uint(b, (uint64_t)i);
     }
     case E_ENUM: {
+        /* A program's enums have few members, met again and again: each member's
+         * _value_ is looked up once per walk. */
+        Slot *s = pt_find(&w->enumv, x);
+        if (s)
+            return w_value(b, (PyObject *)s->val, 0);
         PyObject *val = PyObject_GetAttr(x, str_value_);
         if (!val)
             return -1;
         int r = w_value(b, val, 0);
+        if (r == 0 && pt_put(&w->enumv, x, val) == 0) {
+            Py_INCREF(x); /* the table owns key and value now */
+            return 0;
+        }
         Py_DECREF(val);
-        return r;
+        return -1;
     }
     case E_ANY:
         return w_dyn(w, b, x, owner, 0);
@@ -1639,6 +1649,14 @@ static void walk_clear_tables(Walk *w)
     pt_free(&w->cmemo);
     pt_free(&w->ids);
     pt_free(&w->tindex);
+    if (w->enumv.slots) {
+        for (size_t i = 0; i <= w->enumv.mask; i++)
+            if (w->enumv.slots[i].key) {
+                Py_DECREF((PyObject *)w->enumv.slots[i].key);
+                Py_DECREF((PyObject *)w->enumv.slots[i].val);
+            }
+    }
+    pt_free(&w->enumv);
     for (Py_ssize_t t = 0; t < w->ntypes; t++)
         te_free(w->tents[t]);
     PyMem_Free(w->tents);
@@ -1711,6 +1729,12 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
         for (size_t i = 0; i <= w->cmemo.mask; i++)
             if (w->cmemo.slots[i].key)
                 Py_VISIT((PyObject *)w->cmemo.slots[i].val);
+    if (w->enumv.slots)
+        for (size_t i = 0; i <= w->enumv.mask; i++)
+            if (w->enumv.slots[i].key) {
+                Py_VISIT((PyObject *)w->enumv.slots[i].key);
+                Py_VISIT((PyObject *)w->enumv.slots[i].val);
+            }
     for (Py_ssize_t t = 0; t < w->ntypes; t++) {
         TypeEntry *te = w->tents[t];
         Py_VISIT(te->schema);
@@ -1759,7 +1783,7 @@ static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     w->types = PyList_New(0);
     w->shared = PyDict_New();
     if (!w->objects || !w->types || !w->shared || pt_init(&w->ids, last_ids) < 0 ||
-        pt_init(&w->cmemo, last_memo) < 0 || pt_init(&w->tindex, 64) < 0 ||
+        pt_init(&w->cmemo, last_memo) < 0 || pt_init(&w->tindex, 64) < 0 || pt_init(&w->enumv, 64) < 0 ||
         pt_put(&w->ids, Py_None, (void *)0) < 0 || PyList_Append(w->objects, Py_None) < 0)
         goto fail;
     w->ids_view = table_new(w, 0);
