@@ -47,7 +47,8 @@ typedef struct {
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
        OP_FROZENSET, OP_SAVE };
 /* Element ops inside containers. */
-enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY };
+enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
+#define MAX_TUPLE_ITEMS 8 /* tuple[A, B, ...] items of a list checked in C */
 /* Exact scalar type bits. */
 enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 };
 
@@ -524,6 +525,8 @@ typedef struct {
     PyObject *arg;      /* OP_SAVE: the field's save= function */
     int dict_ok;        /* no data descriptor of this name: the instance dict decides */
     int op, mask, kop, kmask, vop, vmask, elide;
+    Py_ssize_t tarity;            /* E_TUPLE items: the fixed length, or -1 (tuple[X, ...]) */
+    int tmask[MAX_TUPLE_ITEMS];   /* ... and each position's scalar mask */
 } Field;
 
 typedef struct {
@@ -596,6 +599,18 @@ static TypeEntry *te_from_plan(PyObject *plan)
         f->name = Py_NewRef(fname);
         f->fallback = Py_NewRef(fb);
         f->arg = Py_NewRef(arg);
+        f->tarity = -1;
+        if (f->kop == E_TUPLE && arg != Py_None) { /* list[tuple[A, B]]: per-item masks */
+            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_TUPLE_ITEMS) {
+                PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
+                te->nfields = i + 1;
+                te_free(te);
+                return NULL;
+            }
+            f->tarity = PyTuple_GET_SIZE(arg);
+            for (Py_ssize_t j = 0; j < f->tarity; j++)
+                f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
+        }
         te->nfields = i + 1;
     }
     te->nfields = n;
@@ -949,6 +964,15 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
     }
     case E_ANY:
         return w_dyn(w, b, x, owner, 0);
+    case E_TUPLE: /* checked by all_tuples_fit: a tuple of fitting scalars */
+        if (w_array(b, PyTuple_GET_SIZE(x)) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); i++) {
+            PyObject *y = PyTuple_GET_ITEM(x, i);
+            if (w_scalar(b, y, type_bit(y)) < 0)
+                return -1;
+        }
+        return 0;
     }
     PyErr_SetString(PyExc_SystemError, "ckpt native: bad element op");
     return -1;
@@ -960,6 +984,29 @@ static int all_fit(PyObject **items, Py_ssize_t n, int mask)
     for (Py_ssize_t i = 0; i < n; i++)
         if (!(fit_bit(items[i]) & mask))
             return 0;
+    return 1;
+}
+
+/* Every item of a list is an exact tuple whose items fit the field's tuple kind. */
+static int all_tuples_fit(Field *f, PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *x = PyList_GET_ITEM(list, i);
+        if (Py_TYPE(x) != &PyTuple_Type)
+            return 0;
+        PyObject **items = ((PyTupleObject *)x)->ob_item;
+        Py_ssize_t n = PyTuple_GET_SIZE(x);
+        if (f->tarity < 0) {
+            if (!all_fit(items, n, f->kmask))
+                return 0;
+            continue;
+        }
+        if (n != f->tarity)
+            return 0;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (!(fit_bit(items[j]) & f->tmask[j]))
+                return 0;
+    }
     return 1;
 }
 
@@ -1125,7 +1172,8 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if ((f->kop == E_SCALAR &&
              !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask)) ||
-            (f->kop == E_REF && !all_refs_fit(w, v)))
+            (f->kop == E_REF && !all_refs_fit(w, v)) ||
+            (f->kop == E_TUPLE && !all_tuples_fit(f, v)))
             return w_fallback(w, b, f, obj);
         if (memo_put(w, v, obj) < 0)
             return -1;
