@@ -234,6 +234,11 @@ static inline int w_long(Buf *b, PyObject *v)
         return w_uint(b, ((PyLongObject *)v)->ob_digit[0]);
     if (size == -1)
         return w_int(b, -(int64_t)((PyLongObject *)v)->ob_digit[0]);
+    if (size == 2 || size == -2) { /* below 2**60: addresses, sizes, offsets */
+        const digit *d = ((PyLongObject *)v)->ob_digit;
+        int64_t x = (int64_t)d[0] | ((int64_t)d[1] << PyLong_SHIFT);
+        return w_int(b, size > 0 ? x : -x);
+    }
 #endif
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);

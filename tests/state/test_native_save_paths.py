@@ -128,3 +128,12 @@ def test_random_tuples_and_dicts_write_typed_stream(
     pairs: Any, named: Any, var: Any, table: Any
 ) -> None:
     _same([Paths(pairs=pairs, named=named, var=var, table=table, mixed=list(pairs))])
+
+
+INT_EDGES = [2**30 - 1, 2**30, -(2**30), 2**60 - 1, -(2**60 - 1), 2**60, -(2**60), 2**63 - 1]
+INT_EDGES += [-(2**63), 2**64 - 1, 2**64, -(2**63) - 1, 2**45 + 3, -(2**45 + 3)]
+
+
+def test_ints_at_every_digit_boundary_write_typed_stream() -> None:
+    roots = [Paths(pairs=[(v, 1)], table={"a": v}, var=[(v, -v)]) for v in INT_EDGES]
+    _same(roots)
