@@ -49,7 +49,8 @@ typedef struct {
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
        OP_FROZENSET, OP_SAVE };
 /* Element ops inside containers. */
-enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY };
+enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
+#define MAX_TUPLE_ITEMS 8 /* tuple[A, B, ...] items of a list checked in C */
 /* Exact scalar type bits. */
 enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 };
 
@@ -235,6 +236,11 @@ static inline int w_long(Buf *b, PyObject *v)
         return w_uint(b, ((PyLongObject *)v)->ob_digit[0]);
     if (size == -1)
         return w_int(b, -(int64_t)((PyLongObject *)v)->ob_digit[0]);
+    if (size == 2 || size == -2) { /* below 2**60: addresses, sizes, offsets */
+        const digit *d = ((PyLongObject *)v)->ob_digit;
+        int64_t x = (int64_t)d[0] | ((int64_t)d[1] << PyLong_SHIFT);
+        return w_int(b, size > 0 ? x : -x);
+    }
 #endif
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -404,15 +410,14 @@ typedef struct {
 typedef struct {
     Slot *slots;
     size_t mask, used;
+    unsigned shift; /* 64 - log2(capacity): a slot index is a hash's top bits */
 } PTable;
 
-static inline size_t phash(void *p)
+/* Fibonacci hashing: the top bits of the address times 2**64 / phi spread the aligned,
+ * clustered addresses of one allocator over the table in one multiply. */
+static inline size_t phash(PTable *t, void *p)
 {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x;
+    return (size_t)(((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ULL) >> t->shift);
 }
 
 static int pt_init(PTable *t, size_t cap)
@@ -424,12 +429,17 @@ static int pt_init(PTable *t, size_t cap)
     }
     t->mask = cap - 1;
     t->used = 0;
+    t->shift = 64;
+    while (cap > 1) {
+        cap >>= 1;
+        t->shift--;
+    }
     return 0;
 }
 
 static inline Slot *pt_find(PTable *t, void *key)
 {
-    size_t i = phash(key) & t->mask;
+    size_t i = phash(t, key);
     for (;;) {
         Slot *s = &t->slots[i];
         if (s->key == key)
@@ -448,7 +458,7 @@ static int pt_grow(PTable *t)
     for (size_t i = 0; i <= t->mask; i++) {
         Slot *s = &t->slots[i];
         if (s->key) {
-            size_t j = phash(s->key) & n.mask;
+            size_t j = phash(&n, s->key);
             while (n.slots[j].key)
                 j = (j + 1) & n.mask;
             n.slots[j] = *s;
@@ -465,7 +475,7 @@ static int pt_put(PTable *t, void *key, void *val)
 {
     if ((t->used + 1) * 2 > t->mask + 1 && pt_grow(t) < 0)
         return -1;
-    size_t i = phash(key) & t->mask;
+    size_t i = phash(t, key);
     while (t->slots[i].key)
         i = (i + 1) & t->mask;
     t->slots[i].key = key;
@@ -484,7 +494,7 @@ static void pt_remove(PTable *t, Slot *slot)
         j = (j + 1) & t->mask;
         if (!t->slots[j].key)
             return;
-        size_t home = phash(t->slots[j].key) & t->mask;
+        size_t home = phash(t, t->slots[j].key);
         /* the entry at j may move to i unless its home lies cyclically in (i, j] */
         int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (!stays) {
@@ -522,6 +532,8 @@ typedef struct {
     PyObject *arg;      /* OP_SAVE: the field's save= function */
     int dict_ok;        /* no data descriptor of this name: the instance dict decides */
     int op, mask, kop, kmask, vop, vmask, elide;
+    Py_ssize_t tarity;            /* E_TUPLE items: the fixed length, or -1 (tuple[X, ...]) */
+    int tmask[MAX_TUPLE_ITEMS];   /* ... and each position's scalar mask */
 } Field;
 
 typedef struct {
@@ -594,6 +606,18 @@ static TypeEntry *te_from_plan(PyObject *plan)
         f->name = Py_NewRef(fname);
         f->fallback = Py_NewRef(fb);
         f->arg = Py_NewRef(arg);
+        f->tarity = -1;
+        if (f->kop == E_TUPLE && arg != Py_None) { /* list[tuple[A, B]]: per-item masks */
+            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_TUPLE_ITEMS) {
+                PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
+                te->nfields = i + 1;
+                te_free(te);
+                return NULL;
+            }
+            f->tarity = PyTuple_GET_SIZE(arg);
+            for (Py_ssize_t j = 0; j < f->tarity; j++)
+                f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
+        }
         te->nfields = i + 1;
     }
     te->nfields = n;
@@ -607,8 +631,11 @@ typedef struct {
     PTable ids;    /* address -> object id */
     PTable cmemo;  /* container address -> owner (strong) */
     PTable tindex; /* type address -> type index + 1 */
+    PTable enumv;  /* enum member -> its _value_ (both strong) */
     PyObject *objects, *types, *shared, *plan_for, *enum_plan, *hooked, *ctx, *dyn;
     PyObject *savable, *escaped; /* registry._by_class; type indices with an escaped slot */
+    PyObject *known[4]; /* classes ref_fits found registered, not yet in the type table */
+    unsigned nknown;
     PyObject *fail_obj;
     Py_ssize_t fail_type;
     TypeEntry **tents;
@@ -680,9 +707,17 @@ static int ref_fits(Walk *w, PyObject *x)
     Slot *s = pt_find(&w->tindex, Py_TYPE(x));
     if (s)
         return !w->tents[(intptr_t)s->val - 1]->is_enum;
-    int r = PyDict_Contains(w->savable, (PyObject *)Py_TYPE(x));
+    PyObject *tp = (PyObject *)Py_TYPE(x);
+    for (int i = 0; i < 4; i++)
+        if (w->known[i] == tp)
+            return 1;
+    /* A list of objects not met yet (a root's list) asks about one class many times:
+     * remember the last few registered ones (held: the walk compares addresses). */
+    int r = PyDict_Contains(w->savable, tp);
     if (r < 0)
         PyErr_Clear();
+    if (r > 0)
+        Py_XSETREF(w->known[w->nknown++ & 3], Py_NewRef(tp));
     return r > 0;
 }
 
@@ -918,15 +953,33 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
         return i < 0 ? -1 : w_uint(b, (uint64_t)i);
     }
     case E_ENUM: {
+        /* A program's enums have few members, met again and again: each member's
+         * _value_ is looked up once per walk. */
+        Slot *s = pt_find(&w->enumv, x);
+        if (s)
+            return w_value(b, (PyObject *)s->val, 0);
         PyObject *val = PyObject_GetAttr(x, str_value_);
         if (!val)
             return -1;
         int r = w_value(b, val, 0);
+        if (r == 0 && pt_put(&w->enumv, x, val) == 0) {
+            Py_INCREF(x); /* the table owns key and value now */
+            return 0;
+        }
         Py_DECREF(val);
-        return r;
+        return -1;
     }
     case E_ANY:
         return w_dyn(w, b, x, owner, 0);
+    case E_TUPLE: /* checked by all_tuples_fit: a tuple of fitting scalars */
+        if (w_array(b, PyTuple_GET_SIZE(x)) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); i++) {
+            PyObject *y = PyTuple_GET_ITEM(x, i);
+            if (w_scalar(b, y, type_bit(y)) < 0)
+                return -1;
+        }
+        return 0;
     }
     PyErr_SetString(PyExc_SystemError, "ckpt native: bad element op");
     return -1;
@@ -938,6 +991,29 @@ static int all_fit(PyObject **items, Py_ssize_t n, int mask)
     for (Py_ssize_t i = 0; i < n; i++)
         if (!(fit_bit(items[i]) & mask))
             return 0;
+    return 1;
+}
+
+/* Every item of a list is an exact tuple whose items fit the field's tuple kind. */
+static int all_tuples_fit(Field *f, PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *x = PyList_GET_ITEM(list, i);
+        if (Py_TYPE(x) != &PyTuple_Type)
+            return 0;
+        PyObject **items = ((PyTupleObject *)x)->ob_item;
+        Py_ssize_t n = PyTuple_GET_SIZE(x);
+        if (f->tarity < 0) {
+            if (!all_fit(items, n, f->kmask))
+                return 0;
+            continue;
+        }
+        if (n != f->tarity)
+            return 0;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (!(fit_bit(items[j]) & f->tmask[j]))
+                return 0;
+    }
     return 1;
 }
 
@@ -997,6 +1073,17 @@ static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 
 static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 {
+    if (op == E_SCALAR) { /* writing a scalar runs no Python code: read in place */
+        if (w_array(b, PySet_GET_SIZE(v)) < 0)
+            return -1;
+        Py_ssize_t pos = 0;
+        PyObject *k;
+        Py_hash_t h;
+        while (_PySet_NextEntry(v, &pos, &k, &h))
+            if (w_scalar(b, k, type_bit(k)) < 0)
+                return -1;
+        return 0;
+    }
     /* Iterate a snapshot: discovering can run Python code. */
     PyObject *items = PySequence_List(v);
     if (!items)
@@ -1004,6 +1091,50 @@ static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     int r = w_list_items(w, b, items, op, owner);
     Py_DECREF(items);
     return r;
+}
+
+/* One pass of a dict's keys (which 0) or values (1), read in place. */
+static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject *owner)
+{
+    if (w_array(b, PyDict_GET_SIZE(d)) < 0)
+        return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *x;
+    while (PyDict_Next(d, &pos, &k, &x)) {
+        PyObject *item = Py_NewRef(which ? x : k); /* held: discovering may run Python */
+        int r = w_elem(w, b, op, item, owner);
+        Py_DECREF(item);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* [[keys], [values]] of a dict read in place, without the two snapshot lists: 0 done,
+ * -1 error, 1 the dict changed meanwhile (only Python code run to discover a new class
+ * can change it), so nothing was written and the caller takes snapshots.  Only for
+ * scalar and reference items: what they write has no side effect a second try repeats
+ * differently (an object discovered keeps its id). */
+static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObject *owner)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t start = b->len;
+    uint64_t version = ((PyDictObject *)d)->ma_version_tag;
+    Py_INCREF(d);
+    int r = w_byte(b, 0x92);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 0, kop, owner);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 1, vop, owner);
+    if (r == 0 && ((PyDictObject *)d)->ma_version_tag != version) {
+        b->len = start;
+        r = 1;
+    }
+    Py_DECREF(d);
+    return r;
+#else
+    return 1;
+#endif
 }
 
 static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
@@ -1048,7 +1179,8 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if ((f->kop == E_SCALAR &&
              !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask)) ||
-            (f->kop == E_REF && !all_refs_fit(w, v)))
+            (f->kop == E_REF && !all_refs_fit(w, v)) ||
+            (f->kop == E_TUPLE && !all_tuples_fit(f, v)))
             return w_fallback(w, b, f, obj);
         if (memo_put(w, v, obj) < 0)
             return -1;
@@ -1078,6 +1210,11 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return -1;
         if (PyDict_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
+        if (f->kop != E_ANY && f->vop != E_ANY) {
+            int r = w_dict_direct(w, b, v, f->kop, f->vop, obj);
+            if (r <= 0)
+                return r;
+        }
         /* [[keys], [values]], from snapshots: discovering can run Python code. */
         PyObject *keys = PyDict_Keys(v);
         if (!keys)
@@ -1433,6 +1570,137 @@ fail:
     return NULL;
 }
 
+/* ---- CRC-32 of the frame (zlib's: reflected polynomial 0xEDB88320) ------------------
+ *
+ * zlib's braided loop costs about 4 instructions a byte; with carry-less multiplication
+ * the buffer is folded 64 bytes at a time into four 128-bit lanes, the lanes into one,
+ * then reduced to 32 bits (Barrett).  The fold constants are x^k mod P for the fold
+ * distances, bit-reflected; crc_table covers the tail and CPUs without PCLMULQDQ.
+ * tests/state/test_native_crc.py checks it against zlib.crc32. */
+static uint32_t crc_table[256];
+
+static void crc_table_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320U ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+}
+
+/* On an inverted crc, as the folding code leaves it. */
+static uint32_t crc_bytes(uint32_t c, const unsigned char *p, size_t n)
+{
+    while (n--)
+        c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CRC_FOLD 1
+
+/* a = a.lo * k.lo ^ a.hi * k.hi ^ next: one 128-bit lane moved forward by k's distance */
+__attribute__((target("pclmul,sse2"))) static inline __m128i crc_fold(__m128i a, __m128i k,
+                                                                       __m128i next)
+{
+    __m128i lo = _mm_clmulepi64_si128(a, k, 0x00);
+    __m128i hi = _mm_clmulepi64_si128(a, k, 0x11);
+    return _mm_xor_si128(_mm_xor_si128(lo, hi), next);
+}
+
+/* n >= 64 and a multiple of 16; c and the result are inverted crcs. */
+__attribute__((target("pclmul,sse2"))) static uint32_t crc_clmul(uint32_t c,
+                                                                 const unsigned char *p,
+                                                                 size_t n)
+{
+    const __m128i k512 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k128 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k64 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x1F7011641LL, 0x1DB710641LL); /* u', P' */
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)c));
+    p += 64;
+    n -= 64;
+    for (; n >= 64; p += 64, n -= 64) {
+        x0 = crc_fold(x0, k512, _mm_loadu_si128((const __m128i *)p));
+        x1 = crc_fold(x1, k512, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = crc_fold(x2, k512, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = crc_fold(x3, k512, _mm_loadu_si128((const __m128i *)(p + 48)));
+    }
+    x0 = crc_fold(x0, k128, x1);
+    x0 = crc_fold(x0, k128, x2);
+    x0 = crc_fold(x0, k128, x3);
+    for (; n >= 16; p += 16, n -= 16)
+        x0 = crc_fold(x0, k128, _mm_loadu_si128((const __m128i *)p));
+    /* 128 -> 96 bits (and 32 zero bits appended) */
+    __m128i t = _mm_clmulepi64_si128(x0, k128, 0x10);
+    x0 = _mm_xor_si128(_mm_srli_si128(x0, 8), t);
+    /* 96 -> 64 bits */
+    t = _mm_srli_si128(x0, 4);
+    x0 = _mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k64, 0x00);
+    x0 = _mm_xor_si128(x0, t);
+    /* Barrett reduction 64 -> 32 bits */
+    t = _mm_and_si128(x0, mask32);
+    t = _mm_clmulepi64_si128(t, poly, 0x10);
+    t = _mm_and_si128(t, mask32);
+    t = _mm_clmulepi64_si128(t, poly, 0x00);
+    x0 = _mm_xor_si128(x0, t);
+    return (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(x0, 4));
+}
+#endif
+
+static int crc_fast = -1;
+
+static uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffU;
+#ifdef CRC_FOLD
+    if (crc_fast < 0) {
+        __builtin_cpu_init();
+        crc_fast = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse2");
+    }
+    if (crc_fast && n >= 64) {
+        size_t m = n & ~(size_t)15;
+        c = crc_clmul(c, p, m);
+        p += m;
+        n -= m;
+    }
+#endif
+    return ~crc_bytes(c, p, n);
+}
+
+/* crc32(data, start, fast=True): zlib.crc32(data[start:]) (fast=False: the table, to
+ * test both paths). */
+static PyObject *walk_crc32(Walk *w, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t start;
+    int fast = 1;
+    if (!PyArg_ParseTuple(args, "y*n|p", &buf, &start, &fast))
+        return NULL;
+    if (start < 0 || start > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "crc32: start outside the buffer");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)buf.buf + start;
+    size_t n = (size_t)(buf.len - start);
+    uint32_t c;
+    Py_BEGIN_ALLOW_THREADS
+    if (!crc_table[1])
+        crc_table_init();
+    c = fast ? crc32_of(p, n) : ~crc_bytes(0xffffffffU, p, n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromUnsignedLong(c);
+}
+
 /* The payload's middle: type_seq and rows, between the Python-encoded prefix and
  * suffix, behind 17 bytes left for the frame header. */
 static PyObject *walk_assemble(Walk *w, PyObject *args)
@@ -1567,6 +1835,14 @@ static void walk_clear_tables(Walk *w)
     pt_free(&w->cmemo);
     pt_free(&w->ids);
     pt_free(&w->tindex);
+    if (w->enumv.slots) {
+        for (size_t i = 0; i <= w->enumv.mask; i++)
+            if (w->enumv.slots[i].key) {
+                Py_DECREF((PyObject *)w->enumv.slots[i].key);
+                Py_DECREF((PyObject *)w->enumv.slots[i].val);
+            }
+    }
+    pt_free(&w->enumv);
     for (Py_ssize_t t = 0; t < w->ntypes; t++)
         te_free(w->tents[t]);
     PyMem_Free(w->tents);
@@ -1585,6 +1861,8 @@ static int walk_clear(Walk *w)
     Py_CLEAR(w->plan_for);
     Py_CLEAR(w->enum_plan);
     Py_CLEAR(w->savable);
+    for (int i = 0; i < 4; i++)
+        Py_CLEAR(w->known[i]);
     Py_CLEAR(w->escaped);
     Py_CLEAR(w->hooked);
     Py_CLEAR(w->ctx);
@@ -1598,6 +1876,8 @@ static int walk_clear(Walk *w)
 static PyObject *walk_release(Walk *w, PyObject *unused)
 {
     walk_clear_tables(w);
+    for (int i = 0; i < 4; i++)
+        Py_CLEAR(w->known[i]);
     PyObject *tmp;
     tmp = w->ctx; w->ctx = NULL; Py_XDECREF(tmp);
     tmp = w->dyn; w->dyn = NULL; Py_XDECREF(tmp);
@@ -1622,6 +1902,8 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
     Py_VISIT(w->plan_for);
     Py_VISIT(w->enum_plan);
     Py_VISIT(w->savable);
+    for (int i = 0; i < 4; i++)
+        Py_VISIT(w->known[i]);
     Py_VISIT(w->escaped);
     Py_VISIT(w->hooked);
     Py_VISIT(w->ctx);
@@ -1633,6 +1915,12 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
         for (size_t i = 0; i <= w->cmemo.mask; i++)
             if (w->cmemo.slots[i].key)
                 Py_VISIT((PyObject *)w->cmemo.slots[i].val);
+    if (w->enumv.slots)
+        for (size_t i = 0; i <= w->enumv.mask; i++)
+            if (w->enumv.slots[i].key) {
+                Py_VISIT((PyObject *)w->enumv.slots[i].key);
+                Py_VISIT((PyObject *)w->enumv.slots[i].val);
+            }
     for (Py_ssize_t t = 0; t < w->ntypes; t++) {
         TypeEntry *te = w->tents[t];
         Py_VISIT(te->schema);
@@ -1681,7 +1969,7 @@ static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     w->types = PyList_New(0);
     w->shared = PyDict_New();
     if (!w->objects || !w->types || !w->shared || pt_init(&w->ids, last_ids) < 0 ||
-        pt_init(&w->cmemo, last_memo) < 0 || pt_init(&w->tindex, 64) < 0 ||
+        pt_init(&w->cmemo, last_memo) < 0 || pt_init(&w->tindex, 64) < 0 || pt_init(&w->enumv, 64) < 0 ||
         pt_put(&w->ids, Py_None, (void *)0) < 0 || PyList_Append(w->objects, Py_None) < 0)
         goto fail;
     w->ids_view = table_new(w, 0);
@@ -1701,6 +1989,7 @@ static PyMethodDef walk_methods[] = {
     {"seen_again", (PyCFunction)walk_seen_again, METH_O, "A container met a second time."},
     {"enum_index", (PyCFunction)walk_enum_index, METH_O, "The type index of an enum class."},
     {"release", (PyCFunction)walk_release, METH_NOARGS, "Drop the walk's tables."},
+    {"crc32", (PyCFunction)walk_crc32, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
     {NULL},
 };
 

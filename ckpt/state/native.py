@@ -19,7 +19,6 @@ import enum
 import importlib.util
 import os
 import sys
-import zlib
 from dataclasses import MISSING
 from itertools import repeat
 from typing import Any
@@ -38,7 +37,8 @@ ENGINE = "typed"  # the stream is the typed engine's; the native engine only wri
 # Op codes shared with _native.c.
 OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
 OP_TUPLE, OP_FROZENSET, OP_SAVE = range(8, 11)
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY = range(5)
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = range(6)
+MAX_TUPLE_ITEMS = 8  # as in _native.c
 _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
 _NONE = frozenset({type(None)})
 
@@ -124,7 +124,20 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
         return E_REF, 0
     if tag is K.ANY:
         return E_ANY, 0
+    if _scalar_tuple(kind):
+        return E_TUPLE, _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
     return E_NONE, 0  # enums and nested kinds inside containers: the slot function
+
+
+def _scalar_tuple(kind: Kind) -> bool:
+    """``tuple[A, B, ...]`` (at most MAX_TUPLE_ITEMS) or ``tuple[X, ...]`` of scalars."""
+    if kind.tag is K.TUPLE:
+        n = len(kind.args)
+        if not 0 < n <= MAX_TUPLE_ITEMS:
+            return False
+    elif kind.tag is not K.VARTUPLE:
+        return False
+    return all(a.tag in SCALARS for a in kind.args)
 
 
 def _compact_enum(cls: type) -> bool:
@@ -145,6 +158,8 @@ def _field_arg(kind: Kind, op: int) -> Any:
         return kind.enum_cls if kind.tag is K.ENUM else kind.args[0].enum_cls
     if op == OP_TUPLE and kind.tag is K.TUPLE:
         return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
+    if op == OP_LIST and kind.args[0].tag is K.TUPLE:  # list[tuple[A, B]]: per-item masks
+        return tuple(_mask(_fast_types(a.tag)) for a in kind.args[0].args)
     return None
 
 
@@ -175,13 +190,13 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
         return OP_ANY, 0, 0, 0, 0, 0
     if tag in (K.LIST, K.SET):
         op, mask = _elem_op(kind.args[0])
-        if op == E_NONE:
+        if op == E_NONE or (op == E_TUPLE and tag is K.SET):  # tuples: in lists only
             return py
         return (OP_LIST if tag is K.LIST else OP_SET), 0, op, mask, 0, 0
     if tag is K.DICT:
         kop, kmask = _elem_op(kind.args[0])
         vop, vmask = _elem_op(kind.args[1])
-        if E_NONE in (kop, vop):
+        if E_NONE in (kop, vop) or E_TUPLE in (kop, vop):
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
     if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
@@ -305,9 +320,10 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
         suffix = _encode(payload[w.ROOT :])[1:]
         data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
-        body = memoryview(data)[w.HEADER_SIZE :]
-        header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, zlib.crc32(body), len(body))
-        del body
+        # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
+        # instructions than zlib's loop on a 1 MiB stream)
+        crc = walk.crc32(data, w.HEADER_SIZE)
+        header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
         _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:

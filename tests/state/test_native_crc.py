@@ -1,0 +1,62 @@
+"""The native writer's frame CRC is zlib.crc32, on the folded (PCLMULQDQ) path and the
+table path, at every length around the fold widths and from any start offset."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt import state
+from ckpt.state import native, registry
+
+pytestmark = pytest.mark.skipif(
+    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
+)
+
+
+def _walk():
+    return native._core.Walk(native._plan_for, native._enum_plan, set(), registry._by_class)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["folded", "table"])
+def test_crc_equals_zlib_at_every_length_near_the_fold_widths(fast: bool) -> None:
+    walk = _walk()
+    data = bytes((i * 151 + 7) & 0xFF for i in range(300))
+    for n in range(300):
+        for start in (0, 1, 17):
+            if start <= n:
+                got = walk.crc32(data[:n], start, fast)
+                assert got == zlib.crc32(data[start:n]), (n, start, fast)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000), st.integers(0, 40))
+def test_crc_equals_zlib_on_random_bytes(data: bytes, start: int) -> None:
+    start = min(start, len(data))
+    walk = _walk()
+    assert walk.crc32(data, start) == zlib.crc32(data[start:])
+    assert walk.crc32(data, start, False) == zlib.crc32(data[start:])
+
+
+def test_crc_of_large_all_ones_and_zeros() -> None:
+    walk = _walk()
+    for data in (b"\xff" * (1 << 20), bytes(1 << 20) + b"\x01"):
+        assert walk.crc32(data, 0) == zlib.crc32(data)
+
+
+def test_crc_rejects_a_start_outside_the_buffer() -> None:
+    walk = _walk()
+    with pytest.raises(ValueError, match="start outside"):
+        walk.crc32(b"abc", 4)
+    with pytest.raises(ValueError, match="start outside"):
+        walk.crc32(b"abc", -1)
+
+
+def test_native_frame_crc_is_what_the_reader_checks() -> None:
+    data = state.dumps([1, "x" * 5000], engine="native")
+    assert data == state.dumps([1, "x" * 5000], engine="typed")
+    header = state.wire._HEADER.unpack_from(data)
+    assert header[2] == zlib.crc32(data[state.wire.HEADER_SIZE :])
