@@ -88,7 +88,7 @@ def _decode_slice(view: memoryview) -> Any:
         raise StateError(f"state stream payload is malformed: {exc}") from exc
 
 
-_slice_decoder = msgspec.msgpack.Decoder()
+_slice_decoder = msgspec.msgpack.Decoder(ext_hook=w.refuse_extension)
 
 
 class _Probe:

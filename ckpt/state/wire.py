@@ -71,7 +71,7 @@ INT_MIN = -(1 << 63)
 INT_LIMIT = 1 << 64  # MessagePack holds ints in [INT_MIN, INT_LIMIT)
 
 
-def _no_extensions(code: int, data: memoryview) -> Any:
+def refuse_extension(code: int, data: memoryview) -> Any:
     """No engine writes MessagePack extension types: one in a stream is damage or forgery
     (found by the fuzzer: it loaded as a ``msgspec.msgpack.Ext`` object in a field).
     Called only when an extension is met, so a sound stream pays nothing."""
@@ -82,7 +82,7 @@ def _no_extensions(code: int, data: memoryview) -> Any:
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(ext_hook=_no_extensions)
+_decoder = msgspec.msgpack.Decoder(ext_hook=refuse_extension)
 
 
 def array_body(rows: list) -> bytes:

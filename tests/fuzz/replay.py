@@ -55,8 +55,8 @@ def replay(target: str, paths: list[Path], current: Path | None, timeout: float)
                 os.ftruncate(status, 0)
                 os.pwrite(status, os.fsencode(str(path)), 0)
             count += 1
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            try:
+            try:  # the timer is armed inside: a short limit may fire before run() starts
+                signal.setitimer(signal.ITIMER_REAL, timeout)
                 run(data)
             except (Finding, Hang) as exc:
                 findings += 1
