@@ -473,8 +473,8 @@ def _g_itimer(k: Kernel, task: Task, rng: random.Random, live: list[Task], step:
 
 def _g_mmap(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
     ours = _graph_mappings(task)
-    if len(ours) >= GRAPH_MAPPINGS_PER_GROUP:
-        gone = rng.choice(ours)
+    while len(ours) >= GRAPH_MAPPINGS_PER_GROUP:  # a loop: mprotect below splits one in two
+        gone = ours.pop(rng.randrange(len(ours)))
         k.munmap(task, gone.start, gone.end - gone.start)
     kind = rng.choice([MapKind.ANON_PRIVATE, MapKind.ANON_SHARED])
     addr = k.mmap(task, rng.randrange(1, 8) * 4096, PROT_READ | PROT_WRITE, kind)
