@@ -182,11 +182,22 @@ class TimerCalls:
             task.tg.stime_ns += dt // 8  # the syscalls a busy task makes
 
     def _next_event(self) -> int:
-        """The monotonic time of the next timer expiry or program wake-up."""
+        """The monotonic time of the next timer expiry or program wake-up.
+
+        A program whose task cannot run (stopped, or blocked on a lock) is not a wake-up:
+        ``_run_due_programs`` skips it, so its past ``wake_ns`` would make every step
+        1 ns long until the task runs again.  It runs at the step that continues it.
+        """
         best = self._events().next_expiry(self.now, self.timekeeper.realtime_ns)
         for task in self.pidns.tasks.values():
             program = task.program
-            if program is not None and program.wake_ns is not None and program.wake_ns < best:
+            if (
+                program is not None
+                and program.wake_ns is not None
+                and program.wake_ns < best
+                and task.state is not TaskState.STOPPED
+                and task.blocked_on is None
+            ):
                 best = program.wake_ns
         return best
 

@@ -23,7 +23,7 @@ from ckpt.kernel import memfill
 from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
 from ckpt.kernel.kernel import LOCK_EX, LOCK_SH, HttpService, Kernel, LockCmd
 from ckpt.kernel.locks import LockType
-from ckpt.kernel.mm import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, MapKind
+from ckpt.kernel.mm import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, VMA, MapKind
 from ckpt.kernel.net import TCPSocket
 from ckpt.kernel.programs import MemoryServer, NginxMaster, NginxWorker, SignalCounter
 from ckpt.kernel.rootfs import build_rootfs, page_bytes, page_cache
@@ -365,12 +365,28 @@ def build_memory(n: int, seed: int = 0, id: str | None = None, rootfs: str = "mi
     return k
 
 
+# graph:N's timers, sized like a real program's (see build_graph): a thread group keeps
+# at most this many POSIX timers, and periodic timers fire every few hundred ms to seconds.
+GRAPH_TIMERS_PER_GROUP = 4
+GRAPH_MAPPINGS_PER_GROUP = 32  # anonymous mappings; mm scans its mappings per call
+GRAPH_TIMER_INTERVAL_MS = (100, 1000)  # randrange bounds for a periodic POSIX timer
+GRAPH_ITIMER_INTERVAL_MS = (200, 2000)  # and for a periodic ITIMER_REAL
+
+
 def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
     """A random but deterministic kernel of about ``n`` operations, for tests.
 
     Each step picks a live, runnable task and one of ``GRAPH_OPS`` (fork, thread, files,
-    pipes, FIFOs, unlink, locks (some blocking), timers, mappings, mprotect, dup,
+    pipes, FIFOs, unlink, locks (some blocking), timers, mappings, mprotect, munmap, dup,
     sockets, sessions, stop/continue, exit, running the clock).
+
+    What it asks of the kernel grows linearly with ``n``, as a real program's does
+    (redefined in session 2; fingerprints changed once): a thread group holds at most
+    ``GRAPH_TIMERS_PER_GROUP`` POSIX timers (it deletes its oldest with timer_delete
+    before creating another) and ``GRAPH_MAPPINGS_PER_GROUP`` anonymous mappings (it
+    unmaps one first), and periodic timers fire every 100 ms to 2 s rather than every
+    7 or 11 ms.  Before, timers piled up in init at 7 ms each, so boot delivered about
+    n**2/460 signals and an idle sandbox handled thousands of signals a second.
     """
     if not 1 <= n <= 100_000:
         raise KernelError(f"graph:N needs 1 <= N <= 100000, not {n}")
@@ -442,15 +458,24 @@ def _g_flock(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: 
 
 
 def _g_timer(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    timers = task.tg.posix_timers
+    if len(timers) >= GRAPH_TIMERS_PER_GROUP:
+        k.timer_delete(task, min(timers))  # the oldest: ids only grow
     tid = k.timer_create(task, rng.choice([CLOCK_MONOTONIC, CLOCK_REALTIME]), SIGUSR1)
-    k.timer_settime(task, tid, rng.randrange(1, 50) * MS, rng.choice([0, 7 * MS]))
+    interval = rng.randrange(*GRAPH_TIMER_INTERVAL_MS) * MS
+    k.timer_settime(task, tid, rng.randrange(1, 50) * MS, rng.choice([0, interval]))
 
 
 def _g_itimer(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
-    k.setitimer(task, ITIMER_REAL, rng.randrange(1, 30) * MS, rng.choice([0, 11 * MS]))
+    interval = rng.randrange(*GRAPH_ITIMER_INTERVAL_MS) * MS
+    k.setitimer(task, ITIMER_REAL, rng.randrange(1, 30) * MS, rng.choice([0, interval]))
 
 
 def _g_mmap(k: Kernel, task: Task, rng: random.Random, live: list[Task], step: int) -> None:
+    ours = _graph_mappings(task)
+    while len(ours) >= GRAPH_MAPPINGS_PER_GROUP:  # a loop: mprotect below splits one in two
+        gone = ours.pop(rng.randrange(len(ours)))
+        k.munmap(task, gone.start, gone.end - gone.start)
     kind = rng.choice([MapKind.ANON_PRIVATE, MapKind.ANON_SHARED])
     addr = k.mmap(task, rng.randrange(1, 8) * 4096, PROT_READ | PROT_WRITE, kind)
     k.mem_write(task, addr, rng.randbytes(rng.randrange(1, 9000)))
@@ -511,6 +536,18 @@ GRAPH_OPS: list[Callable[[Kernel, Task, random.Random, list[Task], int], None]] 
     _g_run,
     _g_run,
 ]
+
+
+def _graph_mappings(task: Task) -> list[VMA]:
+    """The anonymous mappings ``_g_mmap`` made (not the image's heap, stack or vdso)."""
+    mm = task.tg.mm
+    if mm is None:
+        return []
+    return [
+        v
+        for v in mm.vmas
+        if v.kind is MapKind.ANON_SHARED or (v.kind is MapKind.ANON_PRIVATE and not v.name)
+    ]
 
 
 def _regular_fds(task: Task) -> list[int]:
