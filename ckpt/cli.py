@@ -554,7 +554,7 @@ def bench_scale_cmd(
     ] = "1000,10000,100000",
     graphs: Annotated[
         str, typer.Option("--graphs", help="graph:N sizes, comma-separated ('' to skip).")
-    ] = "1000,4000,16000",
+    ] = "1000,4000,16000,100000",
     memory: Annotated[
         str, typer.Option("--memory", help="memory:N sizes in MiB, comma-separated.")
     ] = "16,64,256,1024",

@@ -139,3 +139,20 @@ def test_marginal_cost_cancels_the_fixed_cost_of_a_sandbox() -> None:
     assert "  one more object: 50.0 µs (1k..4k) -> 50.0 µs (4k..16k): 1.00x" in (
         scale.verdicts(summary)
     )
+
+
+def test_the_cli_defaults_are_the_benchmarks_own() -> None:
+    """``ckpt bench scale``'s option defaults are spelled in cli.py (it must not import
+    the benchmark to start): they must say what scale.py's defaults say."""
+    import inspect
+
+    from ckpt import cli
+
+    params = inspect.signature(cli.bench_scale_cmd).parameters
+    want = {
+        "files": scale.DEFAULT_FILES,
+        "graphs": scale.DEFAULT_GRAPHS,
+        "memory": scale.DEFAULT_MEMORY,
+    }
+    for name, sizes in want.items():
+        assert params[name].default == ",".join(map(str, sizes)), name
