@@ -500,31 +500,10 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
 
 
 def load(loaded: graph.Loaded, stats: Stats | None) -> Any:
-    """Rebuild the graph: shells and rows in C, root, shared containers and hooks as
-    the typed engine does them.  Self-describing (reflect) and tagged streams load
-    with the typed engine's code."""
-    if loaded.encoding != w.COMPACT or loaded.tagged:
-        return typed.load(loaded, stats)
-    counts = [len(rows) for rows in loaded.rows]
-    objs, per_type = _core.shells(loaded.classes, loaded.type_seq, counts)
-    ctx = typed.LoadCtx(objs, loaded.enums)
-    fill = _core.fill
-    escaped = getattr(loaded, "escaped", ())
-    for plan, shells, rows in zip(loaded.plans, per_type, loaded.rows, strict=True):
-        if plan is None or not rows:
-            continue
-        cplan = _load_plan(plan, plan.index in escaped)
-        if stats is None:
-            fill(shells, rows, cplan, objs, ctx)
-        else:
-            start = stats.clock()
-            fill(shells, rows, cplan, objs, ctx)
-            stats.add(plan.schema.name, stats.clock() - start, len(rows))
-    root = ctx.dyn(loaded.root)
-    graph.apply_shared(loaded, objs, root)
-    graph.run_after_load(objs, graph.hooked_classes(loaded))
-    objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
-    return root
+    """A stream already decoded into lists (``graph.validate``): the typed engine's
+    code loads it.  The C core reads compact streams from their bytes (``loads``);
+    this path is for self-describing (reflect) and version-1 tagged streams."""
+    return typed.load(loaded, stats)
 
 
 # --- loading straight from the bytes ------------------------------------------------
@@ -545,7 +524,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
     rows is ever built.  Self-describing (reflect) and version-1 tagged streams load
     with the typed engine's code, as ``load`` does.
     """
-    if not reads_bytes():
+    if not reads_bytes():  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = w.check_frame(data)
     spans, tseq, row_spans = _core.read_split(body)
