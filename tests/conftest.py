@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # No deadline: a per-example wall-clock limit (200 ms by default) fails a test whenever a
@@ -34,3 +38,23 @@ os.environ.setdefault("CKPT_CACHE_DIR", _CACHE)
 
 def pytest_sessionfinish(session: object, exitstatus: int) -> None:
     shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+class Hang(Exception):
+    """Raised by the watchdog: the code under test ran far longer than it ever should."""
+
+
+@pytest.fixture
+def watchdog() -> Iterator[None]:
+    """Turn a hang into a failure (not a timing assertion: the limit is very generous)."""
+
+    def fire(signum: int, frame: Any) -> None:
+        raise Hang("the code under test did not finish within 60 s: a hang on bad input?")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, 60.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -8,10 +8,8 @@ CkptError, so a fixed finding stays fixed.  A directory with no files skips clea
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,35 +43,15 @@ def _committed() -> list[Any]:
     return params
 
 
-class Hang(Exception):
-    pass
-
-
-@pytest.fixture
-def alarm() -> Iterator[None]:
-    """A hang on a committed input fails instead of stalling the suite (generous limit)."""
-
-    def fire(signum: int, frame: Any) -> None:
-        raise Hang("a fuzz input did not finish within 60 s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, 60.0)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.mark.parametrize(("target", "path"), _committed())
-def test_committed_input(target: str, path: Path, alarm: None) -> None:
+def test_committed_input(target: str, path: Path, watchdog: None) -> None:
     if not path.is_file():
         pytest.skip(f"{path} is missing")
     targets.TARGETS[target](path.read_bytes())
 
 
 @pytest.mark.parametrize("target", sorted(targets.TARGETS))
-def test_generated_seeds_load(target: str, alarm: None) -> None:
+def test_generated_seeds_load(target: str, watchdog: None) -> None:
     """The seeds are real streams and images: every one must load, not just fail cleanly."""
     made = seeds.SEEDS[target]()
     assert len(made) >= 8

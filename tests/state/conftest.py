@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import signal
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,23 +36,3 @@ def roundtrip(root: Any, engines: tuple[str, str]) -> Any:
     data = state.dumps(root, engine=save_with)
     assert isinstance(data, bytes)
     return state.loads(data, engine=load_with)
-
-
-class Hang(Exception):
-    """Raised by the watchdog: the code under test ran far longer than it ever should."""
-
-
-@pytest.fixture
-def watchdog() -> Iterator[None]:
-    """Turn a hang into a failure (not a timing assertion: the limit is very generous)."""
-
-    def fire(signum: int, frame: Any) -> None:
-        raise Hang("the engine did not finish within 60 s: a hang on bad input?")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, 60.0)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
