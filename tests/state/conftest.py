@@ -1,4 +1,4 @@
-"""Shared fixtures: engine parametrization, round trips, and a watchdog against hangs."""
+"""Shared fixtures: engine parametrization and round trips (the watchdog is suite-wide)."""
 
 from __future__ import annotations
 
