@@ -518,17 +518,20 @@ class LoadedPages:
         if fd >= 0:
             os.close(fd)
 
-    def read_page(self, index: int) -> bytes:
-        """The 4096 bytes of page ``index``; zeros for a zero page.  Fetched now if lazy."""
+    def _stored(self, index: int) -> tuple[int, int] | None:
+        """(run, byte offset in it) of stored page ``index``, or None if no run holds it;
+        raises the background load's error for a run it could not load."""
         r = bisect.bisect_right(self._starts, index) - 1
         if r >= 0:
             run = self._meta.runs[r]
             if index < run.first_page + run.npages:
                 if self._data[r] is None and self._error is not None:
                     raise self._error
-                off = (index - run.first_page) * PAGE_SIZE
-                return self._load(r)[off : off + PAGE_SIZE]
+                return r, (index - run.first_page) * PAGE_SIZE
+        return None
 
+    def _zero(self, index: int) -> bytes:
+        """Zeros for a page in a zero run; any other page is not in the image."""
         z = bisect.bisect_right(self._zero_starts, index) - 1
         if z >= 0:
             first, n = self._meta.zero_runs[z]
@@ -536,17 +539,21 @@ class LoadedPages:
                 return ZERO_PAGE
         raise StatefileError(f"page {index} is not in the image")
 
+    def read_page(self, index: int) -> bytes:
+        """The 4096 bytes of page ``index``; zeros for a zero page.  Fetched now if lazy."""
+        at = self._stored(index)
+        if at is None:
+            return self._zero(index)
+        r, off = at
+        return self._load(r)[off : off + PAGE_SIZE]
+
     def read_page_view(self, index: int) -> memoryview | bytes:
         """Page ``index`` as a read-only view into its loaded run (no copy), or zeros."""
-        r = bisect.bisect_right(self._starts, index) - 1
-        if r >= 0:
-            run = self._meta.runs[r]
-            if index < run.first_page + run.npages:
-                if self._data[r] is None and self._error is not None:
-                    raise self._error
-                off = (index - run.first_page) * PAGE_SIZE
-                return memoryview(self._load(r))[off : off + PAGE_SIZE]
-        return self.read_page(index)
+        at = self._stored(index)
+        if at is None:
+            return self._zero(index)
+        r, off = at
+        return memoryview(self._load(r))[off : off + PAGE_SIZE]
 
     def stored_runs(self) -> Iterator[tuple[int, bytes]]:
         """Each stored run as (first page, its raw pages), in order (loaded if needed):
