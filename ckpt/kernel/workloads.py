@@ -218,11 +218,7 @@ def build_http(seed: int = 0, id: str | None = None, rootfs: str = "full") -> Ke
     for signo in (SIGTERM, SIGINT, SIGHUP):
         k.sigaction(init, signo, 0x41_2000 + signo * 16)
     k.sigaction(init, SIGPIPE, SIG_IGN)
-    listener = k._file(init, sock_fd).sock  # type: ignore[attr-defined]
-    assert isinstance(listener, TCPSocket)
-    log = k._file(init, log_fd)
-    assert isinstance(log, RegularFD)
-    k.http = HttpService(k.boot_id, listener, init, log)
+    _serve_http(k, init, sock_fd, log_fd)
     return k
 
 
@@ -357,11 +353,7 @@ def build_memory(n: int, seed: int = 0, id: str | None = None, rootfs: str = "mi
     k.bind(init, sock_fd, "127.0.0.1", 0)
     k.listen(init, sock_fd, 128)
     log_fd = k.open(init, "/var/log/memory.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC)
-    listener = k._file(init, sock_fd).sock  # type: ignore[attr-defined]
-    assert isinstance(listener, TCPSocket)
-    log = k._file(init, log_fd)
-    assert isinstance(log, RegularFD)
-    k.http = HttpService(k.boot_id, listener, init, log)
+    _serve_http(k, init, sock_fd, log_fd)
     return k
 
 
@@ -371,6 +363,15 @@ GRAPH_TIMERS_PER_GROUP = 4
 GRAPH_MAPPINGS_PER_GROUP = 32  # anonymous mappings; mm scans its mappings per call
 GRAPH_TIMER_INTERVAL_MS = (100, 1000)  # randrange bounds for a periodic POSIX timer
 GRAPH_ITIMER_INTERVAL_MS = (200, 2000)  # and for a periodic ITIMER_REAL
+
+
+def _serve_http(k: Kernel, init: Task, sock_fd: int, log_fd: int) -> None:
+    """Make ``init`` the workload's HTTP server: its listening socket and access log."""
+    listener = k._file(init, sock_fd).sock  # type: ignore[attr-defined]
+    assert isinstance(listener, TCPSocket)
+    log = k._file(init, log_fd)
+    assert isinstance(log, RegularFD)
+    k.http = HttpService(k.boot_id, listener, init, log)
 
 
 def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
