@@ -1071,19 +1071,24 @@ static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     return 0;
 }
 
+/* A set or frozenset of scalars, read in place: writing a scalar runs no Python code. */
+static int w_scalar_set(Buf *b, PyObject *v)
+{
+    if (w_array(b, PySet_GET_SIZE(v)) < 0)
+        return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k;
+    Py_hash_t h;
+    while (_PySet_NextEntry(v, &pos, &k, &h))
+        if (w_scalar(b, k, type_bit(k)) < 0)
+            return -1;
+    return 0;
+}
+
 static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 {
-    if (op == E_SCALAR) { /* writing a scalar runs no Python code: read in place */
-        if (w_array(b, PySet_GET_SIZE(v)) < 0)
-            return -1;
-        Py_ssize_t pos = 0;
-        PyObject *k;
-        Py_hash_t h;
-        while (_PySet_NextEntry(v, &pos, &k, &h))
-            if (w_scalar(b, k, type_bit(k)) < 0)
-                return -1;
-        return 0;
-    }
+    if (op == E_SCALAR)
+        return w_scalar_set(b, v);
     /* Iterate a snapshot: discovering can run Python code. */
     PyObject *items = PySequence_List(v);
     if (!items)
@@ -1259,15 +1264,7 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
     case OP_FROZENSET: {
         if (t != &PyFrozenSet_Type || !set_fits(v, E_SCALAR, f->kmask))
             return w_fallback(w, b, f, obj);
-        if (w_array(b, PySet_GET_SIZE(v)) < 0)
-            return -1;
-        Py_ssize_t pos = 0;
-        PyObject *k;
-        Py_hash_t h;
-        while (_PySet_NextEntry(v, &pos, &k, &h))
-            if (w_scalar(b, k, type_bit(k)) < 0)
-                return -1;
-        return 0;
+        return w_scalar_set(b, v);
     }
     default:
         return w_fallback(w, b, f, obj);
