@@ -353,6 +353,8 @@ class Template:
         self.listener = sock
 
     def still_ours(self) -> bool:
+        if self.inode is None:
+            return False
         try:
             st = os.stat(self.sock_path)
         except OSError:
@@ -604,6 +606,10 @@ class Template:
             raise Refused(f"too many held sockets to migrate ({len(fds)})")
         self.after_send = list(self.held)  # closed once the reply (and fds) went out
         self.running = False
+        # The socket path is the successor's from now on: it binds its own in place as
+        # soon as it has our reply, so close() must not unlink it (a look at the inode
+        # and then an unlink could remove the successor's socket in between).
+        self.inode = None
         return {"held": held}, fds
 
     def _expire_holds(self) -> None:
