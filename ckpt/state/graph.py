@@ -307,7 +307,26 @@ class _NotAnObject:
     """Stands for enum entries in the class list; never instantiated (counts are checked)."""
 
 
+PLAN_MEMO_MAX = 64  # stream layouts remembered per class (a hostile stream cannot bloat it)
+
+
 def make_plan(t: int, sch: Schema, names: list, descriptors: list, count: int) -> TypePlan:
+    """How type ``t`` of a stream loads into ``sch``'s class.  The field mapping is
+    worked out once per class and stream layout: every restore of the same image (and
+    every image of the same code) meets the same few layouts."""
+    key = (tuple(names), tuple(descriptors))
+    sources = sch.plan_memo.get(key)
+    if sources is None:
+        sources = _sources(sch, *key)
+        if len(sch.plan_memo) < PLAN_MEMO_MAX:
+            sch.plan_memo[key] = sources
+    return TypePlan(t, sch, key[0], sources, len(names), count)
+
+
+def _sources(
+    sch: Schema, names: tuple[str, ...], descriptors: tuple[str, ...]
+) -> tuple[tuple[FieldSpec, int | None], ...]:
+    """For each saved field of the class, its index in the stream row (None: default)."""
     stream_pos = {n: i for i, n in enumerate(names)}
     if len(stream_pos) != len(names):
         raise StateError(f"type {sch.name!r}: the stream lists a field twice")
@@ -326,7 +345,7 @@ def make_plan(t: int, sch: Schema, names: list, descriptors: list, count: int) -
                 f"{descriptors[i]!r} in the stream to {spec.kind.descriptor!r} in the class"
             )
         sources.append((spec, i))
-    return TypePlan(t, sch, tuple(names), tuple(sources), len(names), count)
+    return tuple(sources)
 
 
 def create_shells(loaded: Loaded) -> tuple[list, list[list]]:

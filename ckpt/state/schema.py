@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 import sys
 import types
@@ -89,8 +90,9 @@ class Kind:
     enum_cls: type | None = None
     codec: Any = None  # K.VALUE: the values.Codec (or its name, for a parsed descriptor)
 
-    @property
+    @functools.cached_property
     def descriptor(self) -> str:
+        """The kind as the stream's type table writes it (computed once: kinds are frozen)."""
         tag = self.tag
         if tag is K.ENUM:
             return f"enum:{enum_name(self.enum_cls)}"
@@ -308,6 +310,8 @@ class Schema:
     after_load: bool
     wait_fields: tuple[str, ...]
     by_name: dict[str, FieldSpec]
+    # graph.make_plan's field mappings, per stream layout (names, descriptors)
+    plan_memo: dict[tuple, tuple] = dataclasses.field(default_factory=dict, repr=False)
 
 
 def build_schema(info: TypeInfo) -> Schema:
