@@ -285,6 +285,10 @@ class StatefileReader:
     def chunks(self) -> Iterator[bytes]:
         """The stream's chunks in order, each verified before it is yielded."""
         with open(self.path, "rb", buffering=0) as f:
+            if len(self.chunks_table) == 1:  # nothing to overlap: no pool handoff
+                for item in self._stored(f):
+                    yield self._open_chunk(*item)
+                return
             yield from map_ordered(lambda item: self._open_chunk(*item), self._stored(f))
 
     def read_all(self) -> bytes:

@@ -137,11 +137,18 @@ class StateStreamWriter(io.BufferedIOBase):
         """Write the last partial chunk and every queued one; return the last tag."""
         if not self._finished:
             self._finished = True
+            last = None
             if self._buf:
+                # The last chunk is sealed on this thread, beside the pool's queued
+                # ones: it would only wait for them otherwise, and a stream of one
+                # chunk (most kernels' state) then costs no thread handoff at all.
                 full, self._buf = self._buf, bytearray()
-                self._submit(full)
+                last = _seal_chunk(self._sealer, self.chunk_count, full, self._codec, self._level)
+                self.chunk_count += 1
             for done in self._ordered.drain():
                 self._emit(done)
+            if last is not None:
+                self._emit(last)
         return self._tag
 
     def abort(self) -> None:
