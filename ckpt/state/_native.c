@@ -1673,8 +1673,9 @@ static uint32_t crc32_of(const unsigned char *p, size_t n)
 }
 
 /* crc32(data, start, fast=True): zlib.crc32(data[start:]) (fast=False: the table, to
- * test both paths). */
-static PyObject *walk_crc32(Walk *w, PyObject *args)
+ * test both paths).  A module function (load checks frames with it) and, for the save
+ * that framed the stream, a Walk method. */
+static PyObject *crc32_py(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
     Py_ssize_t start;
@@ -1986,7 +1987,7 @@ static PyMethodDef walk_methods[] = {
     {"seen_again", (PyCFunction)walk_seen_again, METH_O, "A container met a second time."},
     {"enum_index", (PyCFunction)walk_enum_index, METH_O, "The type index of an enum class."},
     {"release", (PyCFunction)walk_release, METH_NOARGS, "Drop the walk's tables."},
-    {"crc32", (PyCFunction)walk_crc32, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
+    {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
     {NULL},
 };
 
@@ -2185,6 +2186,7 @@ static PyMethodDef module_methods[] = {
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},
     {"check_layout", check_layout, METH_O, "Check where instance dicts live (3.11)."},
     {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
+    {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
     {NULL},
 };
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -121,8 +122,11 @@ def payload_length(header: bytes) -> int:
     return length if magic == MAGIC else 0
 
 
-def check_frame(data: Any) -> memoryview:
-    """Check magic, version, length and checksum; return the payload bytes."""
+def check_frame(data: Any, crc32: Callable[[Any], int] = zlib.crc32) -> memoryview:
+    """Check magic, version, length and checksum; return the payload bytes.
+
+    ``crc32`` computes zlib.crc32 of the payload (the native engine passes its own,
+    about ten times fewer instructions where the CPU has carry-less multiply)."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise StateError(f"a state stream must be bytes, not {type(data).__name__}")
     view = memoryview(data)
@@ -145,7 +149,7 @@ def check_frame(data: Any) -> memoryview:
             f"state stream truncated or padded: header says {length} payload bytes, "
             f"found {len(body)} at offset {HEADER_SIZE}"
         )
-    if zlib.crc32(body) != crc:
+    if crc32(body) != crc:
         raise StateError("state stream is corrupted: payload checksum mismatch")
     return body
 

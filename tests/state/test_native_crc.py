@@ -60,3 +60,18 @@ def test_native_frame_crc_is_what_the_reader_checks() -> None:
     assert data == state.dumps([1, "x" * 5000], engine="typed")
     header = state.wire._HEADER.unpack_from(data)
     assert header[2] == zlib.crc32(data[state.wire.HEADER_SIZE :])
+
+
+@given(st.binary(max_size=5000), st.integers(0, 40))
+def test_the_module_crc_that_loads_check_with_equals_the_walks(data: bytes, start: int) -> None:
+    start = min(start, len(data))
+    assert native._core.crc32(data, start) == _walk().crc32(data, start) == zlib.crc32(data[start:])
+    assert native._core.crc32(memoryview(data)[start:], 0) == zlib.crc32(data[start:])
+
+
+@pytest.mark.parametrize("at", [0, 1, 4095, -1])
+def test_native_load_refuses_a_payload_with_a_flipped_bit(at: int) -> None:
+    data = bytearray(state.dumps([7, "y" * 8000], engine="native"))
+    data[state.wire.HEADER_SIZE + at if at >= 0 else at] ^= 0x10
+    with pytest.raises(state.StateError, match="checksum mismatch"):
+        state.loads(bytes(data), engine="native")
