@@ -1409,6 +1409,123 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
     return PyBool_FromLong(values_layout_ok);
 }
 
+/* ---- direct stores into a fresh instance's inline values (the loader's) ---------------
+ *
+ * 3.11 keeps a fresh instance's attributes in a values array indexed like its class's
+ * shared keys, with a byte array of insertion order just before it (values[-1]: the
+ * prefix size, values[-2]: how many are in order).  PyObject_GenericSetAttr finds the
+ * descriptor (none: the plan checked), the key's index and then does what
+ * values_put does; the loader keeps the indices per type and does only the last part.
+ * check_store verifies all of it once at import (store, then read back through the
+ * instance dict CPython builds from the values, in order); any mismatch turns it off. */
+static int store_layout_ok;
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
+{
+    PyObject *old = values[ix];
+    if (old) {
+        values[ix] = v;
+        Py_DECREF(old);
+        return 0;
+    }
+    uint8_t *size_ptr = (uint8_t *)values - 2;
+    int size = *size_ptr;
+    if (ix > 0xff || size + 2 >= ((uint8_t *)values)[-1])
+        return -1; /* no room in the order array: the caller stores the usual way */
+    size++;
+    size_ptr[-size] = (uint8_t)ix;
+    *size_ptr = (uint8_t)size;
+    values[ix] = v;
+    return 0;
+}
+#endif
+
+const void *ckpt_store_keys(PyTypeObject *tp)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (!store_layout_ok || !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) ||
+        !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return NULL;
+    return split_keys(tp);
+#else
+    (void)tp;
+    return NULL;
+#endif
+}
+
+Py_ssize_t ckpt_store_index(const void *keys, PyObject *name)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    return keys ? key_index((Keys311 *)keys, name) : -1;
+#else
+    (void)keys, (void)name;
+    return -1;
+#endif
+}
+
+PyObject **ckpt_store_values(PyObject *obj, const void *keys)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (!keys || ckpt_store_keys(tp) != keys || ((PyObject **)obj)[-3])
+        return NULL; /* keys changed, or the instance has a dict of its own */
+    return ((PyObject ***)obj)[-4];
+#else
+    (void)obj, (void)keys;
+    return NULL;
+#endif
+}
+
+int ckpt_store_put(PyObject **values, Py_ssize_t ix, PyObject *v)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    return values_put(values, ix, v);
+#else
+    (void)values, (void)ix, (void)v;
+    return -1;
+#endif
+}
+
+/* check_store(fresh, name_a, a, name_b, b): `fresh` a new instance whose class's shared
+ * keys hold both names and which has neither yet; stores b then a directly and checks
+ * that the instance's dict reads {name_b: b, name_a: a} in that order. */
+static PyObject *check_store(PyObject *mod, PyObject *args)
+{
+    PyObject *obj, *na, *a, *nb, *b;
+    if (!PyArg_ParseTuple(args, "OUOUO", &obj, &na, &a, &nb, &b))
+        return NULL;
+    store_layout_ok = 0;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (!values_layout_ok)
+        Py_RETURN_FALSE;
+    store_layout_ok = 1; /* tentatively, so the helpers answer for the probe */
+    const void *keys = ckpt_store_keys(Py_TYPE(obj));
+    PyObject **values = ckpt_store_values(obj, keys);
+    Py_ssize_t ia = ckpt_store_index(keys, na), ib = ckpt_store_index(keys, nb);
+    store_layout_ok = 0;
+    if (!values || ia < 0 || ib < 0 || ia == ib || values[ia] || values[ib] ||
+        ((uint8_t *)values)[-2] != 0)
+        Py_RETURN_FALSE;
+    if (values_put(values, ib, Py_NewRef(b)) < 0)
+        Py_RETURN_FALSE; /* nothing stored */
+    if (values_put(values, ia, Py_NewRef(a)) < 0) {
+        Py_DECREF(a);
+        Py_RETURN_FALSE; /* b is in place and in order: still a valid instance */
+    }
+    PyObject *d = PyObject_GenericGetDict(obj, NULL);
+    if (!d)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *k1, *v1, *k2, *v2;
+    int ok = PyDict_GET_SIZE(d) == 2 && PyDict_Next(d, &pos, &k1, &v1) &&
+             PyDict_Next(d, &pos, &k2, &v2) && k1 == nb && v1 == b && k2 == na && v2 == a;
+    Py_DECREF(d);
+    store_layout_ok = ok;
+#endif
+    return PyBool_FromLong(store_layout_ok);
+}
+
 /* A field's value (new reference): from the instance dict, trying the next entry in
  * insertion order first (dataclasses and both loaders fill fields in order). */
 static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos, Field *f)
@@ -2186,6 +2303,7 @@ static PyMethodDef module_methods[] = {
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},
     {"check_layout", check_layout, METH_O, "Check where instance dicts live (3.11)."},
     {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
+    {"check_store", check_store, METH_VARARGS, "Check direct stores into inline values (3.11)."},
     {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
     {NULL},
 };

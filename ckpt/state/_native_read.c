@@ -797,6 +797,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     PyObject *result = NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(entries);
     LField *fs = PyMem_Calloc(n ? n : 1, sizeof(LField));
+    Py_ssize_t *ix = NULL; /* direct stores: field j's index in the shared keys */
     const uint8_t **at = PyMem_Calloc(nrow ? nrow : 1, sizeof(uint8_t *));
     if (!fs || !at) {
         PyErr_NoMemory();
@@ -829,9 +830,28 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     }
     if (expect != nrow)
         sequential = 0;
+    /* direct: each field's index in the class's shared keys, for stores straight into
+     * the inline values (looked up again until every field has one: the first
+     * instances may add the keys) */
+    const void *keys = NULL;
+    int all_ix = 0;
+    if (direct && PyList_GET_SIZE(shells) > 0) {
+        keys = ckpt_store_keys(Py_TYPE(PyList_GET_ITEM(shells, 0)));
+        ix = keys ? PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t)) : NULL;
+        if (keys && !ix) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
     Rd r = {buf.buf, (const uint8_t *)buf.buf + start, (const uint8_t *)buf.buf + buf.len};
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shells); i++) {
         PyObject *obj = PyList_GET_ITEM(shells, i);
+        if (ix && !all_ix) {
+            all_ix = 1;
+            for (Py_ssize_t j = 0; j < n; j++)
+                if ((ix[j] = ckpt_store_index(keys, fs[j].name)) < 0)
+                    all_ix = 0;
+        }
         Val h;
         const uint8_t *row_at = r.p;
         if (rd_head(&r, &h) < 0)
@@ -871,6 +891,11 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
                 goto done;
             }
             int rc;
+            /* looked up at each store: a slot's Python code may have run since, and
+             * given the instance a dict (then its values are no longer its own) */
+            PyObject **values = all_ix ? ckpt_store_values(obj, keys) : NULL;
+            if (values && ckpt_store_put(values, ix[j], v) == 0)
+                continue; /* stored: the values array owns v now */
             if (has_dict)
                 rc = PyDict_SetItem(d, f->name, v);
             else if (frozen || direct)
@@ -896,6 +921,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     result = PyLong_FromSsize_t(r.p - r.base);
 done:
     PyMem_Free(fs);
+    PyMem_Free(ix);
     PyMem_Free(at);
     PyBuffer_Release(&buf);
     return result;

@@ -76,6 +76,10 @@ def _load_core() -> tuple[Any, str]:
     probe = _Probe()
     probe.__dict__  # noqa: B018 (materialise it: the layout check needs one)
     _native.check_layout(probe)
+    if hasattr(_native, "check_store"):
+        _StoreProbe(None, None)  # puts both names in the class's shared keys
+        a, b = object(), object()
+        _native.check_store(object.__new__(_StoreProbe), sys.intern("a"), a, sys.intern("b"), b)
     return _native, "C extension loaded"
 
 
@@ -96,6 +100,14 @@ class _Probe:
 
     def __init__(self) -> None:
         self.x = 1
+
+
+class _StoreProbe:
+    """Two attributes, for the C core's check of direct stores into inline values."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a = a
+        self.b = b
 
 
 _core, _reason = _load_core()
