@@ -51,6 +51,27 @@ class LoadedPages(Protocol):
     def read_page(self, index: int) -> bytes: ...
 
 
+def _recorded_frames(frames: Any, ranges: Iterator[tuple[int, int]]) -> set[int]:
+    """The ``frames`` that the page file's ascending ``(first, count)`` runs record.
+
+    A checkpoint records every allocated frame, so the runs (stored and zero ones
+    alternating) usually join into one span holding them all: then the answer is all
+    of them, with no set of every recorded index built first (half the time of a
+    1 GiB restore's page set-up)."""
+    spans: list[list[int]] = []
+    for first, n in ranges:
+        if spans and spans[-1][1] == first:
+            spans[-1][1] = first + n
+        else:
+            spans.append([first, first + n])
+    if len(spans) == 1 and frames and spans[0][0] <= min(frames) and max(frames) < spans[0][1]:
+        return set(frames)
+    recorded: set[int] = set()
+    for lo, hi in spans:
+        recorded.update(range(lo, hi))
+    return frames & recorded
+
+
 class MapKind(enum.Enum):
     ANON_PRIVATE = 0
     ANON_SHARED = 1
@@ -146,13 +167,11 @@ class MemoryFile:
         """
         self._data.clear()
         ranges = getattr(loaded.indices, "ranges", None)
-        if ranges is not None:  # built range by range in C, not index by index
-            recorded: set[int] = set()
-            for first, n in ranges():
-                recorded.update(range(first, first + n))
-        else:
-            recorded = set(loaded.indices)
-        unfetched = self.refs.keys() & recorded
+        unfetched = (
+            _recorded_frames(self.refs.keys(), ranges())
+            if ranges is not None
+            else self.refs.keys() & set(loaded.indices)
+        )
         if self.refs and not unfetched:
             raise KernelError(
                 f"the page file records none of the {len(self.refs)} allocated frames; "

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ckpt.errors import KernelError
-from ckpt.kernel import MemoryFault
+from ckpt.kernel import MemoryFault, mm
 from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind
 from ckpt.kernel.vfs import O_CREAT, O_RDONLY, O_RDWR
 
@@ -170,3 +172,30 @@ def test_fork_shares_file_mapping_counts_and_exit_releases_them():
     assert inode.open_count == count - 1
     k.exit(init, 0)
     assert inode.open_count == 0
+
+
+# -- which allocated frames a page file records (restore_pages) -----------------------
+
+
+@st.composite
+def _runs_and_frames(draw: st.DrawFn) -> tuple[list[tuple[int, int]], set[int]]:
+    """Ascending, disjoint (first, count) runs (adjacent or with gaps) and a frame set
+    that may fall inside, between or outside them."""
+    runs, at = [], draw(st.integers(0, 50))
+    for _ in range(draw(st.integers(0, 12))):
+        at += draw(st.sampled_from([0, 0, 0, 1, 7]))  # mostly adjacent, as checkpoints write
+        n = draw(st.integers(1, 20))
+        runs.append((at, n))
+        at += n
+    frames = draw(st.sets(st.integers(0, at + 30), max_size=80))
+    if runs and draw(st.booleans()):  # often exactly the recorded frames
+        frames = {f for first, n in runs for f in range(first, first + n)}
+    return runs, frames
+
+
+@given(_runs_and_frames())
+def test_recorded_frames_are_the_frames_the_runs_cover(case: tuple) -> None:
+    runs, frames = case
+    expected = {f for f in frames if any(first <= f < first + n for first, n in runs)}
+    refs = dict.fromkeys(frames, 1)
+    assert mm._recorded_frames(refs.keys(), iter(runs)) == expected
