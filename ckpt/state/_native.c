@@ -1580,8 +1580,12 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
     PyObject *d = te->dict_ok ? Py_XNewRef(instance_dict(obj)) : NULL;
     Py_ssize_t pos = 0, *vindex = NULL;
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    /* The full layout checks once per object (inline_values, value_indices); per field
+     * only what Python code run for an earlier field could change: the instance's
+     * class (__class__ assignment), its keys, or its values (gone once a dict exists). */
+    PyTypeObject *tp = Py_TYPE(obj);
     if (te->dict_ok && !d && inline_values(obj))
-        vindex = value_indices(te, Py_TYPE(obj));
+        vindex = value_indices(te, tp);
 #endif
     int rc = 0;
     for (Py_ssize_t i = 0; i < te->nfields && rc == 0; i++) {
@@ -1594,8 +1598,9 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
         if (vindex && vindex[i] >= 0) {
             /* read afresh: Python code run for an earlier field may have changed them */
-            PyObject **values = inline_values(obj);
-            if (values && te->keys_seen == split_keys(Py_TYPE(obj)) && values[vindex[i]])
+            PyObject **values = ((PyObject ***)obj)[-4];
+            if (values && Py_TYPE(obj) == tp && te->keys_seen == split_keys(tp) &&
+                values[vindex[i]])
                 v = Py_NewRef(values[vindex[i]]);
         }
         if (!v)
