@@ -1477,12 +1477,19 @@ PyObject **ckpt_store_values(PyObject *obj, const void *keys)
 #endif
 }
 
-int ckpt_store_put(PyObject **values, Py_ssize_t ix, PyObject *v)
+int ckpt_store_put(PyObject *obj, const void *keys, PyObject **values, Py_ssize_t ix,
+                   PyObject *v)
 {
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    /* ckpt_store_values checked the layout for this object; here only what Python code
+     * run since could change: its class (and so its keys), or a dict made from its
+     * values (the values pointer is then NULL) */
+    if (split_keys(Py_TYPE(obj)) != keys || ((PyObject ***)obj)[-4] != values ||
+        ((PyObject **)obj)[-3])
+        return -1;
     return values_put(values, ix, v);
 #else
-    (void)values, (void)ix, (void)v;
+    (void)obj, (void)keys, (void)values, (void)ix, (void)v;
     return -1;
 #endif
 }

@@ -852,6 +852,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
                 if ((ix[j] = ckpt_store_index(keys, fs[j].name)) < 0)
                     all_ix = 0;
         }
+        PyObject **values = all_ix ? ckpt_store_values(obj, keys) : NULL;
         Val h;
         const uint8_t *row_at = r.p;
         if (rd_head(&r, &h) < 0)
@@ -891,10 +892,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
                 goto done;
             }
             int rc;
-            /* looked up at each store: a slot's Python code may have run since, and
-             * given the instance a dict (then its values are no longer its own) */
-            PyObject **values = all_ix ? ckpt_store_values(obj, keys) : NULL;
-            if (values && ckpt_store_put(values, ix[j], v) == 0)
+            if (values && ckpt_store_put(obj, keys, values, ix[j], v) == 0)
                 continue; /* stored: the values array owns v now */
             if (has_dict)
                 rc = PyDict_SetItem(d, f->name, v);
