@@ -1602,20 +1602,43 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         vindex = value_indices(te, tp);
 #endif
     int rc = 0;
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    PyObject **values = vindex ? ((PyObject ***)obj)[-4] : NULL;
+    int stale = 0; /* Python code may have run since `values` was checked */
+#endif
     for (Py_ssize_t i = 0; i < te->nfields && rc == 0; i++) {
         Field *f = &te->fields[i];
         if (f->op == OP_PY) {
             rc = w_fallback(w, b, f, obj);
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+            stale = 1;
+#endif
             continue;
         }
         PyObject *v = NULL;
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
         if (vindex && vindex[i] >= 0) {
-            /* read afresh: Python code run for an earlier field may have changed them */
-            PyObject **values = ((PyObject ***)obj)[-4];
-            if (values && Py_TYPE(obj) == tp && te->keys_seen == split_keys(tp) &&
-                values[vindex[i]])
-                v = Py_NewRef(values[vindex[i]]);
+            if (stale) {
+                /* read afresh: Python code run for an earlier field may have changed
+                 * the instance's class, its keys, or its values (gone once a dict
+                 * exists) */
+                values = ((PyObject ***)obj)[-4];
+                if (!values || Py_TYPE(obj) != tp || te->keys_seen != split_keys(tp))
+                    values = NULL, vindex = NULL;
+                stale = 0;
+            }
+            PyObject *x = values ? values[vindex[i]] : NULL;
+            if (x && f->op == OP_SCALAR) {
+                /* A scalar that fits is written without running Python code, so the
+                 * value needs no reference of its own and `values` stays valid. */
+                int bit = fit_bit(x);
+                if (bit & f->mask) {
+                    rc = w_scalar(b, x, bit);
+                    continue;
+                }
+            }
+            if (x)
+                v = Py_NewRef(x);
         }
         if (!v)
 #endif
@@ -1626,6 +1649,9 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         }
         rc = w_field(w, b, f, obj, v);
         Py_DECREF(v);
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+        stale = 1;
+#endif
     }
     Py_XDECREF(d);
     if (rc == 0)

@@ -1,0 +1,125 @@
+# ruff: noqa: RUF009  (state.field is a dataclass field specifier ruff does not know)
+"""Python code run for one field (a ``save=`` function here) may change the very object
+being saved: set a later field, make its ``__dict__`` (CPython 3.11 then moves the
+inline values into it), add a key that turns that dict into a combined table (the
+values array is freed), delete a field, or change ``__class__``.
+
+The native save reads fields straight from inline values and skips re-checking them
+while only scalars have been written; after any Python code it must look again.  Each
+case must write exactly typed's bytes or fail the way typed does.  Under ASan (asan.sh
+runs this file) a stale values pointer is a use-after-free report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ckpt import state
+from ckpt.errors import StateError
+
+pytestmark = pytest.mark.skipif(
+    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
+)
+
+
+class Meddler:
+    """A field value whose save function runs `act` on the object that holds it."""
+
+    def __init__(self, act: Callable[[Any], None]) -> None:
+        self.act = act
+        self.owner: Any = None
+
+
+def _save_meddler(m: Meddler) -> int:
+    m.act(m.owner)
+    return 1
+
+
+@state.savable(name="tests.midsave.Target")
+@dataclasses.dataclass(eq=False)
+class Target:
+    a: int = 1
+    meddler: Any = state.field(save=_save_meddler, load=lambda _v: None, default=None)
+    b: int = 2
+    c: str = "c"
+    d: float = 4.0
+    e: list[int] = dataclasses.field(default_factory=list)
+    f: int = 6
+
+
+@state.savable(name="tests.midsave.Other")
+@dataclasses.dataclass(eq=False)
+class Other:
+    b: int = 20
+    c: str = "other"
+
+
+def _set_later(o: Target) -> None:
+    o.b, o.c, o.f = 200, "changed", 600
+
+
+def _make_dict(o: Target) -> None:
+    o.__dict__  # noqa: B018 - materialises the dict, which takes the inline values
+    o.b = 201
+
+
+def _combine(o: Target) -> None:
+    o.__dict__["extra"] = "x" * 100  # a key the shared keys lack: values freed
+    o.b, o.d = 202, 40.5
+
+
+def _replace_dict(o: Target) -> None:
+    o.__dict__ = {"a": 9, "meddler": None, "b": 203, "c": "new", "d": 1.5, "e": [7], "f": 8}
+
+
+def _delete(o: Target) -> None:
+    del o.c
+
+
+def _change_class(o: Target) -> None:
+    o.__class__ = Other
+
+
+ACTS = {
+    "set-later-fields": _set_later,
+    "make-dict": _make_dict,
+    "combine-dict": _combine,
+    "replace-dict": _replace_dict,
+    "delete-field": _delete,
+    "change-class": _change_class,
+}
+
+
+def _fresh(act: Callable[[Any], None]) -> list[Target]:
+    objs = []
+    for i in range(50):
+        t = Target(a=i, b=i * 2, c=f"c{i}", d=i / 4, e=[i], f=i * 3)
+        t.meddler = Meddler(act)
+        t.meddler.owner = t
+        objs.append(t)
+    return objs
+
+
+def _outcome(engine: str, act: Callable[[Any], None]) -> tuple[str, Any]:
+    try:
+        return "bytes", state.dumps(_fresh(act), engine=engine)
+    except (StateError, AttributeError, TypeError) as exc:
+        return "error", type(exc).__name__
+
+
+@pytest.mark.parametrize("act", list(ACTS.values()), ids=list(ACTS))
+def test_python_code_that_changes_the_object_mid_save_gives_typeds_result(act) -> None:
+    typed = _outcome("typed", act)
+    native = _outcome("native", act)
+    assert native == typed
+
+
+def test_the_changed_values_are_the_ones_saved() -> None:
+    kind, data = _outcome("native", _combine)
+    assert kind == "bytes"
+    back = state.loads(data)
+    assert [(t.b, t.d) for t in back] == [(202, 40.5)] * 50
