@@ -41,12 +41,8 @@ setup(
     ext_modules=[
         Extension(
             "ckpt.state._native",
-            sources=[
-                "ckpt/state/_native.c",
-                "ckpt/state/_native_read.c",
-                "ckpt/state/_native_scratch.c",
-            ],
-            depends=["ckpt/state/_native_read.h", "ckpt/state/_native_scratch.h"],
+            sources=["ckpt/state/_native.c", "ckpt/state/_native_read.c"],
+            depends=["ckpt/state/_native_read.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -17,7 +17,7 @@ suffix=$($py -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))
 include=$($py -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=undefined -Wall -I"$include" \
-    ckpt/state/_native.c ckpt/state/_native_read.c ckpt/state/_native_scratch.c -o "$work/ckpt/state/_native$suffix"
+    ckpt/state/_native.c ckpt/state/_native_read.c -o "$work/ckpt/state/_native$suffix"
 libasan=$(gcc -print-file-name=libasan.so)
 libubsan=$(gcc -print-file-name=libubsan.so)
 cd "$work"
@@ -39,7 +39,7 @@ $py -m pytest -q -p no:cacheprovider \
     tests/state/test_native.py tests/state/test_corruption.py tests/state/test_random_graphs.py \
     tests/state/test_deep.py tests/state/test_safety.py tests/state/test_native_read.py \
     tests/state/test_native_store.py tests/state/test_native_crc.py \
-    tests/state/test_native_scratch.py tests/state/test_native_mid_save.py
+    tests/state/test_native_repeated_saves.py tests/state/test_native_mid_save.py
 rc=$?
 set -e
 echo "asan: pytest exit $rc after $(( $(date +%s) - started )) s" >&2

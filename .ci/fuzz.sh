@@ -42,11 +42,11 @@ done
 gcc -c -fPIC -O2 -Wall tests/fuzz/gcc_cov.c -o "$work/gcc_cov.o"
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=undefined \
     -fsanitize-undefined-trap-on-error -fsanitize-coverage=trace-pc -Wall -I"$include" \
-    ckpt/state/_native.c ckpt/state/_native_read.c ckpt/state/_native_scratch.c "$work/gcc_cov.o" -o "$work/fuzz/ckpt/state/_native$suffix" &
+    ckpt/state/_native.c ckpt/state/_native_read.c "$work/gcc_cov.o" -o "$work/fuzz/ckpt/state/_native$suffix" &
 build_fuzz=$!
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=undefined -Wall -I"$include" \
-    ckpt/state/_native.c ckpt/state/_native_read.c ckpt/state/_native_scratch.c -o "$work/asan/ckpt/state/_native$suffix" &
+    ckpt/state/_native.c ckpt/state/_native_read.c -o "$work/asan/ckpt/state/_native$suffix" &
 build_asan=$!
 wait "$build_fuzz"
 wait "$build_asan"

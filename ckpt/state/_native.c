@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "_native_read.h"
-#include "_native_scratch.h"
 
 #define MAX_DEPTH 64
 
@@ -78,20 +77,14 @@ static int buf_grow(Buf *b, Py_ssize_t need)
         }
         cap *= 2;
     }
-    size_t got;
-    char *d = scratch_grow(b->data, (size_t)b->cap, (size_t)b->len, (size_t)cap, &got);
-    if (!d)
+    char *d = PyMem_Realloc(b->data, cap);
+    if (!d) {
+        PyErr_NoMemory();
         return -1;
+    }
     b->data = d;
-    b->cap = (Py_ssize_t)got;
+    b->cap = cap;
     return 0;
-}
-
-static void buf_free(Buf *b)
-{
-    scratch_free(b->data, (size_t)b->cap);
-    b->data = NULL;
-    b->len = b->cap = 0;
 }
 
 static inline int reserve(Buf *b, Py_ssize_t n)
@@ -416,7 +409,6 @@ typedef struct {
 
 typedef struct {
     Slot *slots;
-    size_t bytes; /* the slots' block, as scratch_calloc gave it */
     size_t mask, used;
     unsigned shift; /* 64 - log2(capacity): a slot index is a hash's top bits */
 } PTable;
@@ -430,9 +422,11 @@ static inline size_t phash(PTable *t, void *p)
 
 static int pt_init(PTable *t, size_t cap)
 {
-    t->slots = scratch_calloc(cap * sizeof(Slot), &t->bytes);
-    if (!t->slots)
+    t->slots = PyMem_Calloc(cap, sizeof(Slot));
+    if (!t->slots) {
+        PyErr_NoMemory();
         return -1;
+    }
     t->mask = cap - 1;
     t->used = 0;
     t->shift = 64;
@@ -471,7 +465,7 @@ static int pt_grow(PTable *t)
         }
     }
     n.used = t->used;
-    scratch_free(t->slots, t->bytes);
+    PyMem_Free(t->slots);
     *t = n;
     return 0;
 }
@@ -513,9 +507,9 @@ static void pt_remove(PTable *t, Slot *slot)
 
 static void pt_free(PTable *t)
 {
-    scratch_free(t->slots, t->bytes);
+    PyMem_Free(t->slots);
     t->slots = NULL;
-    t->bytes = t->mask = t->used = 0;
+    t->mask = t->used = 0;
 }
 
 /* Table sizes of the previous walk: a program saves graphs of similar size again and
@@ -553,7 +547,6 @@ typedef struct {
     Py_ssize_t *vindex;       /* per field: its index in inline values, or -1 */
     PyObject **pending; /* borrowed: the walk's objects list keeps them */
     Py_ssize_t npending, cap_pending;
-    size_t pending_bytes;
     Buf rows;
     Py_ssize_t nrows;
 } TypeEntry;
@@ -569,8 +562,8 @@ static void te_free(TypeEntry *te)
     }
     PyMem_Free(te->fields);
     PyMem_Free(te->vindex);
-    scratch_free(te->pending, te->pending_bytes);
-    buf_free(&te->rows);
+    PyMem_Free(te->pending);
+    PyMem_Free(te->rows.data);
     Py_XDECREF(te->schema);
     Py_XDECREF(te->name);
     PyMem_Free(te);
@@ -649,7 +642,6 @@ typedef struct {
     Py_ssize_t ntypes, cap_types;
     int32_t *tseq;
     Py_ssize_t ntseq, cap_tseq;
-    size_t tseq_bytes;
     PyObject *ids_view, *cmemo_view;
 } Walk;
 
@@ -761,22 +753,23 @@ static Py_ssize_t discover(Walk *w, PyObject *x)
     Py_ssize_t i = PyList_GET_SIZE(w->objects);
     if (w->ntseq == w->cap_tseq) {
         Py_ssize_t cap = w->cap_tseq ? w->cap_tseq * 2 : 1024;
-        int32_t *n = scratch_grow(w->tseq, w->tseq_bytes, w->ntseq * sizeof(int32_t),
-                                  cap * sizeof(int32_t), &w->tseq_bytes);
-        if (!n)
+        int32_t *n = PyMem_Realloc(w->tseq, cap * sizeof(int32_t));
+        if (!n) {
+            PyErr_NoMemory();
             return -1;
+        }
         w->tseq = n;
-        w->cap_tseq = (Py_ssize_t)(w->tseq_bytes / sizeof(int32_t));
+        w->cap_tseq = cap;
     }
     if (te->npending == te->cap_pending) {
         Py_ssize_t cap = te->cap_pending ? te->cap_pending * 2 : 64;
-        PyObject **n = scratch_grow(te->pending, te->pending_bytes,
-                                    te->npending * sizeof(PyObject *), cap * sizeof(PyObject *),
-                                    &te->pending_bytes);
-        if (!n)
+        PyObject **n = PyMem_Realloc(te->pending, cap * sizeof(PyObject *));
+        if (!n) {
+            PyErr_NoMemory();
             return -1;
+        }
         te->pending = n;
-        te->cap_pending = (Py_ssize_t)(te->pending_bytes / sizeof(PyObject *));
+        te->cap_pending = cap;
     }
     if (pt_put(&w->ids, x, (void *)(intptr_t)i) < 0)
         return -1;
@@ -1900,7 +1893,7 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
         }
         memcpy(p, h.data, h.len);
         p += h.len;
-        buf_free(&h);
+        PyMem_Free(h.data);
         if (te->rows.len) {
             memcpy(p, te->rows.data, te->rows.len);
             p += te->rows.len;
@@ -1911,7 +1904,7 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
     if (_PyBytes_Resize(&out, p - PyBytes_AS_STRING(out)) < 0)
         out = NULL;
 done:
-    buf_free(&mid);
+    PyMem_Free(mid.data);
     PyBuffer_Release(&pre);
     PyBuffer_Release(&suf);
     return out;
@@ -2008,9 +2001,8 @@ static void walk_clear_tables(Walk *w)
     PyMem_Free(w->tents);
     w->tents = NULL;
     w->ntypes = w->cap_types = 0;
-    scratch_free(w->tseq, w->tseq_bytes);
+    PyMem_Free(w->tseq);
     w->tseq = NULL;
-    w->tseq_bytes = 0;
     w->ntseq = w->cap_tseq = 0;
 }
 
@@ -2344,16 +2336,6 @@ static PyObject *configure(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *scratch_held_py(PyObject *mod, PyObject *unused)
-{
-    return PyLong_FromSize_t(scratch_held());
-}
-
-static PyObject *scratch_release_py(PyObject *mod, PyObject *unused)
-{
-    return PyLong_FromSize_t(scratch_release());
-}
-
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "configure(msgspec_encode, StateError)"},
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},
@@ -2361,8 +2343,6 @@ static PyMethodDef module_methods[] = {
     {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
     {"check_store", check_store, METH_VARARGS, "Check direct stores into inline values (3.11)."},
     {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
-    {"scratch_held", scratch_held_py, METH_NOARGS, "Bytes of save blocks kept for the next."},
-    {"scratch_release", scratch_release_py, METH_NOARGS, "Free the kept blocks; bytes freed."},
     {NULL},
 };
 
