@@ -1341,11 +1341,15 @@ static int values_layout_ok;
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 
+/* A class whose instances may keep their attributes in inline values. */
+static inline int managed_heap_type(PyTypeObject *tp)
+{
+    return (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && (tp->tp_flags & Py_TPFLAGS_HEAPTYPE);
+}
+
 static inline PyObject **inline_values(PyObject *obj)
 {
-    PyTypeObject *tp = Py_TYPE(obj);
-    if (!values_layout_ok || !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) ||
-        !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+    if (!values_layout_ok || !managed_heap_type(Py_TYPE(obj)))
         return NULL;
     return ((PyObject ***)obj)[-4];
 }
@@ -1394,8 +1398,7 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
     values_layout_ok = 0;
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
     PyTypeObject *tp = Py_TYPE(obj);
-    if ((tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-        !((PyObject **)obj)[-3]) {
+    if (managed_heap_type(tp) && !((PyObject **)obj)[-3]) {
         PyObject **values = ((PyObject ***)obj)[-4];
         Keys311 *k = split_keys(tp);
         PyObject *expect = PyObject_GetAttr(obj, name);
@@ -1444,8 +1447,7 @@ static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
 const void *ckpt_store_keys(PyTypeObject *tp)
 {
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-    if (!store_layout_ok || !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) ||
-        !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE))
+    if (!store_layout_ok || !managed_heap_type(tp))
         return NULL;
     return split_keys(tp);
 #else
@@ -1587,9 +1589,10 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
     PyObject *d = te->dict_ok ? Py_XNewRef(instance_dict(obj)) : NULL;
     Py_ssize_t pos = 0, *vindex = NULL;
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-    /* The full layout checks once per object (inline_values, value_indices); per field
-     * only what Python code run for an earlier field could change: the instance's
-     * class (__class__ assignment), its keys, or its values (gone once a dict exists). */
+    /* The full layout checks once per object (inline_values, value_indices); after a
+     * field whose writing may have run Python code, only what that code could change:
+     * the instance's class (__class__ assignment), its keys, or its values (gone once
+     * a dict exists). */
     PyTypeObject *tp = Py_TYPE(obj);
     if (te->dict_ok && !d && inline_values(obj))
         vindex = value_indices(te, tp);
@@ -1611,10 +1614,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         PyObject *v = NULL;
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
         if (vindex && vindex[i] >= 0) {
-            if (stale) {
-                /* read afresh: Python code run for an earlier field may have changed
-                 * the instance's class, its keys, or its values (gone once a dict
-                 * exists) */
+            if (stale) { /* read afresh (see above) */
                 values = ((PyObject ***)obj)[-4];
                 if (!values || Py_TYPE(obj) != tp || te->keys_seen != split_keys(tp))
                     values = NULL, vindex = NULL;

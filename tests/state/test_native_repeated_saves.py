@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def hang_is_a_failure():
-    """A table left full of stale keys would make a lookup probe forever: end the run
-    with a traceback instead of hanging it."""
+    """A table with no empty slot left (one sized or cleared wrongly between walks)
+    would make a lookup probe forever: end the run with a traceback instead."""
     faulthandler.dump_traceback_later(300, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
