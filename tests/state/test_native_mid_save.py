@@ -123,3 +123,67 @@ def test_the_changed_values_are_the_ones_saved() -> None:
     assert kind == "bytes"
     back = state.loads(data)
     assert [(t.b, t.d) for t in back] == [(202, 40.5)] * 50
+
+
+# The walk reads ahead: while one object is written it already fetches the dicts, values
+# and field values of the next twenty or so (see "looking ahead" in _native.c).  Python
+# code run for one object may change those later objects first, or free what was read
+# ahead for them; what is read ahead must be read again, never trusted.  Each act keeps
+# the later object savable, so the whole list is written.
+
+
+@state.savable(name="tests.midsave.Twin")
+@dataclasses.dataclass(eq=False)
+class Twin:  # Target's fields under another class: __class__ may switch between them
+    a: int = 1
+    meddler: Any = state.field(save=_save_meddler, load=lambda _v: None, default=None)
+    b: int = 2
+    c: str = "c"
+    d: float = 4.0
+    e: list[int] = dataclasses.field(default_factory=list)
+    f: int = 6
+
+
+def _later_combine(o: Any) -> None:
+    d = o.__dict__  # takes the inline values; the keys below turn it combined, freeing them
+    for k in range(40):
+        d.setdefault(f"extra{k}", k)
+    o.b += 1
+
+
+def _later_replace(o: Any) -> None:
+    o.__dict__ = {**o.__dict__, "b": -o.b, "e": [o.a, o.a]}  # the old dict and values go
+
+
+def _later_shrink(o: Any) -> None:
+    for k in ("b", "c", "d", "f"):
+        o.__dict__.pop(k, None)  # typed then reads the class defaults
+
+
+def _later_switch(o: Any) -> None:
+    o.__class__ = Twin if type(o) is Target else Target
+
+
+LATER_ACTS = {
+    "set-fields": _set_later,
+    "make-dict": lambda o: o.__dict__,
+    "combine-dict": _later_combine,
+    "replace-dict": _later_replace,
+    "shrink-dict": _later_shrink,
+    "switch-class": _later_switch,
+}
+
+
+def _fresh_meddling_later(act: Callable[[Any], None]) -> list[Target]:
+    objs = _fresh(lambda _o: None)
+    for i, t in enumerate(objs):
+        later = objs[i + 1 : i + 25]
+        t.meddler.act = lambda _o, later=later: [act(x) for x in later]
+    return objs
+
+
+@pytest.mark.parametrize("act", list(LATER_ACTS.values()), ids=list(LATER_ACTS))
+def test_python_code_that_changes_later_objects_gives_typeds_result(act) -> None:
+    typed = state.dumps(_fresh_meddling_later(act), engine="typed")
+    native = state.dumps(_fresh_meddling_later(act), engine="native")
+    assert native == typed
