@@ -547,6 +547,9 @@ typedef struct {
     Py_ssize_t *vindex;       /* per field: its index in inline values, or -1 */
     Py_ssize_t *ahead;        /* the vindex entries look_ahead fetches values at */
     Py_ssize_t nahead;
+    Py_ssize_t *aslot;        /* ... and those of references (index << 1) and containers
+                                 (index << 1 | 1), whose id or memo slot it fetches */
+    Py_ssize_t naslot;
     PyObject **pending; /* borrowed: the walk's objects list keeps them */
     Py_ssize_t npending, cap_pending;
     Buf rows;
@@ -565,6 +568,7 @@ static void te_free(TypeEntry *te)
     PyMem_Free(te->fields);
     PyMem_Free(te->vindex);
     PyMem_Free(te->ahead);
+    PyMem_Free(te->aslot);
     PyMem_Free(te->pending);
     PyMem_Free(te->rows.data);
     Py_XDECREF(te->schema);
@@ -1385,19 +1389,26 @@ static Py_ssize_t *index_values(TypeEntry *te, Keys311 *k)
     if (!te->vindex) {
         te->vindex = PyMem_Calloc(te->nfields ? te->nfields : 1, sizeof(Py_ssize_t));
         te->ahead = PyMem_Calloc(te->nfields ? te->nfields : 1, sizeof(Py_ssize_t));
-        if (!te->vindex || !te->ahead) {
+        te->aslot = PyMem_Calloc(te->nfields ? te->nfields : 1, sizeof(Py_ssize_t));
+        if (!te->vindex || !te->ahead || !te->aslot) {
             PyMem_Free(te->vindex);
             PyMem_Free(te->ahead);
-            te->vindex = NULL, te->ahead = NULL;
+            PyMem_Free(te->aslot);
+            te->vindex = NULL, te->ahead = NULL, te->aslot = NULL;
             return NULL;
         }
     }
-    te->nahead = 0;
+    te->nahead = te->naslot = 0;
     for (Py_ssize_t i = 0; i < te->nfields; i++) {
+        int op = te->fields[i].op;
         Py_ssize_t ix = te->fields[i].dict_ok ? key_index(k, te->fields[i].name) : -1;
         te->vindex[i] = ix;
         if (ix >= 0 && !always_cached(&te->fields[i]))
             te->ahead[te->nahead++] = ix;
+        if (ix >= 0 && (op == OP_REF || op == OP_ANY))
+            te->aslot[te->naslot++] = ix << 1;
+        if (ix >= 0 && (op == OP_LIST || op == OP_SET || op == OP_DICT))
+            te->aslot[te->naslot++] = ix << 1 | 1;
     }
     te->keys_seen = k;
     te->keys_entries = k->dk_nentries;
@@ -1610,7 +1621,7 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
  * A large graph's save is bound by memory latency more than by instructions.  perf's
  * cpu-clock samples put about two thirds of walk_run's time on a chain of dependent
  * loads per object, each a likely cache miss: the object's header, its dict or inline
- * values, then each attribute value's header (and, less, the id-table and memo slots).
+ * values, then each attribute value's header, and the id-table and memo slots.
  * The pending list says which objects come next, so each link of the chain is fetched
  * a few objects ahead, one link per stage.
  *
@@ -1644,6 +1655,22 @@ static inline PyDictObject *managed_dict(PyObject *o)
     return d && PyDict_CheckExact(d) ? d : NULL;
 }
 
+/* The array the object's attribute values are in, indexed by the class's shared keys:
+ * its inline values or its dict's split table (NULL if neither, or unindexed). */
+static inline PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    PyObject **values = inline_values(o);
+    if (!values) {
+        PyDictObject *d = managed_dict(o);
+        if (!d || !d->ma_values || !values_layout_ok || !managed_heap_type(tp) ||
+            (Keys311 *)d->ma_keys != split_keys(tp))
+            return NULL;
+        values = (PyObject **)d->ma_values;
+    }
+    return value_indices(te, tp) ? values : NULL;
+}
+
 /* Stage 2: the object's inline values, or its dict. */
 static inline void ahead_values(TypeEntry *te, PyObject *o)
 {
@@ -1673,46 +1700,52 @@ static inline void ahead_dict(TypeEntry *te, PyObject *o)
                        (size_t)te->nfields * sizeof(UEntry311));
 }
 
-/* Stage 4: each attribute value's header (w_field reads every value's type).  Values
- * are found as save_object and field_value find them: by the class's shared-key index
- * in inline values or a split table, by position in a combined str-keyed table.
- * Prefetching the id-table and memo slots of references and containers as well was
- * measured: it made GraphSave slower than the headers alone (0.28 against 0.25 of C
- * pickle), as did leaving the scalars' headers out. */
+/* Stage 4: each attribute value's header (w_field reads every value's type), found as
+ * save_object and field_value find it: by shared-key index in inline values or a split
+ * table, by position in a combined str-keyed table.  Leaving the scalars' headers out
+ * made GraphSave slower (0.28 of C pickle against 0.25). */
 static inline void ahead_fields(TypeEntry *te, PyObject *o)
 {
-    PyTypeObject *tp = Py_TYPE(o);
-    PyObject **values = inline_values(o);
-    if (!values) {
-        PyDictObject *d = managed_dict(o);
-        if (!d)
-            return;
-        Keys311 *dk = (Keys311 *)d->ma_keys;
-        if (!d->ma_values) {
-            if (dk->dk_kind != 1 /* DICT_KEYS_UNICODE */)
-                return;
-            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
-            Py_ssize_t n = dk->dk_nentries < te->nfields ? dk->dk_nentries : te->nfields;
-            for (Py_ssize_t i = 0; i < n; i++)
-                if (e[i].me_value)
-                    __builtin_prefetch(e[i].me_value);
-            return;
+    PyObject **values = values_for_ahead(te, o);
+    if (values) {
+        const Py_ssize_t *ix = te->ahead;
+        for (Py_ssize_t j = 0, m = te->nahead; j < m; j++) {
+            PyObject *v = values[ix[j]];
+            __builtin_prefetch(v ? (void *)v : (void *)values); /* no branch, no NULL */
         }
-        if (!values_layout_ok || !managed_heap_type(tp) || dk != split_keys(tp))
-            return;
-        values = (PyObject **)d->ma_values;
-    }
-    if (!value_indices(te, tp))
         return;
-    const Py_ssize_t *ix = te->ahead;
-    for (Py_ssize_t j = 0, m = te->nahead; j < m; j++) {
-        PyObject *v = values[ix[j]];
-        __builtin_prefetch(v ? (void *)v : (void *)values); /* no branch; NULL not fetched */
+    }
+    PyDictObject *d = managed_dict(o);
+    Keys311 *dk = d ? (Keys311 *)d->ma_keys : NULL;
+    if (!dk || d->ma_values || dk->dk_kind != 1 /* DICT_KEYS_UNICODE */)
+        return;
+    UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+    Py_ssize_t n = dk->dk_nentries < te->nfields ? dk->dk_nentries : te->nfields;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (e[i].me_value)
+            __builtin_prefetch(e[i].me_value);
+}
+
+/* Stage 5, one object before it is written: the id-table slot of each reference and the
+ * memo slot of each container.  Fetched with the headers (stage 4) they made GraphSave
+ * slower (0.28 of C pickle against 0.25); on their own, this late, they gain (GraphSave
+ * 0.248 -> 0.241, FlatSave 0.216 -> 0.194: its lists' memo slots are scattered). */
+static inline void ahead_slots(Walk *w, TypeEntry *te, PyObject *o)
+{
+    PyObject **values = values_for_ahead(te, o);
+    if (!values)
+        return;
+    for (Py_ssize_t j = 0; j < te->naslot; j++) {
+        Py_ssize_t c = te->aslot[j];
+        PyObject *v = values[c >> 1];
+        PTable *t = (c & 1) ? &w->cmemo : &w->ids;
+        if (v && t->slots)
+            __builtin_prefetch(&t->slots[phash(t, v)]);
     }
 }
 #endif
 
-static inline void look_ahead(TypeEntry *te, Py_ssize_t i)
+static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
 {
     PyObject **p = te->pending;
     Py_ssize_t n = te->npending;
@@ -1725,6 +1758,10 @@ static inline void look_ahead(TypeEntry *te, Py_ssize_t i)
         ahead_dict(te, p[i + 2 * LOOK]);
     if (i + LOOK < n)
         ahead_fields(te, p[i + LOOK]);
+    if (i + 1 < n)
+        ahead_slots(w, te, p[i + 1]);
+#else
+    (void)w;
 #endif
 }
 
@@ -1839,7 +1876,7 @@ static PyObject *walk_run(Walk *w, PyObject *args)
                 goto fail;
             /* The pending list grows while it is processed (a chain of one type). */
             for (Py_ssize_t i = 0; i < te->npending; i++) {
-                look_ahead(te, i);
+                look_ahead(w, te, i);
                 if (save_object(w, te, te->pending[i]) < 0) {
                     w->fail_type = t;
                     Py_XSETREF(w->fail_obj, Py_NewRef(te->pending[i]));
