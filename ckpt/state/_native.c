@@ -1700,10 +1700,12 @@ static inline void ahead_dict(TypeEntry *te, PyObject *o)
                        (size_t)te->nfields * sizeof(UEntry311));
 }
 
-/* Stage 4: each attribute value's header (w_field reads every value's type), found as
- * save_object and field_value find it: by shared-key index in inline values or a split
- * table, by position in a combined str-keyed table.  Leaving the scalars' headers out
- * made GraphSave slower (0.28 of C pickle against 0.25). */
+/* Stage 4: each attribute value's header (w_field reads every value's type) and the
+ * line after it, where an int's digits, a float's value or a str's state and text lie
+ * when the object straddles two lines (GraphSave 0.24 -> 0.22 of C pickle).  Values
+ * are found as save_object and field_value find them: by shared-key index in inline
+ * values or a split table, by position in a combined str-keyed table.  Leaving the
+ * scalars out made GraphSave slower (0.28 against 0.25). */
 static inline void ahead_fields(TypeEntry *te, PyObject *o)
 {
     PyObject **values = values_for_ahead(te, o);
@@ -1711,7 +1713,9 @@ static inline void ahead_fields(TypeEntry *te, PyObject *o)
         const Py_ssize_t *ix = te->ahead;
         for (Py_ssize_t j = 0, m = te->nahead; j < m; j++) {
             PyObject *v = values[ix[j]];
-            __builtin_prefetch(v ? (void *)v : (void *)values); /* no branch, no NULL */
+            const char *at = v ? (const char *)v : (const char *)values; /* no branch */
+            __builtin_prefetch(at);
+            __builtin_prefetch(at + 48);
         }
         return;
     }
@@ -1722,8 +1726,10 @@ static inline void ahead_fields(TypeEntry *te, PyObject *o)
     UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
     Py_ssize_t n = dk->dk_nentries < te->nfields ? dk->dk_nentries : te->nfields;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (e[i].me_value)
+        if (e[i].me_value) {
             __builtin_prefetch(e[i].me_value);
+            __builtin_prefetch((const char *)e[i].me_value + 48);
+        }
 }
 
 /* Stage 5, one object before it is written: the id-table slot of each reference and the
