@@ -20,6 +20,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "_native_read.h"
 
@@ -1630,6 +1631,21 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
  * what it finds it only prefetches, which never faults and never changes a value. */
 #define LOOK 4 /* objects between one stage and the next (2-12 measured alike) */
 
+/* Objects a walk must have met before it looks ahead: as many as fill a core's L2 cache
+ * at about 512 bytes each (4096 for 2 MiB; set at import).  A smaller graph stays in the
+ * caches and the stages are only instructions: Encoding/fields, 2049 objects, took
+ * 0.56 ms without them and 0.64 ms with them; a 4000-node random graph gained 10%. */
+static Py_ssize_t look_min = 4096;
+
+static void look_min_init(void)
+{
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 >= 64 * 1024 && l2 <= 1024L * 1024 * 1024)
+        look_min = l2 / 512;
+#endif
+}
+
 /* Every 64-byte line that bytes [p, p + n) touch. */
 static inline void prefetch_lines(const void *p, size_t n)
 {
@@ -1753,6 +1769,8 @@ static inline void ahead_slots(Walk *w, TypeEntry *te, PyObject *o)
 
 static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
 {
+    if (PyList_GET_SIZE(w->objects) < look_min)
+        return;
     PyObject **p = te->pending;
     Py_ssize_t n = te->npending;
     if (i + 4 * LOOK < n)
@@ -2548,6 +2566,7 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     if (PyType_Ready(&WalkType) < 0 || PyType_Ready(&TableType) < 0)
         return NULL;
+    look_min_init();
     str_value_ = PyUnicode_InternFromString("_value_");
     str_before_save = PyUnicode_InternFromString("__before_save__");
     empty_tuple = PyTuple_New(0);
@@ -2557,6 +2576,7 @@ PyMODINIT_FUNC PyInit__native(void)
     if (!m)
         return NULL;
     if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
+        PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -94,9 +94,9 @@ ACTS = {
 }
 
 
-def _fresh(act: Callable[[Any], None]) -> list[Target]:
+def _fresh(act: Callable[[Any], None], n: int = 50) -> list[Target]:
     objs = []
-    for i in range(50):
+    for i in range(n):
         t = Target(a=i, b=i * 2, c=f"c{i}", d=i / 4, e=[i], f=i * 3)
         t.meddler = Meddler(act)
         t.meddler.owner = t
@@ -126,10 +126,11 @@ def test_the_changed_values_are_the_ones_saved() -> None:
 
 
 # The walk reads ahead: while one object is written it already fetches the dicts, values
-# and field values of the next twenty or so (see "looking ahead" in _native.c).  Python
-# code run for one object may change those later objects first, or free what was read
-# ahead for them; what is read ahead must be read again, never trusted.  Each act keeps
-# the later object savable, so the whole list is written.
+# and field values of the next twenty or so (see "looking ahead" in _native.c), once it
+# has met more objects than fit the L2 cache (the core's `look_ahead_min`).  Python code
+# run for one object may change those later objects first, or free what was read ahead
+# for them; what is read ahead must be read again, never trusted.  Each act keeps the
+# later object savable, so the whole list is written.
 
 
 @state.savable(name="tests.midsave.Twin")
@@ -175,7 +176,9 @@ LATER_ACTS = {
 
 
 def _fresh_meddling_later(act: Callable[[Any], None]) -> list[Target]:
-    objs = _fresh(lambda _o: None)
+    from ckpt.state import native
+
+    objs = _fresh(lambda _o: None, native._core.look_ahead_min + 64)
     for i, t in enumerate(objs):
         later = objs[i + 1 : i + 25]
         t.meddler.act = lambda _o, later=later: [act(x) for x in later]
@@ -187,3 +190,29 @@ def test_python_code_that_changes_later_objects_gives_typeds_result(act) -> None
     typed = state.dumps(_fresh_meddling_later(act), engine="typed")
     native = state.dumps(_fresh_meddling_later(act), engine="native")
     assert native == typed
+
+
+def _dicts_made(graph: Any) -> Any:
+    for obj in graph.nodes + graph.leaves + graph.hubs:
+        vars(obj)  # as pickle does: the dict made takes the inline values (a split table)
+    return graph
+
+
+def _dicts_combined(graph: Any) -> Any:
+    for obj in graph.nodes + graph.leaves + graph.hubs:
+        obj.__dict__ = dict(obj.__dict__)  # a combined str-keyed table of its own
+    return graph
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [lambda g: g, _dicts_made, _dicts_combined],
+    ids=["inline-values", "split-dicts", "combined-dicts"],
+)
+def test_large_graphs_in_every_attribute_layout_write_typeds_bytes(layout) -> None:
+    from ckpt.bench import state_models
+    from ckpt.state import native
+
+    nodes = native._core.look_ahead_min + 2000  # large enough for the walk to look ahead
+    graph = layout(state_models.make_graph(nodes, seed=11))
+    assert state.dumps(graph, engine="native") == state.dumps(graph, engine="typed")
