@@ -241,6 +241,15 @@ def _fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
+def _two_lines(name: str) -> str:
+    """A long benchmark name split where it reads best ("Encoding/\nroot-dict",
+    "Decode\nStream"), not folded mid-word by the table."""
+    if "/" in name:
+        return name.replace("/", "/\n", 1)
+    cut = max((i for i, c in enumerate(name) if c.isupper() and i > 0), default=0)
+    return f"{name[:cut]}\n{name[cut:]}" if cut else name
+
+
 def render(results: Sequence[Result], *, baseline: str | None = None, title: str = "") -> Any:
     """Two rich tables, times then memory and bytes, each narrow enough for an 80-column
     terminal (long benchmark names fold onto a second line instead of being cut)."""
@@ -270,8 +279,7 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
     )
     previous = None
     for r in results:
-        # "Encoding/root-dict" reads better as two lines than folded mid-word
-        name = r.name.replace("/", "/\n", 1) if len(r.name) > 12 else r.name
+        name = _two_lines(r.name) if len(r.name) > 11 else r.name
         name = name if r.name != previous else ""
         t_ratio = ratio(results, r.name, r.variant, baseline) if baseline else float("nan")
         c_ratio = (
