@@ -20,6 +20,7 @@ and as Go benchmark lines that ``benchstat`` can compare across runs.
 from __future__ import annotations
 
 import gc
+import re
 import statistics
 import sys
 import time
@@ -241,13 +242,18 @@ def _fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
-def _two_lines(name: str) -> str:
-    """A long benchmark name split where it reads best ("Encoding/\nroot-dict",
-    "Decode\nStream"), not folded mid-word by the table."""
-    if "/" in name:
-        return name.replace("/", "/\n", 1)
-    cut = max((i for i, c in enumerate(name) if c.isupper() and i > 0), default=0)
-    return f"{name[:cut]}\n{name[cut:]}" if cut else name
+def _two_lines(name: str, width: int = 9) -> str:
+    """A long benchmark name broken into lines of at most ``width`` characters where it
+    reads best: after a slash or before a capital ("Encoding/" "root-dict", "BigInt"
+    "GraphSave"), never mid-word; a word longer than ``width`` is left to the table."""
+    words = re.findall(r"[^/A-Z]*/|[A-Z][^/A-Z]*|[^/A-Z]+", name)
+    lines: list[str] = []
+    for word in words:
+        if lines and len(lines[-1]) + len(word) <= width:
+            lines[-1] += word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
 
 
 def render(results: Sequence[Result], *, baseline: str | None = None, title: str = "") -> Any:
@@ -279,7 +285,7 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
     )
     previous = None
     for r in results:
-        name = _two_lines(r.name) if len(r.name) > 11 else r.name
+        name = _two_lines(r.name) if len(r.name) > 9 else r.name
         name = name if r.name != previous else ""
         t_ratio = ratio(results, r.name, r.variant, baseline) if baseline else float("nan")
         c_ratio = (
