@@ -1662,15 +1662,6 @@ static inline void ahead_object(PyObject *o)
 }
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-/* The object's dict, if it has one made (3.11's managed dict pointer). */
-static inline PyDictObject *managed_dict(PyObject *o)
-{
-    if (!dict_layout_ok || !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_MANAGED_DICT))
-        return NULL;
-    PyDictObject *d = ((PyDictObject **)o)[-3];
-    return d && PyDict_CheckExact(d) ? d : NULL;
-}
-
 /* The array the object's attribute values are in, indexed by the class's shared keys:
  * its inline values or its dict's split table (NULL if neither, or unindexed). */
 static inline PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
@@ -1678,7 +1669,7 @@ static inline PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
     PyTypeObject *tp = Py_TYPE(o);
     PyObject **values = inline_values(o);
     if (!values) {
-        PyDictObject *d = managed_dict(o);
+        PyDictObject *d = (PyDictObject *)instance_dict(o);
         if (!d || !d->ma_values || !values_layout_ok || !managed_heap_type(tp) ||
             (Keys311 *)d->ma_keys != split_keys(tp))
             return NULL;
@@ -1705,7 +1696,7 @@ static inline void ahead_values(TypeEntry *te, PyObject *o)
 /* Stage 3: that dict's values (a split table) or entries (a combined one). */
 static inline void ahead_dict(TypeEntry *te, PyObject *o)
 {
-    PyDictObject *d = managed_dict(o);
+    PyDictObject *d = (PyDictObject *)instance_dict(o);
     if (!d)
         return;
     Keys311 *dk = (Keys311 *)d->ma_keys;
@@ -1735,7 +1726,7 @@ static inline void ahead_fields(TypeEntry *te, PyObject *o)
         }
         return;
     }
-    PyDictObject *d = managed_dict(o);
+    PyDictObject *d = (PyDictObject *)instance_dict(o);
     Keys311 *dk = d ? (Keys311 *)d->ma_keys : NULL;
     if (!dk || d->ma_values || dk->dk_kind != 1 /* DICT_KEYS_UNICODE */)
         return;
@@ -1784,8 +1775,6 @@ static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
         ahead_fields(te, p[i + LOOK]);
     if (i + 1 < n)
         ahead_slots(w, te, p[i + 1]);
-#else
-    (void)w;
 #endif
 }
 
