@@ -44,6 +44,12 @@ typedef struct {
     PyObject *me_key;
     PyObject *me_value;
 } UEntry311;
+
+/* A combined or split table's entries, which follow its index array. */
+static inline UEntry311 *table_entries(Keys311 *k)
+{
+    return (UEntry311 *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+}
 #endif
 
 /* Field ops (save and load); must match native.py. */
@@ -1332,7 +1338,7 @@ static PyObject *check_layout(PyObject *mod, PyObject *obj)
         Py_ssize_t pos = 0;
         if (dict_layout_ok && !dd->ma_values && PyDict_Next(d, &pos, &k0, &v0)) {
             Keys311 *dk = (Keys311 *)dd->ma_keys;
-            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+            UEntry311 *e = table_entries(dk);
             dict_layout_ok = dk->dk_kind == 1 && e[0].me_key == k0 && e[0].me_value == v0;
         }
         Py_DECREF(d);
@@ -1370,7 +1376,7 @@ static inline Keys311 *split_keys(PyTypeObject *tp)
 
 static Py_ssize_t key_index(Keys311 *k, PyObject *name)
 {
-    UEntry311 *e = (UEntry311 *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+    UEntry311 *e = table_entries(k);
     for (Py_ssize_t i = 0; i < k->dk_nentries; i++)
         if (e[i].me_key == name)
             return i;
@@ -1587,7 +1593,7 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
         PyDictObject *dd = (PyDictObject *)d;
         Keys311 *dk = (Keys311 *)dd->ma_keys;
         if (dict_layout_ok && !dd->ma_values && dk->dk_kind == 1 /* DICT_KEYS_UNICODE */) {
-            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+            UEntry311 *e = table_entries(dk);
             if (at < dk->dk_nentries && e[at].me_key == f->name && e[at].me_value) {
                 *pos = at + 1;
                 return Py_NewRef(e[at].me_value);
@@ -1595,7 +1601,7 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
         }
         else if (dict_layout_ok && values_layout_ok && dd->ma_values && dk->dk_kind == 2) {
             /* a split table (a dict made from inline values): values by key index */
-            UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+            UEntry311 *e = table_entries(dk);
             PyObject **vals = (PyObject **)dd->ma_values;
             if (at < dk->dk_nentries && e[at].me_key == f->name && vals[at]) {
                 *pos = at + 1;
@@ -1703,8 +1709,7 @@ static inline void ahead_dict(TypeEntry *te, PyObject *o)
     if (d->ma_values)
         prefetch_lines(d->ma_values, (size_t)te->nfields * sizeof(PyObject *));
     else if (dk->dk_kind == 1 /* DICT_KEYS_UNICODE */)
-        prefetch_lines(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes),
-                       (size_t)te->nfields * sizeof(UEntry311));
+        prefetch_lines(table_entries(dk), (size_t)te->nfields * sizeof(UEntry311));
 }
 
 /* Stage 4: each attribute value's header (w_field reads every value's type) and the
@@ -1730,7 +1735,7 @@ static inline void ahead_fields(TypeEntry *te, PyObject *o)
     Keys311 *dk = d ? (Keys311 *)d->ma_keys : NULL;
     if (!dk || d->ma_values || dk->dk_kind != 1 /* DICT_KEYS_UNICODE */)
         return;
-    UEntry311 *e = (UEntry311 *)(dk->dk_indices + ((size_t)1 << dk->dk_log2_index_bytes));
+    UEntry311 *e = table_entries(dk);
     Py_ssize_t n = dk->dk_nentries < te->nfields ? dk->dk_nentries : te->nfields;
     for (Py_ssize_t i = 0; i < n; i++)
         if (e[i].me_value) {
