@@ -158,3 +158,36 @@ def test_force_never_replaces_a_foreign_directory(tmp_path: Path) -> None:
         write_image(home, NEW, force=True)
     assert (home / "notes.txt").read_text() == "precious"
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to-an-image", "dangling"])
+def test_target_that_is_a_symlink_is_refused(make_image, tmp_path: Path, dangling) -> None:
+    real = make_image("real", OLD, sample_pages())
+    link = tmp_path / "img"
+    link.symlink_to(tmp_path / "gone" if dangling else real)
+    with pytest.raises(StatefileError, match="not a directory"):
+        write_image(link, NEW, force=True)
+    assert link.is_symlink()
+    assert statefile.open_image(real).read_state() == OLD
+    assert leftovers(tmp_path) == []
+
+
+def test_dotted_names_sweep_only_their_own_leftovers(tmp_path: Path) -> None:
+    dead = _dead_pid()
+    own = tmp_path / f".img.v1.tmp-{dead}-xyz"
+    shorter = tmp_path / f".img.tmp-{dead}-xyz"  # target "img", not "img.v1"
+    longer = tmp_path / f".img.v1.2.tmp-{dead}-xyz"  # target "img.v1.2"
+    for d in (own, shorter, longer):
+        d.mkdir()
+    assert statefile.clean_stale(tmp_path / "img.v1") == [own]
+    assert statefile.clean_stale(tmp_path / "img") == [shorter]
+    assert longer.exists()
+
+
+def test_a_replaced_image_that_gained_a_subdirectory_is_still_removed(tmp_path: Path) -> None:
+    old = tmp_path / ".img.tmp-1-xyz"
+    (old / "deeper").mkdir(parents=True)
+    (old / "checkpoint.img").write_bytes(OLD)
+    (old / "deeper" / "file").write_bytes(OLD)
+    image_mod._remove_image_dir(old)
+    assert not old.exists()
