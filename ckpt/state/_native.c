@@ -64,6 +64,7 @@ enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 
 static PyObject *msgspec_encode;   /* msgspec.msgpack.encode: values this file does not write */
 static PyObject *str_value_;       /* "_value_" */
 static PyObject *str_before_save;  /* "__before_save__" */
+static PyObject *str_native_plan;  /* "_native_plan": where a TypeInfo keeps its Plan */
 static PyObject *empty_tuple;
 static PyObject *StateError;     /* ckpt.errors.StateError */
 
@@ -543,12 +544,25 @@ typedef struct {
     int tmask[MAX_TUPLE_ITEMS];   /* ... and each position's scalar mask */
 } Field;
 
+/* A class's parsed plan, built once by Python (``native._plan_for``) and kept on its
+ * TypeInfo, so a walk meeting the class again parses nothing. */
 typedef struct {
+    PyObject_HEAD
+    PyObject *schema, *name;
+    int before_save, dict_ok;
+    Py_ssize_t nfields;
+    Field *fields; /* owned: names, fallbacks and args held */
+} Plan;
+
+static PyTypeObject PlanType;
+
+typedef struct {
+    PyObject *plan;   /* the Plan whose fields these are (NULL for an enum entry) */
     PyObject *schema; /* Schema, or the enum class for an enum entry */
     PyObject *name;   /* the type's stream name (for stats) */
     int is_enum, before_save, dict_ok;
     Py_ssize_t nfields;
-    Field *fields;
+    Field *fields; /* borrowed from the plan */
     void *keys_seen;          /* the class's shared keys the indices below refer to */
     Py_ssize_t keys_entries;  /* ... and how many entries they had */
     Py_ssize_t *vindex;       /* per field: its index in inline values, or -1 */
@@ -567,74 +581,142 @@ static void te_free(TypeEntry *te)
 {
     if (!te)
         return;
-    for (Py_ssize_t i = 0; i < te->nfields; i++) {
-        Py_XDECREF(te->fields[i].name);
-        Py_XDECREF(te->fields[i].fallback);
-        Py_XDECREF(te->fields[i].arg);
-    }
-    PyMem_Free(te->fields);
     PyMem_Free(te->vindex);
     PyMem_Free(te->ahead);
     PyMem_Free(te->aslot);
     PyMem_Free(te->pending);
     PyMem_Free(te->rows.data);
+    Py_XDECREF(te->plan);
     Py_XDECREF(te->schema);
     Py_XDECREF(te->name);
     PyMem_Free(te);
 }
 
-/* plan: (schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
+static void plan_free_fields(Plan *p)
+{
+    Field *fields = p->fields;
+    Py_ssize_t n = p->nfields;
+    p->fields = NULL;
+    p->nfields = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(fields[i].name);
+        Py_XDECREF(fields[i].fallback);
+        Py_XDECREF(fields[i].arg);
+    }
+    PyMem_Free(fields);
+}
+
+/* Plan(schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
  * elide, fallback, arg, dict_ok), ...)) */
-static TypeEntry *te_from_plan(PyObject *plan)
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     PyObject *schema, *name, *fields;
     int before_save, dict_ok;
-    if (!PyArg_ParseTuple(plan, "OUppO!", &schema, &name, &before_save, &dict_ok, &PyTuple_Type,
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Plan() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OUppO!", &schema, &name, &before_save, &dict_ok, &PyTuple_Type,
                           &fields))
         return NULL;
-    TypeEntry *te = PyMem_Calloc(1, sizeof(TypeEntry));
-    if (!te) {
-        PyErr_NoMemory();
+    Plan *p = (Plan *)type->tp_alloc(type, 0);
+    if (!p)
         return NULL;
-    }
-    te->schema = Py_NewRef(schema);
-    te->name = Py_NewRef(name);
-    te->before_save = before_save;
-    te->dict_ok = dict_ok;
+    p->schema = Py_NewRef(schema);
+    p->name = Py_NewRef(name);
+    p->before_save = before_save;
+    p->dict_ok = dict_ok;
     Py_ssize_t n = PyTuple_GET_SIZE(fields);
-    te->fields = PyMem_Calloc(n ? n : 1, sizeof(Field));
-    if (!te->fields) {
-        PyErr_NoMemory();
-        te_free(te);
-        return NULL;
+    p->fields = PyMem_Calloc(n ? n : 1, sizeof(Field));
+    if (!p->fields) {
+        Py_DECREF(p);
+        return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        Field *f = &te->fields[i];
+        Field *f = &p->fields[i];
         PyObject *fname, *fb, *arg;
+        p->nfields = i; /* what plan_free_fields releases if this one fails */
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "UiiiiiipOOp", &fname, &f->op,
                               &f->mask, &f->kop, &f->kmask, &f->vop, &f->vmask, &f->elide, &fb,
                               &arg, &f->dict_ok)) {
-            te_free(te);
+            Py_DECREF(p);
             return NULL;
         }
         f->name = Py_NewRef(fname);
         f->fallback = Py_NewRef(fb);
         f->arg = Py_NewRef(arg);
+        p->nfields = i + 1;
         f->tarity = -1;
         if (f->kop == E_TUPLE && arg != Py_None) { /* list[tuple[A, B]]: per-item masks */
             if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_TUPLE_ITEMS) {
                 PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
-                te->nfields = i + 1;
-                te_free(te);
+                Py_DECREF(p);
                 return NULL;
             }
             f->tarity = PyTuple_GET_SIZE(arg);
             for (Py_ssize_t j = 0; j < f->tarity; j++)
                 f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
         }
-        te->nfields = i + 1;
     }
-    te->nfields = n;
+    p->nfields = n;
+    return (PyObject *)p;
+}
+
+static int plan_traverse(Plan *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->schema);
+    Py_VISIT(p->name);
+    for (Py_ssize_t i = 0; i < p->nfields; i++) {
+        Py_VISIT(p->fields[i].fallback);
+        Py_VISIT(p->fields[i].arg);
+    }
+    return 0;
+}
+
+static int plan_clear(Plan *p)
+{
+    Py_CLEAR(p->schema);
+    Py_CLEAR(p->name);
+    plan_free_fields(p);
+    return 0;
+}
+
+static void plan_dealloc(Plan *p)
+{
+    PyObject_GC_UnTrack(p);
+    plan_clear(p);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt.state._native.Plan",
+    .tp_basicsize = sizeof(Plan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = plan_new,
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_traverse = (traverseproc)plan_traverse,
+    .tp_clear = (inquiry)plan_clear,
+    .tp_doc = "One class's save plan, parsed once (see native._plan_for).",
+};
+
+static TypeEntry *te_from_plan(Plan *p)
+{
+    if (!p->schema) { /* cleared by the collector: never handed out again */
+        PyErr_SetString(PyExc_SystemError, "ckpt native: a cleared plan");
+        return NULL;
+    }
+    TypeEntry *te = PyMem_Calloc(1, sizeof(TypeEntry));
+    if (!te) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    te->plan = Py_NewRef((PyObject *)p);
+    te->schema = Py_NewRef(p->schema);
+    te->name = Py_NewRef(p->name);
+    te->before_save = p->before_save;
+    te->dict_ok = p->dict_ok;
+    te->nfields = p->nfields;
+    te->fields = p->fields;
     return te;
 }
 
@@ -692,6 +774,24 @@ static Py_ssize_t add_entry(Walk *w, PyTypeObject *cls, TypeEntry *te, PyObject 
     return t;
 }
 
+/* The Plan ``native._plan_for`` left on the class's current TypeInfo, borrowed; NULL
+ * (an error set only if the lookup failed) when there is none yet.  A class registered
+ * again gets a new TypeInfo, so a plan found here is never a stale one. */
+static PyObject *cached_plan(Walk *w, PyTypeObject *cls)
+{
+    PyObject *info = PyDict_GetItemWithError(w->savable, (PyObject *)cls);
+    if (!info)
+        return NULL;
+    PyObject *d = PyObject_GenericGetDict(info, NULL);
+    if (!d) { /* not a TypeInfo with a __dict__: let plan_for say what is wrong */
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *plan = PyDict_GetItemWithError(d, str_native_plan);
+    Py_DECREF(d); /* the info keeps its dict, and the dict the plan */
+    return plan;
+}
+
 /* The type index of a savable class (added to the walk on first sight), or -1 with
  * an error set. */
 static Py_ssize_t type_index(Walk *w, PyTypeObject *cls)
@@ -699,10 +799,17 @@ static Py_ssize_t type_index(Walk *w, PyTypeObject *cls)
     Slot *s = pt_find(&w->tindex, cls);
     if (s)
         return (Py_ssize_t)(intptr_t)s->val - 1;
-    PyObject *plan = PyObject_CallOneArg(w->plan_for, (PyObject *)cls);
-    if (!plan)
+    PyObject *plan = cached_plan(w, cls);
+    if (plan)
+        Py_INCREF(plan);
+    else if (PyErr_Occurred() || !(plan = PyObject_CallOneArg(w->plan_for, (PyObject *)cls)))
         return -1;
-    TypeEntry *te = te_from_plan(plan);
+    if (!Py_IS_TYPE(plan, &PlanType)) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: plan_for must return a Plan");
+        Py_DECREF(plan);
+        return -1;
+    }
+    TypeEntry *te = te_from_plan((Plan *)plan);
     Py_DECREF(plan);
     if (!te)
         return -1;
@@ -2283,8 +2390,7 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
     for (Py_ssize_t t = 0; t < w->ntypes; t++) {
         TypeEntry *te = w->tents[t];
         Py_VISIT(te->schema);
-        for (Py_ssize_t i = 0; i < te->nfields; i++)
-            Py_VISIT(te->fields[i].fallback);
+        Py_VISIT(te->plan);
     }
     return 0;
 }
@@ -2558,18 +2664,21 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    if (PyType_Ready(&WalkType) < 0 || PyType_Ready(&TableType) < 0)
+    if (PyType_Ready(&WalkType) < 0 || PyType_Ready(&TableType) < 0 ||
+        PyType_Ready(&PlanType) < 0)
         return NULL;
     look_min_init();
     str_value_ = PyUnicode_InternFromString("_value_");
     str_before_save = PyUnicode_InternFromString("__before_save__");
+    str_native_plan = PyUnicode_InternFromString("_native_plan");
     empty_tuple = PyTuple_New(0);
-    if (!str_value_ || !str_before_save || !empty_tuple)
+    if (!str_value_ || !str_before_save || !str_native_plan || !empty_tuple)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
     if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
+        PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);

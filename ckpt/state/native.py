@@ -291,8 +291,9 @@ def _dict_ok(cls: type, name: str) -> bool:
     return True
 
 
-def _plan_for(cls: type) -> tuple:
-    """The C plan of a class (cached on its TypeInfo); StateError if not savable."""
+def _plan_for(cls: type) -> Any:
+    """The C plan of a class (a ``_native.Plan``, cached on its TypeInfo, where the C
+    core finds it without calling back); StateError if not savable."""
     sch = schema.schema_of(cls)
     plan = sch.info.__dict__.get("_native_plan")
     if plan is None:
@@ -304,7 +305,7 @@ def _plan_for(cls: type) -> tuple:
             name = sys.intern(spec.name)  # dict keys are interned: compared by identity
             fields.append((name, *op, spec.elidable, slot, arg, _dict_ok(cls, name)))
         plain_getattr = cls.__getattribute__ is object.__getattribute__
-        plan = (sch, sch.name, sch.before_save, plain_getattr, tuple(fields))
+        plan = _core.Plan(sch, sch.name, sch.before_save, plain_getattr, tuple(fields))
         sch.info.__dict__["_native_plan"] = plan
     return plan
 
