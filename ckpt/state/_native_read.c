@@ -722,6 +722,43 @@ static inline Py_ssize_t rd_id(Rd *r, Py_ssize_t limit)
     return (Py_ssize_t)u;
 }
 
+static inline int is_array_byte(uint8_t c)
+{
+    return (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd;
+}
+
+/* The tuple of an array of plain values (no list, dict or extension among them), read
+ * straight into the tuple: what value_of makes of the decoded list, without the list.
+ * NULL with r->p unchanged and no error set when the array holds anything else. */
+static PyObject *rd_plain_tuple(Rd *r)
+{
+    const uint8_t *start = r->p;
+    Val v;
+    if (rd_head(r, &v) < 0)
+        return NULL;
+    if (v.kind != V_ARRAY) {
+        r->p = start;
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(v.n); /* rd_head checked the count against the bytes left */
+    if (!t)
+        return NULL;
+    for (Py_ssize_t i = 0; i < v.n; i++) {
+        if (r->p < r->end && (is_container_byte(*r->p) || is_ext_byte(*r->p))) {
+            Py_DECREF(t);
+            r->p = start;
+            return NULL;
+        }
+        PyObject *x = rd_obj(r, 1);
+        if (!x) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
 /* One field's value, read from r->p (which ends just past the value). */
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
@@ -752,6 +789,12 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
             Py_DECREF(out);
         }
         r->p = start;
+    }
+    else if ((f->op == L_TUPLE || (f->op == L_SEQ && f->build == B_TUPLE)) && r->p < r->end &&
+             is_array_byte(*r->p)) {
+        PyObject *t = rd_plain_tuple(r);
+        if (t || PyErr_Occurred())
+            return t;
     }
     else if (f->op == L_ANY && r->end - r->p >= 3 && r->p[0] == 0x81 && r->p[1] == 0x00) {
         r->p += 2;

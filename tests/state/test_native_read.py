@@ -24,7 +24,7 @@ from ckpt import state
 from ckpt.state import native, wire
 
 from .graph_equal import graph_diff
-from .models import Containers, Leaf, Node, Pair
+from .models import Containers, Everything, Leaf, Node, Pair
 from .test_corruption import ORIGINAL
 
 pytestmark = pytest.mark.skipif(
@@ -159,6 +159,42 @@ def _row_payload(field_raw: bytes) -> bytes:
     row = payload[wire.ROWS][t][0]
     row[names.index("payload")] = msgspec.Raw(field_raw)
     return framed(_encode(payload))
+
+
+def _everything_payload(name: str, field_raw: bytes) -> bytes:
+    """A one-Everything stream whose field ``name`` is the given bytes."""
+    payload = wire.unframe(state.dumps(Everything(), engine="typed"))
+    types = payload[wire.TYPES]
+    t = next(i for i, e in enumerate(types) if e[0] == "tests.state.Everything")
+    payload[wire.ROWS][t][0][types[t][1].index(name)] = msgspec.Raw(field_raw)
+    return framed(_encode(payload))
+
+
+@pytest.mark.parametrize("name", ["fixed", "var"])  # tuple[int, str, bytes], tuple[int, ...]
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"\x90", id="empty"),
+        pytest.param(_encode([1, "a", b"b"]), id="plain"),
+        pytest.param(_encode([1, 2, 3, 4]), id="longer"),
+        pytest.param(_encode([1, [2]]), id="a-list-inside"),
+        pytest.param(_encode([1, {"k": 2}]), id="a-map-inside"),
+        pytest.param(_encode([1, {1: [2, 3]}]), id="a-tagged-tuple-inside"),
+        pytest.param(b"\x92\x01\xd4\x05\x00", id="an-extension-inside"),
+        pytest.param(b"\xdc\x00\x02\xca\x3f\xc0\x00\x00\xa1x", id="array16-float32"),
+        pytest.param(b"\x93\x01\x02", id="truncated"),
+        pytest.param(b"\xc0", id="nil"),
+        pytest.param(_encode({"k": 1}), id="a-map"),
+        pytest.param(_encode("text"), id="a-str"),
+    ],
+)
+def test_tuple_fields_read_straight_into_tuples_load_as_typed_loads_them(
+    name: str, raw: bytes
+) -> None:
+    """The reader builds a tuple field's tuple from the array itself; any array it must
+    not take that way (a container or an extension among the items) goes the general
+    way, so the outcome is typed's for every shape."""
+    same_outcome(_everything_payload(name, raw), f"{name} = {raw.hex()}")
 
 
 @pytest.mark.parametrize(
