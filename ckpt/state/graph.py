@@ -225,6 +225,11 @@ def escaped_types(flags: dict, ntypes: int, version: int) -> frozenset[int]:
     return frozenset(escaped)
 
 
+def check_enum_count(name: str, count: int) -> None:
+    if count:
+        raise StateError(f"enum type {name!r} cannot have objects")
+
+
 def resolve_types(
     types: list, count_of: Callable[[int, str], int]
 ) -> tuple[list[TypePlan | None], list[type], list[type | None]]:
@@ -243,8 +248,7 @@ def resolve_types(
                     f"the stream names enum type {name!r}, which is not a known enum "
                     "(enums load only when a savable class's annotations mention them)"
                 )
-            if count:
-                raise StateError(f"enum type {name!r} cannot have objects")
+            check_enum_count(name, count)
             plans.append(None)
             classes.append(_NotAnObject)
             enums.append(cls)

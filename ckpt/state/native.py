@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from ckpt.errors import StateError
-from ckpt.state import codegen, graph, registry, schema, typed
+from ckpt.state import codegen, graph, registry, schema, type_tables, typed
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import SCALARS, K, Kind, Schema
@@ -551,11 +551,14 @@ def loads(data: Any, stats: Stats | None) -> Any:
         return load(graph.validate(w.unframe(data)), stats)
     body = w.check_frame(data, _crc32)
     spans, tseq, row_spans = _core.read_split(body)
-    head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS}
+    head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
+    types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
+    table = type_tables.lookup(types_raw)  # a table met before: no decoding, no matching
+    head[w.TYPES] = _decode_slice(types_raw) if table is None else table.names
     flags = head[w.FLAGS]
     if head[w.ENCODING] != w.COMPACT or (isinstance(flags, dict) and flags.get("tagged")):
         return load(graph.validate(w.unframe(data)), stats)
-    loaded, row_counts = _validate(head, tseq, row_spans)
+    loaded, row_counts = _validate(head, tseq, row_spans, types_raw, table)
     if loaded.shared:  # shared locations name objects: apply_shared needs their types
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
     names = [p.schema.name if p is not None else "" for p in loaded.plans]
@@ -580,15 +583,21 @@ def loads(data: Any, stats: Stats | None) -> Any:
     return root
 
 
-def _validate(head: dict, tseq: Any, row_spans: Any) -> tuple[graph.Loaded, list[int]]:
+def _validate(
+    head: dict, tseq: Any, row_spans: Any, types_raw: bytes, table: Any
+) -> tuple[graph.Loaded, list[int]]:
     """``graph.validate`` for a payload whose type_seq and rows are still bytes: the
     same checks and messages, with the per-type row counts from ``read_split`` (the
-    object counts are checked against them by ``read_shells``)."""
+    object counts are checked against them by ``read_shells``).  ``table`` is the type
+    table as ``type_tables`` remembers it (then ``head[TYPES]`` holds only its names),
+    or None."""
     version, encoding, types = head[w.VERSION], head[w.ENCODING], head[w.TYPES]
     shared, flags = head[w.SHARED], head[w.FLAGS]
     if type(version) is not int or version not in w.READ_VERSIONS:
         raise StateError(f"state stream layout version {version!r} is not supported")
-    if not (isinstance(types, list) and row_spans is not None and len(row_spans) == len(types)):
+    if not (
+        isinstance(types, (list, tuple)) and row_spans is not None and len(row_spans) == len(types)
+    ):
         raise StateError("state stream type table and rows do not match")
     if tseq is None or not isinstance(shared, list) or not isinstance(flags, dict):
         raise StateError("state stream payload has the wrong shape")
@@ -600,7 +609,11 @@ def _validate(head: dict, tseq: Any, row_spans: Any) -> tuple[graph.Loaded, list
         counts.append(row_spans[t][1])
         return row_spans[t][1]
 
-    plans, classes, enums = graph.resolve_types(types, count_of)
+    if table is not None:
+        plans, classes, enums = type_tables.resolve(table, count_of)
+    else:
+        plans, classes, enums = graph.resolve_types(types, count_of)
+        type_tables.remember(types_raw, types, plans, classes, enums)
     escaped = graph.escaped_types(flags, len(types), version)
     engine = head[w.ENGINE]
     loaded = graph.Loaded(
