@@ -297,6 +297,13 @@ static inline int is_ext_byte(uint8_t c)
     return (c >= 0xc7 && c <= 0xc9) || (c >= 0xd4 && c <= 0xd8);
 }
 
+/* Whether the value at r->p is an array, a map or an extension: what msgspec, not a
+ * plain-value fast path, must decode where a scalar is expected. */
+static inline int next_is_composite(const Rd *r)
+{
+    return r->p < r->end && (is_container_byte(*r->p) || is_ext_byte(*r->p));
+}
+
 /* A string, ASCII the quick way (what msgspec does too), else strict UTF-8. */
 static inline PyObject *rd_str(const uint8_t *data, Py_ssize_t n)
 {
@@ -435,7 +442,7 @@ static PyObject *rd_obj(Rd *r, int depth)
         if (!d)
             return NULL;
         for (Py_ssize_t i = 0; i < v.n; i++) {
-            if (r->p < r->end && (is_container_byte(*r->p) || is_ext_byte(*r->p))) {
+            if (next_is_composite(r)) {
                 /* a key msgspec turns into a tuple (or worse): let it decide */
                 Py_DECREF(d);
                 r->p = start;
@@ -744,7 +751,7 @@ static PyObject *rd_plain_tuple(Rd *r)
     if (!t)
         return NULL;
     for (Py_ssize_t i = 0; i < v.n; i++) {
-        if (r->p < r->end && (is_container_byte(*r->p) || is_ext_byte(*r->p))) {
+        if (next_is_composite(r)) {
             Py_DECREF(t);
             r->p = start;
             return NULL;
