@@ -428,13 +428,10 @@ static inline size_t phash(PTable *t, void *p)
     return (size_t)(((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ULL) >> t->shift);
 }
 
-static int pt_init(PTable *t, size_t cap)
+/* An empty table over zeroed `slots` of `cap` entries (a power of two). */
+static void pt_set(PTable *t, Slot *slots, size_t cap)
 {
-    t->slots = PyMem_Calloc(cap, sizeof(Slot));
-    if (!t->slots) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    t->slots = slots;
     t->mask = cap - 1;
     t->used = 0;
     t->shift = 64;
@@ -442,6 +439,16 @@ static int pt_init(PTable *t, size_t cap)
         cap >>= 1;
         t->shift--;
     }
+}
+
+static int pt_init(PTable *t, size_t cap)
+{
+    Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
+    if (!slots) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    pt_set(t, slots, cap);
     return 0;
 }
 
@@ -542,14 +549,7 @@ static int pt_init_spare(PTable *t, size_t cap, int which)
         return pt_init(t, cap);
     spare_slots[which] = NULL;
     memset(kept, 0, kcap * sizeof(Slot));
-    t->slots = kept;
-    t->mask = kcap - 1;
-    t->used = 0;
-    t->shift = 64;
-    while (kcap > 1) {
-        kcap >>= 1;
-        t->shift--;
-    }
+    pt_set(t, kept, kcap);
     return 0;
 }
 
