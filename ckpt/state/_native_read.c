@@ -729,14 +729,10 @@ static inline Py_ssize_t rd_id(Rd *r, Py_ssize_t limit)
     return (Py_ssize_t)u;
 }
 
-static inline int is_array_byte(uint8_t c)
-{
-    return (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd;
-}
-
 /* The tuple of an array of plain values (no list, dict or extension among them), read
  * straight into the tuple: what value_of makes of the decoded list, without the list.
- * NULL with r->p unchanged and no error set when the array holds anything else. */
+ * NULL with r->p unchanged and no error set when the value is not such an array; NULL
+ * with an error for a malformed head (the general path would fail on it the same way). */
 static PyObject *rd_plain_tuple(Rd *r)
 {
     const uint8_t *start = r->p;
@@ -797,8 +793,7 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
         }
         r->p = start;
     }
-    else if ((f->op == L_TUPLE || (f->op == L_SEQ && f->build == B_TUPLE)) && r->p < r->end &&
-             is_array_byte(*r->p)) {
+    else if (f->op == L_TUPLE || (f->op == L_SEQ && f->build == B_TUPLE)) {
         PyObject *t = rd_plain_tuple(r);
         if (t || PyErr_Occurred())
             return t;

@@ -186,6 +186,8 @@ def _everything_payload(name: str, field_raw: bytes) -> bytes:
         pytest.param(b"\xc0", id="nil"),
         pytest.param(_encode({"k": 1}), id="a-map"),
         pytest.param(_encode("text"), id="a-str"),
+        pytest.param(b"\xd4\x05\x00", id="an-extension"),
+        pytest.param(b"\xc1", id="reserved-byte"),
     ],
 )
 def test_tuple_fields_read_straight_into_tuples_load_as_typed_loads_them(
