@@ -285,8 +285,7 @@ def render(results: Sequence[Result], *, baseline: str | None = None, title: str
     )
     previous = None
     for r in results:
-        name = _two_lines(r.name) if len(r.name) > 9 else r.name
-        name = name if r.name != previous else ""
+        name = _two_lines(r.name) if r.name != previous else ""
         t_ratio = ratio(results, r.name, r.variant, baseline) if baseline else float("nan")
         c_ratio = (
             ratio(results, r.name, r.variant, baseline, "cpu_ns") if baseline else float("nan")
