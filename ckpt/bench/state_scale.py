@@ -9,6 +9,12 @@ untimed pass the peak memory of one save and one load, traced with ``tracemalloc
 An engine that stays linear keeps its time per node flat: the growth columns divide
 each size's figure by the smallest size's (issue 11's target: at most 1.3x).
 
+Beside the engines, each size times a plain Python pass that reads every object's
+attributes once (``walk``, no engine): the cost of merely touching the graph.  Its
+growth is the machine's own (caches, TLB), the figure to read the engines' growth
+against: on a host where the 20k graph fits in the last-level cache and 100k does not,
+even this pass grows well past 1.3x.
+
 C pickle runs at the interpreter's default recursion limit, as a user would run it; a
 graph it cannot save (RecursionError) is reported as a failure, never retried with a
 raised limit (that segfaults on the larger graphs).
@@ -31,6 +37,17 @@ NATIVE = ("native",) if state.native_status()[0] else ()
 ENGINES = (*NATIVE, "typed", "reflect", "pickle")
 DEFAULT_SIZES = (20_000, 100_000, 400_000)
 GROWTH_TARGET = 1.3  # issue 11: per-node cost at 400k (and 1M) over 20k
+WALK = "walk"  # the reference pass, not an engine: reads every object's attributes
+
+
+def touch(root: Any) -> int:
+    """Read every graph object's attribute values once (their headers: ``type(v)``)."""
+    seen = 0
+    for group in (root.hubs, root.nodes, root.leaves):
+        for obj in group:
+            for value in obj.__dict__.values():
+                seen += type(value) is int
+    return seen
 
 
 @dataclass
@@ -50,7 +67,9 @@ class Point:
 
     @property
     def stream_bytes(self) -> float:
-        return self.save.out_bytes if self.save is not None else float("nan")
+        if self.save is None or self.load is None:  # failed, or the walk (no stream)
+            return float("nan")
+        return self.save.out_bytes
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -142,9 +161,12 @@ def run(
                 point.save, point.load = Result("GraphSave", e), Result("GraphLoad", e)
             here[e] = point
             points.append(point)
+        walk = Point(n, WALK, save=Result("Walk", WALK))
         live = [e for e in engines if e in streams]
         for rnd in range(count):
             order = live if rnd % 2 == 0 else live[::-1]
+            sample, _ = harness.measure_once(Case("Walk", WALK, lambda r=root: touch(r)))
+            walk.save.samples.append(sample)
             for e in order:
                 _say(progress, f"state-scale: {n:,} nodes, {e}, round {rnd + 1}/{count}")
                 dumps, loads = codecs[e]
@@ -177,6 +199,7 @@ def run(
                 here[e].load.peak_bytes = harness.measure_peak(
                     Case("GraphLoad", e, lambda ld=loads, s=streams[e]: ld(s))
                 )
+        points.append(walk)
         del root, streams
         gc.collect()
     return points
@@ -190,7 +213,9 @@ def growth(points: Sequence[Point], point: Point, which: str) -> float:
 
 
 def target_rows(points: Sequence[Point]) -> list[dict[str, Any]]:
-    """Issue 11's check for the typed and native engines: per-node growth <= 1.3x."""
+    """Issue 11's check for the typed and native engines: per-node growth <= 1.3x,
+    each beside the walk's growth at the same size (the machine's)."""
+    walks = {p.nodes: growth(points, p, "save") for p in points if p.engine == WALK}
     rows = []
     for p in points:
         if p.engine not in ("typed", "native") or p.failure:
@@ -209,6 +234,7 @@ def target_rows(points: Sequence[Point]) -> list[dict[str, Any]]:
                     "growth": g,
                     "target": GROWTH_TARGET,
                     "met": g <= GROWTH_TARGET,
+                    "walk_growth": walks.get(p.nodes, float("nan")),
                 }
             )
     return rows
@@ -247,6 +273,18 @@ def render(points: Sequence[Point]) -> Any:
             space.add_row(label, p.engine, "-", "-", "-", "-", "-")
             failures.setdefault(f"{p.engine}: {p.failure}", []).append(f"{p.nodes:,}")
             continue
+        if p.engine == WALK:
+            times.add_row(
+                label,
+                f"[dim]{WALK}[/]",
+                _us(p.per_node("save")),
+                f"{p.save.spread() * 100:.0f}%",
+                _x(growth(points, p, "save")),
+                "-",
+                "",
+                "",
+            )
+            continue
         times.add_row(
             label,
             p.engine,
@@ -266,13 +304,16 @@ def render(points: Sequence[Point]) -> Any:
             f"{p.stream_bytes / p.nodes:.0f}",
             f"{p.save.gc_collections:.0f}/{p.load.gc_collections:.0f}",
         )
-    if failures:
-        times.caption = "; ".join(f"{why} (at {', '.join(at)})" for why, at in failures.items())
+    notes = [f"{why} (at {', '.join(at)})" for why, at in failures.items()]
+    if any(p.engine == WALK for p in points):
+        notes.append(f"{WALK}: Python reads every object's attributes once (no engine)")
+    if notes:
+        times.caption = "; ".join(notes)
     parts: list[Any] = [times, space]
     rows = target_rows(points)
     if rows:
         targets = Table(title="targets (issue 11: per-node growth)", title_justify="left")
-        for col in ("engine", "op", "nodes", "growth", "target", ""):
+        for col in ("engine", "op", "nodes", "growth", WALK, "target", ""):
             targets.add_column(col, justify="left" if col in ("engine", "op") else "right")
         for r in rows:
             targets.add_row(
@@ -280,6 +321,7 @@ def render(points: Sequence[Point]) -> Any:
                 r["op"],
                 f"{r['from']:,} → {r['nodes']:,}",
                 _x(r["growth"]),
+                _x(r["walk_growth"]),
                 f"≤ {r['target']:.2f}x",
                 "[green]met[/]" if r["met"] else "[red]short[/]",
             )
@@ -296,7 +338,15 @@ def to_json(points: Sequence[Point]) -> dict[str, Any]:
     }
     for p in points:
         entry: dict[str, Any] = {"nodes": p.nodes, "engine": p.engine, "failure": p.failure}
-        if not p.failure:
+        if p.engine == WALK:
+            entry.update(
+                {
+                    "walk_ns_per_node": p.per_node("save"),
+                    "walk_growth": growth(points, p, "save"),
+                    "samples_walk_ns": [s.wall_ns for s in p.save.samples],
+                }
+            )
+        elif not p.failure:
             entry.update(
                 {
                     "save_ns_per_node": p.per_node("save"),
@@ -323,6 +373,14 @@ def go_lines(points: Sequence[Point]) -> list[str]:
     lines = []
     for p in points:
         if p.failure:
+            continue
+        if p.engine == WALK:
+            name = harness._go_name(f"BenchmarkStateScale/Walk/nodes={p.nodes}")
+            res = p.save
+            lines.append(
+                f"{name}\t{len(res.samples)}\t{res.wall_ns:.0f} ns/op"
+                f"\t{res.wall_ns / p.nodes:.1f} ns/node"
+            )
             continue
         for op, res in (("GraphSave", p.save), ("GraphLoad", p.load)):
             name = harness._go_name(f"BenchmarkStateScale/{op}/nodes={p.nodes}/{p.engine}")

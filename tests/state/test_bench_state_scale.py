@@ -36,9 +36,12 @@ def points() -> list[state_scale.Point]:
 
 def test_every_engine_and_size_is_measured_or_failed(points: list[state_scale.Point]) -> None:
     assert [(p.nodes, p.engine) for p in points] == [
-        (n, e) for n in (300, 600) for e in ("typed", "reflect", "pickle")
+        (n, e) for n in (300, 600) for e in ("typed", "reflect", "pickle", "walk")
     ]
     for p in points:
+        if p.engine == "walk":
+            assert p.load is None and len(p.save.samples) == 2 and p.per_node("save") > 0
+            continue
         if p.engine == "pickle" and p.failure:
             assert "RecursionError" in p.failure and p.save is None
             continue
@@ -65,6 +68,21 @@ def test_growth_is_relative_to_the_smallest_size(points: list[state_scale.Point]
         ("typed", "save", 600),
         ("typed", "load", 600),
     }
+    walk = by[(600, "walk")].per_node("save") / by[(300, "walk")].per_node("save")
+    assert all(r["walk_growth"] == pytest.approx(walk) for r in rows)
+
+
+def test_touch_reads_every_objects_attributes() -> None:
+    from ckpt.bench import state_models
+
+    root = state_models.make_graph(300)
+    ints = sum(
+        type(v) is int
+        for group in (root.hubs, root.nodes, root.leaves)
+        for o in group
+        for v in vars(o).values()
+    )
+    assert ints > 300 and state_scale.touch(root) == ints
 
 
 def test_tables_fit_80_columns(points: list[state_scale.Point]) -> None:
@@ -78,11 +96,16 @@ def test_tables_fit_80_columns(points: list[state_scale.Point]) -> None:
 
 def test_json_and_go_lines(points: list[state_scale.Point]) -> None:
     doc = json.loads(json.dumps(state_scale.to_json(points)))
-    assert len(doc["points"]) == 6 and "tracemalloc" in doc["memory"]
+    assert len(doc["points"]) == 8 and "tracemalloc" in doc["memory"]
+    walks = [p for p in doc["points"] if p["engine"] == "walk"]
+    assert [p["nodes"] for p in walks] == [300, 600] and walks[0]["walk_growth"] == 1.0
+    assert all(r["walk_growth"] == walks[1]["walk_growth"] for r in doc["targets"])
     typed = [p for p in doc["points"] if p["engine"] == "typed"]
     assert all(p["save_ns_per_node"] > 0 and p["stream_bytes"] > 0 for p in typed)
     lines = state_scale.go_lines(points)
     ok = [p for p in points if not p.failure]
-    assert len(lines) == 2 * len(ok)
-    assert all(line.startswith("BenchmarkStateScale/Graph") for line in lines)
+    engines = [p for p in ok if p.engine != "walk"]
+    assert len(lines) == 2 * len(engines) + 2
+    assert all(line.startswith("BenchmarkStateScale/") for line in lines)
+    assert sum(line.startswith("BenchmarkStateScale/Walk/nodes=") for line in lines) == 2
     assert any("nodes=600/typed" in line and "stream-B" in line for line in lines)
