@@ -67,9 +67,7 @@ class Point:
 
     @property
     def stream_bytes(self) -> float:
-        if self.save is None or self.load is None:  # failed, or the walk (no stream)
-            return float("nan")
-        return self.save.out_bytes
+        return self.save.out_bytes if self.save is not None else float("nan")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -165,6 +163,7 @@ def run(
         live = [e for e in engines if e in streams]
         for rnd in range(count):
             order = live if rnd % 2 == 0 else live[::-1]
+            _say(progress, f"state-scale: {n:,} nodes, {WALK}, round {rnd + 1}/{count}")
             sample, _ = harness.measure_once(Case("Walk", WALK, lambda r=root: touch(r)))
             walk.save.samples.append(sample)
             for e in order:
@@ -273,28 +272,19 @@ def render(points: Sequence[Point]) -> Any:
             space.add_row(label, p.engine, "-", "-", "-", "-", "-")
             failures.setdefault(f"{p.engine}: {p.failure}", []).append(f"{p.nodes:,}")
             continue
-        if p.engine == WALK:
-            times.add_row(
-                label,
-                f"[dim]{WALK}[/]",
-                _us(p.per_node("save")),
-                f"{p.save.spread() * 100:.0f}%",
-                _x(growth(points, p, "save")),
-                "-",
-                "",
-                "",
-            )
-            continue
+        walk = p.engine == WALK  # the walk has a save column only, and no stream
         times.add_row(
             label,
-            p.engine,
+            f"[dim]{WALK}[/]" if walk else p.engine,
             _us(p.per_node("save")),
             f"{p.save.spread() * 100:.0f}%",
             _x(growth(points, p, "save")),
-            _us(p.per_node("load")),
-            f"{p.load.spread() * 100:.0f}%",
-            _x(growth(points, p, "load")),
+            "-" if walk else _us(p.per_node("load")),
+            "" if walk else f"{p.load.spread() * 100:.0f}%",
+            "" if walk else _x(growth(points, p, "load")),
         )
+        if walk:
+            continue
         space.add_row(
             label,
             p.engine,
@@ -374,16 +364,17 @@ def go_lines(points: Sequence[Point]) -> list[str]:
     for p in points:
         if p.failure:
             continue
-        if p.engine == WALK:
-            name = harness._go_name(f"BenchmarkStateScale/Walk/nodes={p.nodes}")
-            res = p.save
-            lines.append(
-                f"{name}\t{len(res.samples)}\t{res.wall_ns:.0f} ns/op"
-                f"\t{res.wall_ns / p.nodes:.1f} ns/node"
-            )
-            continue
-        for op, res in (("GraphSave", p.save), ("GraphLoad", p.load)):
-            name = harness._go_name(f"BenchmarkStateScale/{op}/nodes={p.nodes}/{p.engine}")
+        walk = p.engine == WALK  # one line, no memory pass, no stream
+        runs = (
+            [(f"Walk/nodes={p.nodes}", p.save)]
+            if walk
+            else [
+                (f"{op}/nodes={p.nodes}/{p.engine}", r)
+                for op, r in (("GraphSave", p.save), ("GraphLoad", p.load))
+            ]
+        )
+        for what, res in runs:
+            name = harness._go_name(f"BenchmarkStateScale/{what}")
             parts = [
                 name,
                 str(len(res.samples)),
@@ -392,6 +383,7 @@ def go_lines(points: Sequence[Point]) -> list[str]:
             ]
             if res.peak_bytes is not None:
                 parts.append(f"{res.peak_bytes} B/op")
-            parts.append(f"{p.stream_bytes:.0f} stream-B")
+            if not walk:
+                parts.append(f"{p.stream_bytes:.0f} stream-B")
             lines.append("\t".join(parts))
     return lines
