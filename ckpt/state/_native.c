@@ -21,6 +21,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "_native_read.h"
 
@@ -419,6 +422,7 @@ typedef struct {
     Slot *slots;
     size_t mask, used;
     unsigned shift; /* 64 - log2(capacity): a slot index is a hash's top bits */
+    int mapped;     /* slots is a mapping of its own (slots_alloc) */
 } PTable;
 
 /* Fibonacci hashing: the top bits of the address times 2**64 / phi spread the aligned,
@@ -429,9 +433,10 @@ static inline size_t phash(PTable *t, void *p)
 }
 
 /* An empty table over zeroed `slots` of `cap` entries (a power of two). */
-static void pt_set(PTable *t, Slot *slots, size_t cap)
+static void pt_set(PTable *t, Slot *slots, size_t cap, int mapped)
 {
     t->slots = slots;
+    t->mapped = mapped;
     t->mask = cap - 1;
     t->used = 0;
     t->shift = 64;
@@ -441,14 +446,71 @@ static void pt_set(PTable *t, Slot *slots, size_t cap)
     }
 }
 
+/* Huge pages for the large tables.  A walk over a million objects looks up a 32 MiB id
+ * table at random addresses: with 4 KiB pages nearly every lookup also misses the TLB,
+ * with 2 MiB pages the table is 16 entries.  A table of HUGE_MIN bytes or more is its
+ * own 2 MiB-aligned anonymous mapping with MADV_HUGEPAGE (THP "madvise" mode grants
+ * it; "never" leaves 4 KiB pages, the same memory either way, as every page of a hash
+ * table is touched).  Smaller tables stay with the allocator. */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_MIN ((size_t)4 << 20)
+static int huge_tables = 1; /* 0: every table from PyMem (set_huge_tables, to compare) */
+
+static inline size_t mapped_len(size_t cap)
+{
+    return (cap * sizeof(Slot) + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+
+/* `cap` zeroed slots, or NULL (no error set) when memory is short; *mapped says
+ * which way they came (slots_free needs it). */
+static Slot *slots_alloc(size_t cap, int *mapped)
+{
+    *mapped = 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (huge_tables && cap * sizeof(Slot) >= HUGE_MIN) {
+        size_t len = mapped_len(cap);
+        char *p = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        char *a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (a > p)
+            munmap(p, (size_t)(a - p));
+        if (p + len + HUGE_PAGE > a + len)
+            munmap(a + len, (size_t)(p + len + HUGE_PAGE - (a + len)));
+        madvise(a, len, MADV_HUGEPAGE); /* advice only: a refusal leaves small pages */
+        *mapped = 1;
+        return (Slot *)a;
+    }
+#endif
+    return PyMem_Calloc(cap, sizeof(Slot));
+}
+
+/* Free what slots_alloc(cap, &mapped) returned (NULL is fine). */
+static void slots_free(Slot *slots, size_t cap, int mapped)
+{
+    if (!slots)
+        return;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (mapped) {
+        munmap(slots, mapped_len(cap));
+        return;
+    }
+#else
+    (void)cap, (void)mapped;
+#endif
+    PyMem_Free(slots);
+}
+
 static int pt_init(PTable *t, size_t cap)
 {
-    Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
+    int mapped;
+    Slot *slots = slots_alloc(cap, &mapped);
     if (!slots) {
         PyErr_NoMemory();
         return -1;
     }
-    pt_set(t, slots, cap);
+    pt_set(t, slots, cap, mapped);
     return 0;
 }
 
@@ -480,7 +542,7 @@ static int pt_grow(PTable *t)
         }
     }
     n.used = t->used;
-    PyMem_Free(t->slots);
+    slots_free(t->slots, t->mask + 1, t->mapped);
     *t = n;
     return 0;
 }
@@ -522,8 +584,9 @@ static void pt_remove(PTable *t, Slot *slot)
 
 static void pt_free(PTable *t)
 {
-    PyMem_Free(t->slots);
+    slots_free(t->slots, t->mask + 1, t->mapped);
     t->slots = NULL;
+    t->mapped = 0;
     t->mask = t->used = 0;
 }
 
@@ -539,6 +602,7 @@ enum { SPARE_IDS, SPARE_MEMO };
 #define SPARE_MAX ((size_t)8 << 20)
 static Slot *spare_slots[2];
 static size_t spare_cap[2];
+static int spare_mapped[2];
 
 /* pt_init, taking the kept array when it is at least cap and at most 4 x cap slots. */
 static int pt_init_spare(PTable *t, size_t cap, int which)
@@ -549,7 +613,7 @@ static int pt_init_spare(PTable *t, size_t cap, int which)
         return pt_init(t, cap);
     spare_slots[which] = NULL;
     memset(kept, 0, kcap * sizeof(Slot));
-    pt_set(t, kept, kcap);
+    pt_set(t, kept, kcap, spare_mapped[which]);
     return 0;
 }
 
@@ -562,10 +626,12 @@ static void pt_free_spare(PTable *t, int which)
         pt_free(t); /* too large to keep, or a larger one is kept already */
         return;
     }
-    PyMem_Free(spare_slots[which]);
+    slots_free(spare_slots[which], spare_cap[which], spare_mapped[which]);
     spare_slots[which] = t->slots;
+    spare_mapped[which] = t->mapped;
     spare_cap[which] = cap;
     t->slots = NULL;
+    t->mapped = 0;
     t->mask = t->used = 0;
 }
 
@@ -2667,6 +2733,16 @@ static PyTypeObject TableType = {
 
 /* ---- module ----------------------------------------------------------------------------- */
 
+static PyObject *set_huge_tables(PyObject *mod, PyObject *on)
+{
+    int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    int was = huge_tables;
+    huge_tables = v;
+    return PyBool_FromLong(was);
+}
+
 static PyObject *set_header(PyObject *mod, PyObject *args)
 {
     PyObject *data;
@@ -2695,6 +2771,8 @@ static PyObject *configure(PyObject *mod, PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "configure(msgspec_encode, StateError)"},
+    {"set_huge_tables", set_huge_tables, METH_O,
+     "set_huge_tables(on) -> previous: whether large walk tables ask for huge pages."},
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},
     {"check_layout", check_layout, METH_O, "Check where instance dicts live (3.11)."},
     {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
