@@ -40,7 +40,8 @@ $py -m pytest -q -p no:cacheprovider \
     tests/state/test_deep.py tests/state/test_safety.py tests/state/test_native_read.py \
     tests/state/test_native_store.py tests/state/test_native_crc.py \
     tests/state/test_native_repeated_saves.py tests/state/test_native_mid_save.py \
-    tests/state/test_native_plan.py tests/state/test_native_huge_tables.py
+    tests/state/test_native_plan.py tests/state/test_native_huge_tables.py \
+    tests/state/test_native_load_ahead.py
 rc=$?
 set -e
 echo "asan: pytest exit $rc after $(( $(date +%s) - started )) s" >&2

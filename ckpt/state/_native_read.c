@@ -762,6 +762,83 @@ static PyObject *rd_plain_tuple(Rd *r)
     return t;
 }
 
+/* ---- looking ahead (large loads) ------------------------------------------------------
+ * Past the caches, nearly all of fill's own time is the reference count of each object a
+ * reference names: Py_NewRef on an object anywhere in the graph, a cache and TLB miss
+ * (95% of read_fill's samples at a million nodes).  A second cursor reads the row
+ * AHEAD_ROWS ahead of the one being filled and prefetches, for writing, the objects its
+ * reference fields name, so those misses are under way when the row is filled.  It
+ * only reads and prefetches: a row it cannot read stops it, and fill meets and reports
+ * the same bytes itself. */
+#define AHEAD_ROWS 8
+static Py_ssize_t load_ahead_min = 65536; /* objects; below it the graph stays cached */
+
+typedef struct {
+    Rd r;
+    const uint8_t *ops; /* per stream column: L_REF, L_SEQ_REF, L_ANY, or 0 (skip) */
+    Py_ssize_t nrow, left; /* columns per row; rows of this type not yet read ahead */
+} Ahead;
+
+static inline void ahead_touch(PyObject *objs, Py_ssize_t i)
+{
+    __builtin_prefetch(PyList_GET_ITEM(objs, i), 1, 3);
+}
+
+/* Read one row ahead; 0 once there is none left or it cannot be read (no error set). */
+static int ahead_row(Ahead *a, PyObject *objs)
+{
+    if (a->left <= 0)
+        return 0;
+    a->left--;
+    Py_ssize_t nobjs = PyList_GET_SIZE(objs);
+    Val h;
+    if (rd_head(&a->r, &h) < 0 || h.kind != V_ARRAY || h.n != a->nrow)
+        goto stop;
+    for (Py_ssize_t k = 0; k < a->nrow; k++) {
+        const uint8_t *s = a->r.p;
+        Py_ssize_t i;
+        switch (a->ops[k]) {
+        case L_REF:
+            if ((i = rd_id(&a->r, nobjs)) >= 0) {
+                ahead_touch(objs, i);
+                continue;
+            }
+            break;
+        case L_ANY:
+            if (a->r.end - s >= 3 && s[0] == 0x81 && s[1] == 0x00) {
+                a->r.p += 2;
+                if ((i = rd_id(&a->r, nobjs)) >= 0) {
+                    ahead_touch(objs, i);
+                    continue;
+                }
+                a->r.p = s;
+            }
+            break;
+        case L_SEQ_REF: {
+            Val v;
+            if (s < a->r.end && is_container_byte(*s) && rd_head(&a->r, &v) == 0 &&
+                v.kind == V_ARRAY) {
+                Py_ssize_t m = 0;
+                for (; m < v.n && (i = rd_id(&a->r, nobjs)) >= 0; m++)
+                    ahead_touch(objs, i);
+                if (m == v.n)
+                    continue;
+            }
+            PyErr_Clear();
+            a->r.p = s;
+            break;
+        }
+        }
+        if (rd_skip(&a->r, 1) < 0)
+            goto stop;
+    }
+    return 1;
+stop:
+    PyErr_Clear();
+    a->left = 0;
+    return 0;
+}
+
 /* One field's value, read from r->p (which ends just past the value). */
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
@@ -843,6 +920,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     Py_ssize_t n = PyTuple_GET_SIZE(entries);
     LField *fs = PyMem_Calloc(n ? n : 1, sizeof(LField));
     Py_ssize_t *ix = NULL; /* direct stores: field j's index in the shared keys */
+    uint8_t *ahead_ops = NULL; /* the look-ahead's op per stream column */
     const uint8_t **at = PyMem_Calloc(nrow ? nrow : 1, sizeof(uint8_t *));
     if (!fs || !at) {
         PyErr_NoMemory();
@@ -889,8 +967,27 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
         }
     }
     Rd r = {buf.buf, (const uint8_t *)buf.buf + start, (const uint8_t *)buf.buf + buf.len};
+    /* look ahead when the graph is large and this type's rows hold references */
+    Ahead ahead = {r, NULL, nrow, 0};
+    if (PyList_GET_SIZE(objs) >= load_ahead_min && nrow > 0) {
+        if (!(ahead_ops = PyMem_Calloc(nrow, 1))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int op = fs[j].op;
+            if (fs[j].src >= 0 && (op == L_REF || op == L_SEQ_REF || op == L_ANY)) {
+                ahead_ops[fs[j].src] = (uint8_t)op;
+                ahead.left = PyList_GET_SIZE(shells);
+            }
+        }
+        ahead.ops = ahead_ops;
+        for (int k = 0; k < AHEAD_ROWS && ahead_row(&ahead, objs); k++)
+            ;
+    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shells); i++) {
         PyObject *obj = PyList_GET_ITEM(shells, i);
+        ahead_row(&ahead, objs);
         if (ix && !all_ix) {
             all_ix = 1;
             for (Py_ssize_t j = 0; j < n; j++)
@@ -963,6 +1060,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     }
     result = PyLong_FromSsize_t(r.p - r.base);
 done:
+    PyMem_Free(ahead_ops);
     PyMem_Free(fs);
     PyMem_Free(ix);
     PyMem_Free(at);
@@ -1145,6 +1243,16 @@ done:
     return result;
 }
 
+static PyObject *set_load_ahead_min(PyObject *mod, PyObject *arg)
+{
+    Py_ssize_t v = PyLong_AsSsize_t(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t was = load_ahead_min;
+    load_ahead_min = v < 0 ? 0 : v;
+    return PyLong_FromSsize_t(was);
+}
+
 static PyObject *read_configure(PyObject *mod, PyObject *args)
 {
     PyObject *err, *dec;
@@ -1187,6 +1295,8 @@ static PyObject *read_fill_checked(PyObject *mod, PyObject *args)
 PyMethodDef native_read_methods[] = {
     {"read_configure", read_configure, METH_VARARGS,
      "read_configure(StateError, decode_slice): set up the byte reader."},
+    {"set_load_ahead_min", set_load_ahead_min, METH_O,
+     "set_load_ahead_min(n) -> previous: the object count from which fill reads ahead."},
     {"read_split", read_split_checked, METH_O,
      "Find the payload's nine items and each type's rows; check its structure."},
     {"read_shells", read_shells_checked, METH_VARARGS,
