@@ -78,6 +78,58 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* Large buffers of earlier walks, kept for the next one.  A type's rows grow by
+ * doubling, and each larger buffer is fresh pages: a page fault per 4 KiB on first
+ * touch (about a quarter of a FlatSave's ~420 faults).  A buffer growing past KEEP_MIN
+ * takes the largest kept one that holds it instead; rows buffers of KEEP_MIN to
+ * KEEP_MAX bytes are kept when the walk ends (at most KEEP_N, the largest). */
+#define KEEP_N 4
+#define KEEP_MIN ((Py_ssize_t)64 << 10)
+#define KEEP_MAX ((Py_ssize_t)8 << 20)
+static char *kept_buf[KEEP_N];
+static Py_ssize_t kept_cap[KEEP_N];
+static int keep_buffers = 1; /* 0: none kept or taken (set_keep_buffers, to compare) */
+
+/* The largest kept buffer of at least `need` bytes (taken out of the pool), or NULL. */
+static char *take_kept(Py_ssize_t need, Py_ssize_t *cap)
+{
+    int best = -1;
+    for (int i = 0; i < KEEP_N; i++)
+        if (kept_buf[i] && kept_cap[i] >= need && (best < 0 || kept_cap[i] > kept_cap[best]))
+            best = i;
+    if (best < 0)
+        return NULL;
+    char *d = kept_buf[best];
+    *cap = kept_cap[best];
+    kept_buf[best] = NULL;
+    kept_cap[best] = 0;
+    return d;
+}
+
+/* Free a buffer's memory, or keep it for the next walk in place of a smaller one. */
+static void buf_release(Buf *b)
+{
+    char *d = b->data;
+    Py_ssize_t cap = b->cap;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    if (!d)
+        return;
+    if (keep_buffers && cap >= KEEP_MIN && cap <= KEEP_MAX) {
+        int small = 0;
+        for (int i = 1; i < KEEP_N; i++)
+            if (kept_cap[i] < kept_cap[small])
+                small = i;
+        if (kept_cap[small] < cap) {
+            PyMem_Free(kept_buf[small]);
+            kept_buf[small] = d;
+            kept_cap[small] = cap;
+            return;
+        }
+    }
+    PyMem_Free(d);
+}
+
 static int buf_grow(Buf *b, Py_ssize_t need)
 {
     Py_ssize_t cap = b->cap ? b->cap : 256;
@@ -87,6 +139,18 @@ static int buf_grow(Buf *b, Py_ssize_t need)
             return -1;
         }
         cap *= 2;
+    }
+    if (keep_buffers && cap >= KEEP_MIN) {
+        Py_ssize_t kcap;
+        char *k = take_kept(b->len + need, &kcap);
+        if (k) {
+            if (b->len)
+                memcpy(k, b->data, b->len);
+            PyMem_Free(b->data);
+            b->data = k;
+            b->cap = kcap;
+            return 0;
+        }
     }
     char *d = PyMem_Realloc(b->data, cap);
     if (!d) {
@@ -696,7 +760,7 @@ static void te_free(TypeEntry *te)
     PyMem_Free(te->ahead);
     PyMem_Free(te->aslot);
     PyMem_Free(te->pending);
-    PyMem_Free(te->rows.data);
+    buf_release(&te->rows);
     Py_XDECREF(te->plan);
     Py_XDECREF(te->schema);
     Py_XDECREF(te->name);
@@ -2733,6 +2797,16 @@ static PyTypeObject TableType = {
 
 /* ---- module ----------------------------------------------------------------------------- */
 
+static PyObject *set_keep_buffers(PyObject *mod, PyObject *on)
+{
+    int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    int was = keep_buffers;
+    keep_buffers = v;
+    return PyBool_FromLong(was);
+}
+
 static PyObject *set_huge_tables(PyObject *mod, PyObject *on)
 {
     int v = PyObject_IsTrue(on);
@@ -2771,6 +2845,8 @@ static PyObject *configure(PyObject *mod, PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "configure(msgspec_encode, StateError)"},
+    {"set_keep_buffers", set_keep_buffers, METH_O,
+     "set_keep_buffers(on) -> previous: whether large row buffers are kept between walks."},
     {"set_huge_tables", set_huge_tables, METH_O,
      "set_huge_tables(on) -> previous: whether large walk tables ask for huge pages."},
     {"set_header", set_header, METH_VARARGS, "Write the frame header into a fresh stream."},

@@ -97,3 +97,18 @@ def test_a_very_large_row_buffer_and_then_small_saves() -> None:
 def test_any_sequence_of_saves_writes_typeds_bytes(plan: list[tuple[int, int]]) -> None:
     for nodes, seed in plan:
         _same_as_typed(state_models.make_graph(nodes, seed=seed))
+
+
+def test_kept_row_buffers_switched_on_and_off_between_saves() -> None:
+    """Large row buffers are kept for the next walk (``_native.set_keep_buffers``): a
+    walk that takes one, grows it, or finds none must write the same bytes."""
+    from ckpt.state import native
+
+    core = native._core
+    was = core.set_keep_buffers(True)
+    try:
+        for k, make in enumerate(MAKERS * 2):
+            core.set_keep_buffers(k % 3 != 1)
+            _same_as_typed(make())
+    finally:
+        core.set_keep_buffers(was)
