@@ -81,11 +81,12 @@ typedef struct {
 /* Large buffers of earlier walks, kept for the next one.  A type's rows grow by
  * doubling, and each larger buffer is fresh pages: a page fault per 4 KiB on first
  * touch (about a quarter of a FlatSave's ~420 faults).  A buffer growing past KEEP_MIN
- * takes the largest kept one that holds it instead; rows buffers of KEEP_MIN to
- * KEEP_MAX bytes are kept when the walk ends (at most KEEP_N, the largest). */
+ * takes the largest kept one that holds it instead; rows buffers of KEEP_MIN bytes or
+ * more are kept when the walk ends (at most KEEP_N, the largest, KEEP_TOTAL bytes in
+ * all: what an idle sandbox holds after a checkpoint). */
 #define KEEP_N 4
 #define KEEP_MIN ((Py_ssize_t)64 << 10)
-#define KEEP_MAX ((Py_ssize_t)8 << 20)
+#define KEEP_TOTAL ((Py_ssize_t)8 << 20)
 static char *kept_buf[KEEP_N];
 static Py_ssize_t kept_cap[KEEP_N];
 static int keep_buffers = 1; /* 0: none kept or taken (set_keep_buffers, to compare) */
@@ -115,12 +116,15 @@ static void buf_release(Buf *b)
     b->len = b->cap = 0;
     if (!d)
         return;
-    if (keep_buffers && cap >= KEEP_MIN && cap <= KEEP_MAX) {
+    if (keep_buffers && cap >= KEEP_MIN && cap <= KEEP_TOTAL) {
         int small = 0;
-        for (int i = 1; i < KEEP_N; i++)
+        Py_ssize_t total = 0;
+        for (int i = 0; i < KEEP_N; i++) {
+            total += kept_cap[i];
             if (kept_cap[i] < kept_cap[small])
                 small = i;
-        if (kept_cap[small] < cap) {
+        }
+        if (kept_cap[small] < cap && total - kept_cap[small] + cap <= KEEP_TOTAL) {
             PyMem_Free(kept_buf[small]);
             kept_buf[small] = d;
             kept_cap[small] = cap;
