@@ -2801,24 +2801,25 @@ static PyTypeObject TableType = {
 
 /* ---- module ----------------------------------------------------------------------------- */
 
-static PyObject *set_keep_buffers(PyObject *mod, PyObject *on)
+/* Set a switch from a Python truth value; the previous setting as a bool. */
+static PyObject *swap_switch(int *flag, PyObject *on)
 {
     int v = PyObject_IsTrue(on);
     if (v < 0)
         return NULL;
-    int was = keep_buffers;
-    keep_buffers = v;
+    int was = *flag;
+    *flag = v;
     return PyBool_FromLong(was);
+}
+
+static PyObject *set_keep_buffers(PyObject *mod, PyObject *on)
+{
+    return swap_switch(&keep_buffers, on);
 }
 
 static PyObject *set_huge_tables(PyObject *mod, PyObject *on)
 {
-    int v = PyObject_IsTrue(on);
-    if (v < 0)
-        return NULL;
-    int was = huge_tables;
-    huge_tables = v;
-    return PyBool_FromLong(was);
+    return swap_switch(&huge_tables, on);
 }
 
 static PyObject *set_header(PyObject *mod, PyObject *args)
