@@ -74,8 +74,8 @@ def test_keyed_image_still_checks_its_hmac(tmp_path: Path) -> None:
 
 
 def test_make_temp_dir_is_private_unique_and_sweepable(tmp_path: Path) -> None:
-    a = image_mod._make_temp_dir(tmp_path, f".img.tmp-{os.getpid()}-")
-    b = image_mod._make_temp_dir(tmp_path, f".img.tmp-{os.getpid()}-")
+    a = Path(image_mod._make_temp_dir(str(tmp_path), f".img.tmp-{os.getpid()}-"))
+    b = Path(image_mod._make_temp_dir(str(tmp_path), f".img.tmp-{os.getpid()}-"))
     assert a != b and a.parent == tmp_path == b.parent
     assert stat.S_IMODE(a.stat().st_mode) == 0o700
     m = image_mod._LEFTOVER.match(a.name)
@@ -84,14 +84,14 @@ def test_make_temp_dir_is_private_unique_and_sweepable(tmp_path: Path) -> None:
 
 def test_make_temp_dir_gives_up_when_every_name_is_taken(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(image_mod.os, "urandom", lambda n: b"\x01" * n)
-    image_mod._make_temp_dir(tmp_path, ".img.tmp-1-")
+    image_mod._make_temp_dir(str(tmp_path), ".img.tmp-1-")
     with pytest.raises(FileExistsError):
-        image_mod._make_temp_dir(tmp_path, ".img.tmp-1-")
+        image_mod._make_temp_dir(str(tmp_path), ".img.tmp-1-")
 
 
 def test_make_temp_dir_in_missing_parent_fails(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
-        image_mod._make_temp_dir(tmp_path / "missing", ".img.tmp-1-")
+        image_mod._make_temp_dir(str(tmp_path / "missing"), ".img.tmp-1-")
 
 
 def test_leftover_of_aborted_write_is_removed(tmp_path: Path) -> None:
