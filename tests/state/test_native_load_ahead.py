@@ -126,3 +126,20 @@ def test_a_graph_past_the_default_threshold_loads_the_same(ahead_threshold: Any)
     without = state.loads(data, "native")
     assert graph_diff(root, with_default) is None
     assert graph_diff(without, with_default) is None
+
+
+def test_committed_fuzz_inputs_with_look_ahead_forced_on(
+    ahead_threshold: Any, watchdog: None
+) -> None:
+    """The fuzzer's kept state inputs, replayed with the look-ahead on for every load:
+    the fuzz target's own checks (a value or a CkptError; typed and native agree)."""
+    from pathlib import Path
+
+    from tests.fuzz import targets
+
+    corpus = Path(__file__).resolve().parent.parent / "fuzz" / "corpus" / "state"
+    inputs = sorted(f for f in corpus.iterdir() if f.is_file())
+    assert len(inputs) > 20, corpus
+    ahead_threshold(0)
+    for path in inputs:
+        targets.TARGETS["state"](path.read_bytes())
