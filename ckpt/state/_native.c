@@ -544,8 +544,8 @@ static Slot *slots_alloc(size_t cap, int *mapped)
         char *a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
         if (a > p)
             munmap(p, (size_t)(a - p));
-        if (p + len + HUGE_PAGE > a + len)
-            munmap(a + len, (size_t)(p + len + HUGE_PAGE - (a + len)));
+        /* the tail past the table: never empty, as a - p < HUGE_PAGE */
+        munmap(a + len, (size_t)(p + HUGE_PAGE - a));
         madvise(a, len, MADV_HUGEPAGE); /* advice only: a refusal leaves small pages */
         *mapped = 1;
         return (Slot *)a;

@@ -762,6 +762,20 @@ static PyObject *rd_plain_tuple(Rd *r)
     return t;
 }
 
+/* The id of a self-describing reference {0: id} at r->p, below `limit`: its value, else
+ * -1 with r->p unchanged. */
+static inline Py_ssize_t rd_any_ref(Rd *r, Py_ssize_t limit)
+{
+    const uint8_t *s = r->p;
+    if (r->end - s < 3 || s[0] != 0x81 || s[1] != 0x00)
+        return -1;
+    r->p = s + 2;
+    Py_ssize_t i = rd_id(r, limit);
+    if (i < 0)
+        r->p = s;
+    return i;
+}
+
 /* ---- looking ahead (large loads) ------------------------------------------------------
  * Past the caches, nearly all of fill's own time is the reference count of each object a
  * reference names: Py_NewRef on an object anywhere in the graph, a cache and TLB miss
@@ -805,13 +819,9 @@ static int ahead_row(Ahead *a, PyObject *objs)
             }
             break;
         case L_ANY:
-            if (a->r.end - s >= 3 && s[0] == 0x81 && s[1] == 0x00) {
-                a->r.p += 2;
-                if ((i = rd_id(&a->r, nobjs)) >= 0) {
-                    ahead_touch(objs, i);
-                    continue;
-                }
-                a->r.p = s;
+            if ((i = rd_any_ref(&a->r, nobjs)) >= 0) {
+                ahead_touch(objs, i);
+                continue;
             }
             break;
         case L_SEQ_REF: {
@@ -875,12 +885,10 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
         if (t || PyErr_Occurred())
             return t;
     }
-    else if (f->op == L_ANY && r->end - r->p >= 3 && r->p[0] == 0x81 && r->p[1] == 0x00) {
-        r->p += 2;
-        Py_ssize_t i = rd_id(r, nobjs);
+    else if (f->op == L_ANY) {
+        Py_ssize_t i = rd_any_ref(r, nobjs);
         if (i >= 0)
             return Py_NewRef(PyList_GET_ITEM(objs, i));
-        r->p = start;
     }
     PyObject *raw = rd_obj(r, 0);
     if (!raw)
