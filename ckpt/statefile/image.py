@@ -150,15 +150,6 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), b)
 
 
-def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
-    """Remove leftovers of writers to ``image_dir`` that died; return what was removed.
-
-    A dead writer's temporary directory is deleted.  If the target is missing and a
-    dead writer had renamed the previous image aside, that image is renamed back.
-    """
-    return [Path(p) for p in _clean_stale(_Target(image_dir))]
-
-
 class _Target:
     """An image directory's path as the strings the writer needs, worked out once.
 
@@ -172,6 +163,15 @@ class _Target:
         self.target = os.fspath(self.path)
         self.parent = os.fspath(self.path.parent)
         self.name = self.path.name
+
+
+def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove leftovers of writers to ``image_dir`` that died; return what was removed.
+
+    A dead writer's temporary directory is deleted.  If the target is missing and a
+    dead writer had renamed the previous image aside, that image is renamed back.
+    """
+    return [Path(p) for p in _clean_stale(_Target(image_dir))]
 
 
 def _clean_stale(t: _Target) -> list[str]:
