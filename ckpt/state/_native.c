@@ -650,12 +650,18 @@ static void pt_remove(PTable *t, Slot *slot)
     }
 }
 
-static void pt_free(PTable *t)
+/* The table without its array (freed or handed on by the caller). */
+static void pt_detach(PTable *t)
 {
-    slots_free(t->slots, t->mask + 1, t->mapped);
     t->slots = NULL;
     t->mapped = 0;
     t->mask = t->used = 0;
+}
+
+static void pt_free(PTable *t)
+{
+    slots_free(t->slots, t->mask + 1, t->mapped);
+    pt_detach(t);
 }
 
 /* Table sizes of the previous walk: a program saves graphs of similar size again and
@@ -698,9 +704,7 @@ static void pt_free_spare(PTable *t, int which)
     spare_slots[which] = t->slots;
     spare_mapped[which] = t->mapped;
     spare_cap[which] = cap;
-    t->slots = NULL;
-    t->mapped = 0;
-    t->mask = t->used = 0;
+    pt_detach(t);
 }
 
 static size_t table_size_for(size_t used)
