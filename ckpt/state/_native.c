@@ -723,8 +723,8 @@ typedef struct {
     PyObject *arg;      /* OP_SAVE: the field's save= function */
     int dict_ok;        /* no data descriptor of this name: the instance dict decides */
     int op, mask, kop, kmask, vop, vmask, elide;
-    Py_ssize_t tarity;            /* E_TUPLE items: the fixed length, or -1 (tuple[X, ...]) */
-    int tmask[MAX_TUPLE_ITEMS];   /* ... and each position's scalar mask */
+    Py_ssize_t tarity;          /* OP_TUPLE or E_TUPLE items: the fixed length, or -1 */
+    int tmask[MAX_TUPLE_ITEMS]; /* ... and each position's scalar mask */
 } Field;
 
 /* A class's parsed plan, built once by Python (``native._plan_for``) and kept on its
@@ -830,6 +830,12 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         f->arg = Py_NewRef(arg);
         p->nfields = i + 1;
         f->tarity = -1;
+        if (f->op == OP_TUPLE && arg != Py_None && PyTuple_Check(arg) &&
+            PyTuple_GET_SIZE(arg) <= MAX_TUPLE_ITEMS) { /* tuple[A, B]: per-item masks */
+            f->tarity = PyTuple_GET_SIZE(arg);
+            for (Py_ssize_t j = 0; j < f->tarity; j++)
+                f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
+        }
         if (f->kop == E_TUPLE && arg != Py_None) { /* list[tuple[A, B]]: per-item masks */
             if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_TUPLE_ITEMS) {
                 PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
@@ -1543,17 +1549,29 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
         return r;
     }
     case OP_TUPLE:
-        if (t != &PyTuple_Type ||
-            !all_fit(((PyTupleObject *)v)->ob_item, PyTuple_GET_SIZE(v), f->kmask))
+        if (t != &PyTuple_Type)
             return w_fallback(w, b, f, obj);
-        if (f->arg != Py_None) { /* tuple[A, B, ...]: the length and each item's kind */
-            Py_ssize_t n = PyTuple_GET_SIZE(f->arg);
-            if (PyTuple_GET_SIZE(v) != n)
+        if (f->tarity >= 0) { /* tuple[A, B]: the length and each item's kind (the plan's
+                               * masks, each within kmask) */
+            PyObject **items = ((PyTupleObject *)v)->ob_item;
+            if (PyTuple_GET_SIZE(v) != f->tarity)
                 return w_fallback(w, b, f, obj);
-            for (Py_ssize_t i = 0; i < n; i++)
-                if (!(fit_bit(PyTuple_GET_ITEM(v, i)) &
-                      PyLong_AsLong(PyTuple_GET_ITEM(f->arg, i))))
+            for (Py_ssize_t i = 0; i < f->tarity; i++)
+                if (!(fit_bit(items[i]) & f->tmask[i]))
                     return w_fallback(w, b, f, obj);
+        }
+        else {
+            if (!all_fit(((PyTupleObject *)v)->ob_item, PyTuple_GET_SIZE(v), f->kmask))
+                return w_fallback(w, b, f, obj);
+            if (f->arg != Py_None) { /* a tuple[A, B, ...] longer than MAX_TUPLE_ITEMS */
+                Py_ssize_t n = PyTuple_GET_SIZE(f->arg);
+                if (PyTuple_GET_SIZE(v) != n)
+                    return w_fallback(w, b, f, obj);
+                for (Py_ssize_t i = 0; i < n; i++)
+                    if (!(fit_bit(PyTuple_GET_ITEM(v, i)) &
+                          PyLong_AsLong(PyTuple_GET_ITEM(f->arg, i))))
+                        return w_fallback(w, b, f, obj);
+            }
         }
         if (v == empty_tuple)
             return w_byte(b, 0xc0);

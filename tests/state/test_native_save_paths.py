@@ -44,6 +44,8 @@ class Paths:
     labels: set[str] = field(default_factory=set)
     tones: list[Tone] = field(default_factory=list)
     tone: Tone = Tone.LOW
+    pair: tuple[int, str] = (0, "")
+    wide: tuple[int, int, int, int, int, int, int, int, str] = (0, 0, 0, 0, 0, 0, 0, 0, "")
 
 
 def _same(root: Any) -> None:
@@ -73,6 +75,16 @@ MISFITS: list[tuple[str, Any]] = [
     ("tones", [Tone.LOW, Tone.HIGH, Tone.LOW]),
     ("tones", [Tone.LOW, 1]),
     ("tone", 1),
+    ("pair", (7, "seven")),
+    ("pair", ("seven", 7)),  # items swapped
+    ("pair", (7, "seven", 8)),  # too long
+    ("pair", (7,)),  # too short
+    ("pair", (True, "")),  # a bool fits an int slot
+    ("pair", (2**64, "x")),  # an int beyond 64 bits
+    ("pair", [7, "seven"]),  # a list where a tuple belongs
+    ("wide", (1, 2, 3, 4, 5, 6, 7, 8, "nine")),  # longer than the plan's masks hold
+    ("wide", (1, 2, 3, 4, 5, 6, 7, 8, 9)),  # the last item's kind
+    ("wide", (1, 2, 3, 4, 5, 6, 7, "eight", "nine")),
 ]
 
 
