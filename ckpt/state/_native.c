@@ -1108,6 +1108,22 @@ static int seen_again(Walk *w, PyObject *c)
     return r;
 }
 
+/* A field's container that only its owner and the walk hold (the reference w_field is
+ * given) is reachable from nowhere else, so it cannot be met again and its identity
+ * need not be recorded: the typed engine's rule (codegen.UNIQUE_REFS), so the streams
+ * stay the same.  It keeps the memo to containers that are really shared (on a large
+ * graph the memo was the walk's biggest table), and a container a getter makes afresh
+ * for each object is no longer taken for the one freed at its address before. */
+static inline int held_once(PyObject *c)
+{
+#ifdef Py_GIL_DISABLED
+    (void)c;
+    return 0; /* counts cannot tell */
+#else
+    return Py_REFCNT(c) <= 2;
+#endif
+}
+
 /* Remember a container's first owner; 1 if it was met before. */
 static int memo_check(Walk *w, PyObject *c)
 {
@@ -1487,41 +1503,46 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
         Py_DECREF(r);
         return rc;
     }
-    case OP_LIST:
+    case OP_LIST: {
         if (t != &PyList_Type)
             return w_fallback(w, b, f, obj);
-        if (memo_check(w, v))
+        int once = held_once(v);
+        if (!once && memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if ((f->kop == E_SCALAR &&
              !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask)) ||
             (f->kop == E_REF && !all_refs_fit(w, v)) ||
             (f->kop == E_TUPLE && !all_tuples_fit(f, v)))
             return w_fallback(w, b, f, obj);
-        if (memo_put(w, v, obj) < 0)
+        if (!once && memo_put(w, v, obj) < 0)
             return -1;
         if (PyList_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
         return w_list_items(w, b, v, f->kop, obj);
-    case OP_SET:
+    }
+    case OP_SET: {
         if (t != &PySet_Type)
             return w_fallback(w, b, f, obj);
-        if (memo_check(w, v))
+        int once = held_once(v);
+        if (!once && memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if (!set_fits(v, f->kop, f->kmask) || (f->kop == E_REF && !set_refs_fit(w, v)))
             return w_fallback(w, b, f, obj);
-        if (memo_put(w, v, obj) < 0)
+        if (!once && memo_put(w, v, obj) < 0)
             return -1;
         if (PySet_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
         return w_set_items(w, b, v, f->kop, obj);
+    }
     case OP_DICT: {
         if (t != &PyDict_Type)
             return w_fallback(w, b, f, obj);
-        if (memo_check(w, v))
+        int once = held_once(v);
+        if (!once && memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if (!dict_fits(w, v, f->kop, f->kmask, f->vop, f->vmask))
             return w_fallback(w, b, f, obj);
-        if (memo_put(w, v, obj) < 0)
+        if (!once && memo_put(w, v, obj) < 0)
             return -1;
         if (PyDict_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
