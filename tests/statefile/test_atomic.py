@@ -191,3 +191,48 @@ def test_a_replaced_image_that_gained_a_subdirectory_is_still_removed(tmp_path: 
     (old / "deeper" / "file").write_bytes(OLD)
     image_mod._remove_image_dir(old)
     assert not old.exists()
+
+
+@pytest.mark.parametrize("how", ["new", "renameat2", "two-renames"])
+def test_every_file_is_synced_before_the_image_is_installed_and_the_parent_after(
+    make_image, tmp_path: Path, monkeypatch, how: str
+) -> None:
+    """The durability order a crash relies on: the files and the temporary directory
+    reach the disk before the rename that installs them, and the parent directory
+    after it (when a replaced image's removal is synced does not matter: a leftover
+    is swept)."""
+    if how != "new":
+        make_image("img", OLD, sample_pages())
+    if how == "two-renames":
+        monkeypatch.setattr(image_mod, "_exchange", lambda a, b: False)
+    target = tmp_path / "img"
+    events: list[tuple[str, str]] = []
+    real_fsync, real_rename, real_exchange = os.fsync, os.rename, image_mod._exchange
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def rename(src: str, dst: str) -> None:
+        events.append(("install" if Path(dst) == target else "rename", str(dst)))
+        real_rename(src, dst)
+
+    def exchange(a: str, b: str) -> bool:
+        done = real_exchange(a, b)
+        if done:
+            events.append(("install", str(b)))
+        return done
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(image_mod, "_exchange", exchange)
+    write_image(target, NEW, force=how != "new")
+    assert statefile.open_image(target).read_state() == NEW
+    installed = [i for i, (kind, _) in enumerate(events) if kind == "install"]
+    assert len(installed) == 1, events
+    before, after = events[: installed[0]], events[installed[0] + 1 :]
+    synced = {Path(p).name for kind, p in before if kind == "fsync"}
+    files = {p.name for p in target.iterdir()}
+    assert files <= synced, f"not synced before install: {files - synced}"
+    assert any(kind == "fsync" and Path(p).name.startswith(".img.tmp-") for kind, p in before)
+    assert ("fsync", str(tmp_path)) in after, events
