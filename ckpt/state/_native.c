@@ -928,6 +928,8 @@ typedef struct {
     int32_t *tseq;
     Py_ssize_t ntseq, cap_tseq;
     PyObject *ids_view, *cmemo_view;
+    PyObject **held; /* containers recorded in cmemo from C, kept alive (strong) */
+    Py_ssize_t nheld, cap_held;
 } Walk;
 
 static PyTypeObject WalkType, TableType;
@@ -1138,6 +1140,30 @@ static int memo_put(Walk *w, PyObject *c, PyObject *owner)
     return 0;
 }
 
+/* memo_put, and the container kept alive until the walk ends: the memo knows it by its
+ * address, and a container freed mid-walk (one a getter made for a single read) would
+ * leave that address to the next one allocated, which would be taken for it. */
+static int hold(Walk *w, PyObject *c)
+{
+    if (w->nheld == w->cap_held) {
+        Py_ssize_t cap = w->cap_held ? w->cap_held * 2 : 64;
+        PyObject **held = PyMem_Realloc(w->held, (size_t)cap * sizeof(PyObject *));
+        if (!held) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->held = held;
+        w->cap_held = cap;
+    }
+    w->held[w->nheld++] = Py_NewRef(c);
+    return 0;
+}
+
+static int memo_hold(Walk *w, PyObject *c, PyObject *owner)
+{
+    return memo_put(w, c, owner) < 0 ? -1 : hold(w, c);
+}
+
 static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth);
 
 static int w_dyn_python(Walk *w, Buf *b, PyObject *v, PyObject *owner)
@@ -1206,14 +1232,14 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
     if (t == &PyList_Type) {
         if (memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
-        if (memo_put(w, v, owner) < 0)
+        if (memo_hold(w, v, owner) < 0)
             return -1;
         return w_dyn_items(w, b, v, owner, depth);
     }
     if (t == &PyDict_Type) {
         if (memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
-        if (memo_put(w, v, owner) < 0)
+        if (memo_hold(w, v, owner) < 0)
             return -1;
         PyObject *keys = PyDict_Keys(v);
         if (!keys)
@@ -1250,7 +1276,7 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
     if (t == &PySet_Type) {
         if (memo_check(w, v))
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
-        if (memo_put(w, v, owner) < 0)
+        if (memo_hold(w, v, owner) < 0)
             return -1;
         return w_dyn_set(w, b, v, 2, owner, depth);
     }
@@ -1514,7 +1540,7 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             (f->kop == E_REF && !all_refs_fit(w, v)) ||
             (f->kop == E_TUPLE && !all_tuples_fit(f, v)))
             return w_fallback(w, b, f, obj);
-        if (!once && memo_put(w, v, obj) < 0)
+        if (!once && memo_hold(w, v, obj) < 0)
             return -1;
         if (PyList_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
@@ -1528,7 +1554,7 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if (!set_fits(v, f->kop, f->kmask) || (f->kop == E_REF && !set_refs_fit(w, v)))
             return w_fallback(w, b, f, obj);
-        if (!once && memo_put(w, v, obj) < 0)
+        if (!once && memo_hold(w, v, obj) < 0)
             return -1;
         if (PySet_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
@@ -1542,7 +1568,7 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
             return seen_again(w, v) < 0 ? -1 : w_byte(b, 0xc0);
         if (!dict_fits(w, v, f->kop, f->kmask, f->vop, f->vmask))
             return w_fallback(w, b, f, obj);
-        if (!once && memo_put(w, v, obj) < 0)
+        if (!once && memo_hold(w, v, obj) < 0)
             return -1;
         if (PyDict_GET_SIZE(v) == 0 && f->elide)
             return w_byte(b, 0xc0);
@@ -2451,6 +2477,15 @@ static PyObject *walk_discover(Walk *w, PyObject *x)
     return i < 0 ? NULL : PyLong_FromSsize_t(i);
 }
 
+/* What the Python side records in cmemo (the typed engine's slot code), kept alive the
+ * same way (SaveWalk.hold). */
+static PyObject *walk_hold(Walk *w, PyObject *c)
+{
+    if (hold(w, c) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *walk_seen_again(Walk *w, PyObject *c)
 {
     if (seen_again(w, c) < 0)
@@ -2521,6 +2556,11 @@ static void walk_clear_tables(Walk *w)
                 Py_DECREF((PyObject *)w->cmemo.slots[i].val);
     }
     pt_free_spare(&w->cmemo, SPARE_MEMO);
+    for (Py_ssize_t i = 0; i < w->nheld; i++)
+        Py_DECREF(w->held[i]);
+    PyMem_Free(w->held);
+    w->held = NULL;
+    w->nheld = w->cap_held = 0;
     pt_free_spare(&w->ids, SPARE_IDS);
     pt_free(&w->tindex);
     if (w->enumv.slots) {
@@ -2609,6 +2649,8 @@ static int walk_traverse(Walk *w, visitproc visit, void *arg)
                 Py_VISIT((PyObject *)w->enumv.slots[i].key);
                 Py_VISIT((PyObject *)w->enumv.slots[i].val);
             }
+    for (Py_ssize_t i = 0; i < w->nheld; i++)
+        Py_VISIT(w->held[i]);
     for (Py_ssize_t t = 0; t < w->ntypes; t++) {
         TypeEntry *te = w->tents[t];
         Py_VISIT(te->schema);
@@ -2674,6 +2716,7 @@ static PyMethodDef walk_methods[] = {
     {"assemble", (PyCFunction)walk_assemble, METH_VARARGS, "The framed payload's bytes."},
     {"discover", (PyCFunction)walk_discover, METH_O, "The id of an object (given one if new)."},
     {"seen_again", (PyCFunction)walk_seen_again, METH_O, "A container met a second time."},
+    {"hold", (PyCFunction)walk_hold, METH_O, "Keep a container cmemo records alive."},
     {"enum_index", (PyCFunction)walk_enum_index, METH_O, "The type index of an enum class."},
     {"release", (PyCFunction)walk_release, METH_NOARGS, "Drop the walk's tables."},
     {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},

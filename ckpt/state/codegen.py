@@ -236,6 +236,7 @@ def build_save(sch: Schema) -> tuple[str, dict, str]:
     src.add(1, "__ckpt_discover = __ckpt_ctx.discover")
     src.add(1, "__ckpt_fix_refs = __ckpt_ctx.fix_refs")
     src.add(1, "__ckpt_cmemo = __ckpt_ctx.cmemo")
+    src.add(1, "__ckpt_hold = __ckpt_ctx.hold")
     src.add(1, "__ckpt_seen_again = __ckpt_ctx.seen_again")
     src.add(1, "__ckpt_dyn = __ckpt_ctx.dyn")
     src.add(1, "__ckpt_esc = __ckpt_ctx.esc")
@@ -386,6 +387,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, unique_refs: int | None = 
         src.add(3, f"{e} = __ckpt_seen_again({v})")
         src.add(2, "else:")
         src.add(3, f"__ckpt_cmemo[{k}] = __ckpt_obj")
+        src.add(3, f"__ckpt_hold({v})")
     else:
         # A container whose only references are this field and the local variable is
         # reachable from nowhere else, so it cannot be met again: its identity need not
@@ -398,6 +400,7 @@ def _emit_save_field(src: _Source, spec: Any, i: int, unique_refs: int | None = 
         src.add(2, "else:")
         src.add(3, f"if {k} is not None:")
         src.add(4, f"__ckpt_cmemo[{k}] = __ckpt_obj")
+        src.add(4, f"__ckpt_hold({v})")
     src.add(3, f"if {v}:")
     for line in _container_expr(src, kind, i, v, unique_refs is not None):
         src.add(4, line)

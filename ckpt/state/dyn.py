@@ -32,6 +32,10 @@ from ckpt.state.wire import (
 _PASS = (type(None), bool, float, str, bytes)
 
 
+def _ignore(value: Any) -> None:
+    pass
+
+
 class _Forgetful(dict):
     """A container memo that remembers nothing (untracked encoding)."""
 
@@ -51,6 +55,7 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
     ids_get = walk.ids.get
     discover = walk.discover
     cmemo = walk.cmemo if track else _Forgetful()
+    hold = walk.hold if track else _ignore  # what cmemo records stays alive (SaveWalk.held)
     seen_again = walk.seen_again
     enum_index = walk.enum_index
     codec_for = values.codec_for
@@ -75,12 +80,14 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
             if k in cmemo:
                 return seen_again(v)
             cmemo[k] = owner
+            hold(v)
             return [encode(x, owner) for x in v]
         if t is dict:
             k = id(v)
             if k in cmemo:
                 return seen_again(v)
             cmemo[k] = owner
+            hold(v)
             return {T_DICT: [[encode(x, owner) for x in v], [encode(x, owner) for x in v.values()]]}
         if t is tuple:
             return {T_TUPLE: [encode(x, owner) for x in v]}
@@ -95,12 +102,14 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
                 if k in cmemo:
                     return seen_again(v)
                 cmemo[k] = owner
+                hold(v)
             return {T_SET if t is set else T_FROZENSET: [encode(x, owner) for x in v]}
         if t is bytearray:
             k = id(v)
             if k in cmemo:
                 return seen_again(v)
             cmemo[k] = owner
+            hold(v)
             return {T_BYTEARRAY: bytes(v)}
         if isinstance(v, enum.Enum):
             return {T_ENUM: [enum_index(t), encode(v.value, owner)]}
@@ -111,6 +120,7 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
                 if k in cmemo:
                     return seen_again(v)
                 cmemo[k] = owner
+                hold(v)
                 return {T_VALUE: [codec.name, codec.items(v, lambda x: encode(x, owner))]}
             return codec_value(v, codec, owner)
         return {T_REF: discover(v)}  # raises StateError for a non-savable type

@@ -97,6 +97,7 @@ def compact(kind: Kind) -> Enc:
                 if k in ctx.cmemo:
                     return ctx.seen_again(v)
                 ctx.cmemo[k] = owner
+                ctx.hold(v)
                 return codec.items(v, lambda x: ctx.dyn(x, owner))
 
             return tracked_value
@@ -118,6 +119,7 @@ def compact(kind: Kind) -> Enc:
             if k in ctx.cmemo:
                 return ctx.seen_again(v)
             ctx.cmemo[k] = owner
+            ctx.hold(v)
             return body(v, owner, ctx)
 
         return tracked

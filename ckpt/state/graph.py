@@ -46,6 +46,11 @@ class SaveWalk:
         self.rows: list[list] = []
         self.pending: list[list] = []
         self.cmemo: dict[int, Any] = {}  # id(container) -> owner object
+        # Each container cmemo records, kept alive until the walk ends: the memo knows
+        # it by id, and one freed mid-walk (a getter's fresh value) would leave its id
+        # to the next container allocated there, which would be taken for it.
+        self.held: list[Any] = []
+        self.hold = self.held.append
         self.shared: dict[int, Any] = {}  # id(container) -> container, reached twice
         self.escaped: set[int] = set()  # type indices whose rows hold a slot escape
 
@@ -96,7 +101,7 @@ class SaveWalk:
         """
         for table in (self.ids, self.cmemo, self.shared, self.escaped):
             table.clear()
-        for seq in (self.objects, self.type_seq, self.rows, self.pending):
+        for seq in (self.objects, self.type_seq, self.rows, self.pending, self.held):
             seq.clear()
 
     def type_table(self) -> list:

@@ -38,6 +38,7 @@ class SaveCtx:
         "dyn",
         "dyn_plain",
         "escaped",
+        "hold",
         "ids_get",
         "savable",
         "seen_again",
@@ -47,6 +48,7 @@ class SaveCtx:
         self.ids_get = walk.ids.get
         self.discover = walk.discover
         self.cmemo = walk.cmemo
+        self.hold = walk.hold
         self.seen_again = walk.seen_again
         self.dyn = dyn.make_encoder(walk)
         self.dyn_plain = dyn.make_encoder(walk, track=False)
