@@ -236,3 +236,26 @@ def test_every_file_is_synced_before_the_image_is_installed_and_the_parent_after
     assert files <= synced, f"not synced before install: {files - synced}"
     assert any(kind == "fsync" and Path(p).name.startswith(".img.tmp-") for kind, p in before)
     assert ("fsync", str(tmp_path)) in after, events
+
+
+@pytest.mark.parametrize("failing", ["checkpoint.img", "pages.img", "pages_meta.img", "dir"])
+def test_a_failed_sync_of_any_file_leaves_the_old_image(
+    make_image, tmp_path: Path, monkeypatch, failing: str
+) -> None:
+    """The files are synced together, some on the chunk pool's threads: a failure in any
+    of them still aborts the image before it is installed."""
+    target = make_image("img", OLD, sample_pages())
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        if name == failing or (failing == "dir" and name.startswith(".img.tmp-")):
+            raise OSError(5, "Input/output error (injected)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="injected"):
+        write_image(target, NEW, force=True)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert leftovers(tmp_path) == []
