@@ -16,6 +16,7 @@ with a checked loader (README, "the per-slot rule").
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from ckpt.errors import StateError
@@ -162,34 +163,52 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
                     encoded.append([])
                     counts.append(0)
                 ctx.current = t
-                # Chunks of the queue: objects of this type discovered meanwhile join its
-                # end and are taken by a later chunk.  Each chunk's rows are encoded and
-                # dropped at once, so the walk never holds the whole graph's rows.
-                pos = 0
-                while pos < len(queue):
-                    chunk = queue[pos : pos + CHUNK]
-                    pos += len(chunk)
-                    out = rows[t]
+                # One iterator over the queue, CHUNK objects per generated call.  A list
+                # iterator also yields what is appended meanwhile, so objects of this
+                # type discovered during a call (a chain) are saved in that same call.
+                # Rows are encoded and dropped once CHUNK of them wait, so the walk
+                # never holds the whole graph's rows.
+                out = rows[t]
+                items = iter(queue)
+                done = 0
+                while True:
+                    waiting = len(out)
                     try:
                         if stats is None:
-                            savers[t](chunk, out.append, ctx)
+                            savers[t](islice(items, CHUNK), out.append, ctx)
                         else:
                             start, setup = stats.clock(), stats.setup_clock()
-                            savers[t](chunk, out.append, ctx)
-                            stats.add_timed(types[t].name, start, setup, len(chunk))
+                            savers[t](islice(items, CHUNK), out.append, ctx)
+                            stats.add_timed(types[t].name, start, setup, len(out) - waiting)
                     except StateError as exc:
-                        # The chunk stopped at the object whose row is missing.
-                        raise StateError(f"{_where(types[t], chunk[len(out)])}{exc}") from exc
-                    encoded[t].append(w.array_body(out))
-                    counts[t] += len(out)
-                    out.clear()
+                        # The call stopped at the object whose row is missing.
+                        at = queue[done + len(out) - waiting]
+                        raise StateError(f"{_where(types[t], at)}{exc}") from exc
+                    saved = len(out) - waiting
+                    done += saved
+                    if len(out) >= CHUNK:
+                        _flush_rows(out, encoded[t], counts, t)
+                    if saved < CHUNK:  # the queue ran out (a list iterator stays done)
+                        break
                 pending[t] = []
                 progressed = True
             t += 1
     for t in range(len(types)):
-        rows[t] = w.array_of(counts[t], encoded[t]) if t < len(encoded) else []
+        if t < len(encoded):
+            _flush_rows(rows[t], encoded[t], counts, t)
+            rows[t] = w.array_of(counts[t], encoded[t])
+        else:
+            rows[t] = []
     encoded.clear()
     return walk.payload(ENGINE, w.COMPACT, root, root_enc), walk
+
+
+def _flush_rows(out: list, encoded: list[bytes], counts: list[int], t: int) -> None:
+    """Encode the rows waiting in ``out`` onto ``encoded`` and drop them."""
+    if out:
+        encoded.append(w.array_body(out))
+        counts[t] += len(out)
+        out.clear()
 
 
 def _where(sch: Schema, obj: Any) -> str:
