@@ -107,30 +107,6 @@ def test_a_shared_list_of_tuples_and_a_shared_dict_keep_identity() -> None:
     assert loaded[0].pairs is loaded[1].pairs and loaded[0].table is loaded[1].table
 
 
-@state.savable(name="test.native.Fresh")
-@dataclass(eq=False)
-class Fresh:
-    n: int = 0
-    items: list[int] = field(default_factory=list)
-    labels: set[str] = field(default_factory=set)
-    table: dict[str, int] = field(default_factory=dict)
-
-
-# Getters that build each container afresh: each is freed once written, and the next
-# object's may take the same address.  Only the fields' own references count.
-Fresh.items = property(lambda self: [self.n, self.n + 1], lambda self, v: None)
-Fresh.labels = property(lambda self: {f"n{self.n}"}, lambda self, v: None)
-Fresh.table = property(lambda self: {"n": self.n}, lambda self, v: None)
-
-
-def test_containers_a_getter_makes_afresh_are_each_written() -> None:
-    roots = [Fresh(i) for i in range(64)]
-    _same(roots)
-    loaded = state.loads(state.dumps(roots, engine="native"), engine="native")
-    got = [(vars(f)["items"], vars(f)["labels"], vars(f)["table"]) for f in loaded]
-    assert got == [([i, i + 1], {f"n{i}"}, {"n": i}) for i in range(64)]
-
-
 @pytest.mark.parametrize("holders", [2, 3, 9])
 def test_a_container_held_by_several_fields_and_objects_stays_shared(holders: int) -> None:
     pairs, labels, table = [(1, 2)], {"a"}, {"k": 1}
