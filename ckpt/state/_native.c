@@ -751,8 +751,8 @@ typedef struct {
     Py_ssize_t *vindex;       /* per field: its index in inline values, or -1 */
     Py_ssize_t *ahead;        /* the vindex entries look_ahead fetches values at */
     Py_ssize_t nahead;
-    Py_ssize_t *aslot;        /* ... and those of references (index << 1) and containers
-                                 (index << 1 | 1), whose id or memo slot it fetches */
+    Py_ssize_t *aslot;        /* ... and those whose id or memo slots it fetches:
+                                 index << 2 | AHEAD_REF, AHEAD_CONTAINER or AHEAD_REFS */
     Py_ssize_t naslot;
     PyObject **pending; /* borrowed: the walk's objects list keeps them */
     Py_ssize_t npending, cap_pending;
@@ -1738,6 +1738,11 @@ static Py_ssize_t key_index(Keys311 *k, PyObject *name)
     return -1;
 }
 
+/* What look_ahead's last stages fetch for a field (TypeEntry.aslot): a reference's id
+ * slot, a container's memo slot, or for a list of references its items and their id
+ * slots. */
+enum { AHEAD_REF, AHEAD_CONTAINER, AHEAD_REFS };
+
 /* A field whose values are shared objects a save keeps touching (True, False, None, an
  * enum's members): fetching them ahead would only cost instructions. */
 static inline int always_cached(const Field *f)
@@ -1767,10 +1772,14 @@ static Py_ssize_t *index_values(TypeEntry *te, Keys311 *k)
         te->vindex[i] = ix;
         if (ix >= 0 && !always_cached(&te->fields[i]))
             te->ahead[te->nahead++] = ix;
-        if (ix >= 0 && (op == OP_REF || op == OP_ANY))
-            te->aslot[te->naslot++] = ix << 1;
-        if (ix >= 0 && (op == OP_LIST || op == OP_SET || op == OP_DICT))
-            te->aslot[te->naslot++] = ix << 1 | 1;
+        if (ix < 0)
+            continue;
+        if (op == OP_REF || op == OP_ANY)
+            te->aslot[te->naslot++] = ix << 2 | AHEAD_REF;
+        else if (op == OP_LIST && te->fields[i].kop == E_REF)
+            te->aslot[te->naslot++] = ix << 2 | AHEAD_REFS;
+        else if (op == OP_LIST || op == OP_SET || op == OP_DICT)
+            te->aslot[te->naslot++] = ix << 2 | AHEAD_CONTAINER;
     }
     te->keys_seen = k;
     te->keys_entries = k->dk_nentries;
@@ -2099,21 +2108,62 @@ static inline void ahead_fields(TypeEntry *te, PyObject *o)
         }
 }
 
-/* Stage 5, one object before it is written: the id-table slot of each reference and the
- * memo slot of each container.  Fetched with the headers (stage 4) they made GraphSave
- * slower (0.28 of C pickle against 0.25); on their own, this late, they gain (GraphSave
- * 0.248 -> 0.241, FlatSave 0.216 -> 0.194: its lists' memo slots are scattered). */
-static inline void ahead_slots(Walk *w, TypeEntry *te, PyObject *o)
+/* The first items of a list of references that the stages look at. */
+#define AHEAD_ITEMS 8
+
+/* Stage 4b, two objects ahead: the item arrays of its lists of references (the list
+ * headers came with stage 4). */
+static inline void ahead_items(TypeEntry *te, PyObject *o)
 {
     PyObject **values = values_for_ahead(te, o);
     if (!values)
         return;
     for (Py_ssize_t j = 0; j < te->naslot; j++) {
         Py_ssize_t c = te->aslot[j];
-        PyObject *v = values[c >> 1];
-        PTable *t = (c & 1) ? &w->cmemo : &w->ids;
-        if (v && t->slots)
-            __builtin_prefetch(&t->slots[phash(t, v)]);
+        PyObject *v = values[c >> 2];
+        if ((c & 3) == AHEAD_REFS && v && PyList_CheckExact(v)) {
+            Py_ssize_t n = PyList_GET_SIZE(v);
+            prefetch_lines(((PyListObject *)v)->ob_item,
+                           (size_t)(n < AHEAD_ITEMS ? n : AHEAD_ITEMS) * sizeof(PyObject *));
+        }
+    }
+}
+
+/* Stage 5, one object before it is written: the id-table slot of each reference, the
+ * memo slot of each container that something else holds too (held_once: no memo), and
+ * for a list of references each item's header and id slot (all_refs_fit looks both up
+ * for every item: at 400k nodes those look-ups were half of walk_run's samples).
+ * Fetched with the headers (stage 4) the slots made GraphSave slower (0.28 of C pickle
+ * against 0.25); on their own, this late, they gain (GraphSave 0.248 -> 0.241, FlatSave
+ * 0.216 -> 0.194). */
+static inline void ahead_slots(Walk *w, TypeEntry *te, PyObject *o)
+{
+    PyObject **values = values_for_ahead(te, o);
+    if (!values || !w->ids.slots)
+        return;
+    for (Py_ssize_t j = 0; j < te->naslot; j++) {
+        Py_ssize_t c = te->aslot[j];
+        PyObject *v = values[c >> 2];
+        if (!v)
+            continue;
+        switch (c & 3) {
+        case AHEAD_REF:
+            __builtin_prefetch(&w->ids.slots[phash(&w->ids, v)]);
+            break;
+        case AHEAD_REFS:
+            if (PyList_CheckExact(v)) {
+                Py_ssize_t n = PyList_GET_SIZE(v);
+                PyObject **items = ((PyListObject *)v)->ob_item;
+                for (Py_ssize_t k = 0; k < n && k < AHEAD_ITEMS; k++) {
+                    __builtin_prefetch(items[k]);
+                    __builtin_prefetch(&w->ids.slots[phash(&w->ids, items[k])]);
+                }
+            }
+            /* fall through: the list's own memo slot */
+        default:
+            if (w->cmemo.slots && Py_REFCNT(v) > 1)
+                __builtin_prefetch(&w->cmemo.slots[phash(&w->cmemo, v)]);
+        }
     }
 }
 #endif
@@ -2133,6 +2183,8 @@ static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
         ahead_dict(te, p[i + 2 * LOOK]);
     if (i + LOOK < n)
         ahead_fields(te, p[i + LOOK]);
+    if (i + 2 < n)
+        ahead_items(te, p[i + 2]);
     if (i + 1 < n)
         ahead_slots(w, te, p[i + 1]);
 #endif

@@ -210,3 +210,66 @@ def test_large_graphs_in_every_attribute_layout_write_typeds_bytes(layout) -> No
     nodes = native._core.look_ahead_min + 2000  # large enough for the walk to look ahead
     graph = layout(state_models.make_graph(nodes, seed=11))
     assert state.dumps(graph, engine="native") == state.dumps(graph, engine="typed")
+
+
+# The walk also reads ahead into lists of references: the item array of a later object's
+# list and each item's header and id slot.  Python code run for one object may empty,
+# grow (a new item array), replace or share those lists first.
+
+
+@state.savable(name="tests.midsave.Linked")
+@dataclasses.dataclass(eq=False)
+class Linked:
+    n: int = 0
+    meddler: Any = state.field(save=_save_meddler, load=lambda _v: None, default=None)
+    peers: list[Linked] = dataclasses.field(default_factory=list)
+
+
+def _new_linked(n: int) -> Linked:
+    return Linked(n, meddler=Meddler(lambda _o: None))
+
+
+def _peers_cleared(o: Linked) -> None:
+    o.peers.clear()
+
+
+def _peers_grown(o: Linked) -> None:
+    o.peers.extend(_new_linked(-1) for _ in range(40))  # a larger item array, new objects
+
+
+def _peers_replaced(o: Linked) -> None:
+    o.peers = [_new_linked(-2), o]  # the old list (read ahead) is freed
+
+
+SHARED_PEERS: list[Linked] = []
+
+
+def _peers_shared(o: Linked) -> None:
+    o.peers = SHARED_PEERS
+
+
+PEER_ACTS = {
+    "clear": _peers_cleared,
+    "grow": _peers_grown,
+    "replace": _peers_replaced,
+    "share": _peers_shared,
+}
+
+
+def _linked_meddling_later(act: Callable[[Any], None]) -> list[Linked]:
+    from ckpt.state import native
+
+    objs = [Linked(i) for i in range(native._core.look_ahead_min + 64)]
+    SHARED_PEERS[:] = objs[:3]
+    for i, o in enumerate(objs):
+        o.peers = [objs[(i * 7 + k) % len(objs)] for k in range(i % 6)]
+        later = objs[i + 1 : i + 4]
+        o.meddler = Meddler(lambda _o, later=later: [act(x) for x in later])
+    return objs
+
+
+@pytest.mark.parametrize("act", list(PEER_ACTS.values()), ids=list(PEER_ACTS))
+def test_python_code_that_changes_later_lists_of_references_gives_typeds_result(act) -> None:
+    typed = state.dumps(_linked_meddling_later(act), engine="typed")
+    native = state.dumps(_linked_meddling_later(act), engine="native")
+    assert native == typed
