@@ -2126,7 +2126,18 @@ static inline void ahead_items(TypeEntry *te, PyObject *o)
             prefetch_lines(((PyListObject *)v)->ob_item,
                            (size_t)(n < AHEAD_ITEMS ? n : AHEAD_ITEMS) * sizeof(PyObject *));
         }
+        else if ((c & 3) == AHEAD_CONTAINER && v && PyDict_CheckExact(v))
+            __builtin_prefetch(((PyDictObject *)v)->ma_keys); /* its keys' header */
     }
+}
+
+/* A field's dict, one object ahead: the entries dict_fits and the writing step through
+ * (their header came with stage 4b; 16 bytes an entry for str keys, 24 for others). */
+static inline void ahead_dict_entries(PyObject *v)
+{
+    Keys311 *dk = (Keys311 *)((PyDictObject *)v)->ma_keys;
+    size_t size = (size_t)dk->dk_nentries * (dk->dk_kind == 0 ? 24 : 16);
+    prefetch_lines(table_entries(dk), size < 512 ? size : 512);
 }
 
 /* Stage 5, one object before it is written: the id-table slot of each reference, the
@@ -2161,6 +2172,8 @@ static inline void ahead_slots(Walk *w, TypeEntry *te, PyObject *o)
             }
             /* fall through: the list's own memo slot */
         default:
+            if (PyDict_CheckExact(v))
+                ahead_dict_entries(v);
             if (w->cmemo.slots && Py_REFCNT(v) > 1)
                 __builtin_prefetch(&w->cmemo.slots[phash(&w->cmemo, v)]);
         }

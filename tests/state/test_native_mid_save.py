@@ -212,9 +212,10 @@ def test_large_graphs_in_every_attribute_layout_write_typeds_bytes(layout) -> No
     assert state.dumps(graph, engine="native") == state.dumps(graph, engine="typed")
 
 
-# The walk also reads ahead into lists of references: the item array of a later object's
-# list and each item's header and id slot.  Python code run for one object may empty,
-# grow (a new item array), replace or share those lists first.
+# The walk also reads ahead into lists of references (the item array of a later object's
+# list, each item's header and id slot) and into dicts (their keys and entries).  Python
+# code run for one object may empty, grow (a new item array, a new keys object), replace
+# or share those containers first.
 
 
 @state.savable(name="tests.midsave.Linked")
@@ -223,6 +224,7 @@ class Linked:
     n: int = 0
     meddler: Any = state.field(save=_save_meddler, load=lambda _v: None, default=None)
     peers: list[Linked] = dataclasses.field(default_factory=list)
+    table: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _new_linked(n: int) -> Linked:
@@ -231,21 +233,26 @@ def _new_linked(n: int) -> Linked:
 
 def _peers_cleared(o: Linked) -> None:
     o.peers.clear()
+    o.table.clear()  # its keys object is freed
 
 
 def _peers_grown(o: Linked) -> None:
     o.peers.extend(_new_linked(-1) for _ in range(40))  # a larger item array, new objects
+    o.table.update((f"k{j}", j) for j in range(40))  # a larger keys object
 
 
 def _peers_replaced(o: Linked) -> None:
     o.peers = [_new_linked(-2), o]  # the old list (read ahead) is freed
+    o.table = {"new": -2}  # and the old dict
 
 
 SHARED_PEERS: list[Linked] = []
+SHARED_TABLE: dict[str, int] = {"shared": 1}
 
 
 def _peers_shared(o: Linked) -> None:
     o.peers = SHARED_PEERS
+    o.table = SHARED_TABLE
 
 
 PEER_ACTS = {
@@ -263,6 +270,7 @@ def _linked_meddling_later(act: Callable[[Any], None]) -> list[Linked]:
     SHARED_PEERS[:] = objs[:3]
     for i, o in enumerate(objs):
         o.peers = [objs[(i * 7 + k) % len(objs)] for k in range(i % 6)]
+        o.table = {f"t{k}": k for k in range(i % 5)}
         later = objs[i + 1 : i + 4]
         o.meddler = Meddler(lambda _o, later=later: [act(x) for x in later])
     return objs
