@@ -22,6 +22,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -117,6 +118,27 @@ def write_info(root: str, info: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _connect(sock: socket.socket, path: str, timeout: float) -> None:
+    """Connect to a Unix socket, waiting up to ``timeout`` while its backlog is full.
+
+    A Unix stream socket whose listen backlog is full refuses a connect with EAGAIN at
+    once, whatever the timeout (TCP would retry its SYN). A template busy with a flood
+    of connections frees room within milliseconds, so a request must wait for it rather
+    than be lost."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError:
+            if time.monotonic() + pause >= deadline:
+                raise TimeoutError(f"{path}: the template's backlog stayed full") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+
 def exchange(
     path: str,
     request: dict[str, Any],
@@ -134,8 +156,7 @@ def exchange(
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     got: list[int] = []
     try:
-        sock.settimeout(connect_timeout)
-        sock.connect(path)
+        _connect(sock, path, connect_timeout)
         sock.settimeout(timeout)
         data = json.dumps(request).encode() + b"\n"
         if fds:
