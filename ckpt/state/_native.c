@@ -1140,9 +1140,7 @@ static int memo_put(Walk *w, PyObject *c, PyObject *owner)
     return 0;
 }
 
-/* memo_put, and the container kept alive until the walk ends: the memo knows it by its
- * address, and a container freed mid-walk (one a getter made for a single read) would
- * leave that address to the next one allocated, which would be taken for it. */
+/* Keep a container alive until the walk ends (walk_clear_tables lets go). */
 static int hold(Walk *w, PyObject *c)
 {
     if (w->nheld == w->cap_held) {
@@ -1159,6 +1157,9 @@ static int hold(Walk *w, PyObject *c)
     return 0;
 }
 
+/* memo_put, and the container held: the memo knows it by its address, and a container
+ * freed mid-walk (one a getter made for a single read) would leave that address to the
+ * next one allocated, which would be taken for it. */
 static int memo_hold(Walk *w, PyObject *c, PyObject *owner)
 {
     return memo_put(w, c, owner) < 0 ? -1 : hold(w, c);
