@@ -187,7 +187,7 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
                     saved = len(out) - waiting
                     done += saved
                     if len(out) >= CHUNK:
-                        _flush_rows(out, encoded[t], counts, t)
+                        counts[t] += _flush_rows(out, encoded[t])
                     if saved < CHUNK:  # the queue ran out (a list iterator stays done)
                         break
                 pending[t] = []
@@ -195,7 +195,7 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
             t += 1
     for t in range(len(types)):
         if t < len(encoded):
-            _flush_rows(rows[t], encoded[t], counts, t)
+            counts[t] += _flush_rows(rows[t], encoded[t])
             rows[t] = w.array_of(counts[t], encoded[t])
         else:
             rows[t] = []
@@ -203,12 +203,13 @@ def save(root: Any, stats: Stats | None) -> tuple[list, graph.SaveWalk]:
     return walk.payload(ENGINE, w.COMPACT, root, root_enc), walk
 
 
-def _flush_rows(out: list, encoded: list[bytes], counts: list[int], t: int) -> None:
-    """Encode the rows waiting in ``out`` onto ``encoded`` and drop them."""
-    if out:
+def _flush_rows(out: list, encoded: list[bytes]) -> int:
+    """Encode the rows waiting in ``out`` onto ``encoded`` and drop them; how many."""
+    n = len(out)
+    if n:
         encoded.append(w.array_body(out))
-        counts[t] += len(out)
         out.clear()
+    return n
 
 
 def _where(sch: Schema, obj: Any) -> str:

@@ -423,7 +423,6 @@ class ImageWriter:
             )
             with open(os.path.join(self._tmp, PAGES_META_IMG), "wb") as mf:
                 mf.write(self._pages.meta_bytes())
-                mf.flush()
                 files = (self._state_f, self._pages_f, mf)
                 for fh in files:
                     fh.flush()
@@ -449,20 +448,18 @@ class ImageWriter:
         writer (an fsync here cost 0.2 ms, a tenth of a native nginx checkpoint)."""
         assert self._tmp is not None
         t, parent = self._t.target, self._t.parent
+        old = None  # where the replaced image is once the new one is in place
         if self._check_target() in ("missing", "empty"):
             os.rename(self._tmp, t)  # rename(2) replaces an empty directory
-            self._tmp = None
-            _fsync_dir(parent)
         elif _exchange(self._tmp, t):
-            old, self._tmp = self._tmp, None  # the temp name now holds the old image
-            _fsync_dir(parent)
-            _remove_image_dir(old)
+            old = self._tmp  # the temp name now holds the old image
         else:
             old = _make_temp_dir(parent, f".{self._t.name}.old-{os.getpid()}-")
             os.rename(t, old)  # replaces the empty placeholder directory
             os.rename(self._tmp, t)
-            self._tmp = None
-            _fsync_dir(parent)
+        self._tmp = None
+        _fsync_dir(parent)
+        if old is not None:
             _remove_image_dir(old)
 
     def abort(self) -> None:
