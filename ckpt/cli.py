@@ -315,6 +315,65 @@ def bench_state_scale(
         print("\n".join(state_scale.go_lines(points)))
 
 
+@bench_app.command("instructions")
+def bench_instructions_cmd(
+    filter: Annotated[
+        str | None,
+        typer.Option("--filter", "-f", help="Only benchmarks whose name contains this."),
+    ] = None,
+    variants: Annotated[
+        str,
+        typer.Option(
+            "--variants",
+            help="Comma-separated (default: native where built, typed, reflect, pickle).",
+        ),
+    ] = "",
+    ops: Annotated[
+        int | None,
+        typer.Option(
+            "--ops", min=1, help="Counted operations per case (default: 5; 1 on 20k-node graphs)."
+        ),
+    ] = None,
+    graph_nodes: Annotated[
+        int, typer.Option("--graph-nodes", min=1, help="Nodes in the graph shapes.")
+    ] = 20000,
+    json_out: JsonDocOpt = False,
+    go: Annotated[
+        bool, typer.Option("--go/--no-go", help="Print Go benchmark lines for benchstat.")
+    ] = True,
+) -> None:
+    """Instructions per operation of `bench state`'s benchmarks, counted by callgrind.
+
+    Each case runs in its own interpreter under valgrind; only the operations are
+    counted (not imports, building the shape or the warm-up), so the figures are the
+    same on any host and in any run.  A full run takes about 20 minutes on 2 cores;
+    -f narrows it.  Needs valgrind and an interpreter that keeps its symbols.
+    """
+    import json
+
+    from ckpt.bench import instructions
+    from ckpt.bench.harness import BenchError
+
+    names = [n for n in instructions.benchmark_names(graph_nodes) if not filter or filter in n]
+    if not names:
+        raise BenchError(f"no benchmark name contains {filter!r}")
+    chosen = [v for v in variants.split(",") if v] or list(instructions.VARIANTS)
+    counts = instructions.run(
+        names,
+        chosen,
+        ops=ops,
+        graph_nodes=graph_nodes,
+        progress=None if json_out else (lambda line: print(line, file=sys.stderr, flush=True)),
+    )
+    if json_out:
+        out.print_json(json.dumps(instructions.to_json(counts)))
+        return
+    for table in instructions.render(counts):
+        out.print(table)
+    if go:
+        print("\n".join(instructions.go_lines(counts)))
+
+
 # --- statefile commands (ckpt/statefile) ------------------------------------------
 
 

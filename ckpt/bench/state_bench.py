@@ -71,19 +71,26 @@ def _codecs(variant: str) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any
     return (lambda o, e=variant: state.dumps(o, e)), (lambda d, e=variant: state.loads(d, e))
 
 
+def shapes(graph_nodes: int = 20000) -> list[tuple[str, str, Callable[[], Any]]]:
+    """Every shape as (save benchmark, load benchmark, a maker of its root), in table
+    order; ``bench instructions`` builds one of them per process."""
+    pairs: list[tuple[str, str, Callable[[], Any]]] = [
+        (f"Encoding/{name}", f"Decoding/{name}", make) for name, make in state_models.SHAPES.items()
+    ]
+    for prefix, make in (
+        ("Graph", state_models.make_graph),
+        ("BigIntGraph", state_models.make_bigint_graph),
+        ("People", state_models.make_people),
+        ("Flat", state_flat.make_flat),
+    ):
+        pairs.append((f"{prefix}Save", f"{prefix}Load", lambda m=make: m(graph_nodes)))
+    return pairs
+
+
 def build_cases(graph_nodes: int = 20000, peers: tuple[str, ...] = PEERS) -> list[Case]:
     cases: list[Case] = []
-    shapes: list[tuple[str, str, Any]] = [
-        (f"Encoding/{name}", f"Decoding/{name}", make())
-        for name, make in state_models.SHAPES.items()
-    ]
-    shapes.append(("GraphSave", "GraphLoad", state_models.make_graph(graph_nodes)))
-    shapes.append(
-        ("BigIntGraphSave", "BigIntGraphLoad", state_models.make_bigint_graph(graph_nodes))
-    )
-    shapes.append(("PeopleSave", "PeopleLoad", state_models.make_people(graph_nodes)))
-    shapes.append(("FlatSave", "FlatLoad", state_flat.make_flat(graph_nodes)))
-    for save_name, load_name, root in shapes:
+    roots = [(save, load, make()) for save, load, make in shapes(graph_nodes)]  # all first
+    for save_name, load_name, root in roots:
         variants = list(peers)
         if save_name == "GraphSave" and "typed" in peers:
             variants.insert(1, "typed+gc")
