@@ -26,6 +26,7 @@
 #endif
 
 #include "_native_read.h"
+#include <datetime.h>
 
 #define MAX_DEPTH 64
 
@@ -57,7 +58,9 @@ static inline UEntry311 *table_entries(Keys311 *k)
 
 /* Field ops (save and load); must match native.py. */
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
-       OP_FROZENSET, OP_SAVE };
+       OP_FROZENSET, OP_SAVE, OP_VALUE };
+/* OP_VALUE's stdlib value types, written as their codecs' payloads (values.py) */
+enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
 /* Element ops inside containers. */
 enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
 #define MAX_TUPLE_ITEMS 8 /* tuple[A, B, ...] items of a list checked in C */
@@ -725,6 +728,8 @@ typedef struct {
     int op, mask, kop, kmask, vop, vmask, elide;
     Py_ssize_t tarity;          /* OP_TUPLE or E_TUPLE items: the fixed length, or -1 */
     int tmask[MAX_TUPLE_ITEMS]; /* ... and each position's scalar mask */
+    int vk;                     /* OP_VALUE: which value type (VK_*) */
+    PyObject *vcls;             /* OP_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
 } Field;
 
 /* A class's parsed plan, built once by Python (``native._plan_for``) and kept on its
@@ -791,6 +796,90 @@ static void plan_free_fields(Plan *p)
 
 /* Plan(schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
  * elide, fallback, arg, dict_ok), ...)) */
+static PyObject *uuid_int_name; /* "int" */
+
+/* An OP_VALUE field's arg, (VK_*, class or None, extra), into the field; the datetime
+ * C API is imported on first use (a class with such a field has the module loaded). */
+static int value_plan(Field *f, PyObject *arg)
+{
+    PyObject *extra;
+    if (!PyTuple_Check(arg) || !PyArg_ParseTuple(arg, "iOO", &f->vk, &f->vcls, &extra))
+        goto bad;
+    if (f->vk < VK_DATETIME || f->vk > VK_UUID || (f->vk == VK_UUID && !PyType_Check(f->vcls)))
+        goto bad;
+    if (!PyDateTimeAPI && !(PyDateTimeAPI = PyCapsule_Import(PyDateTime_CAPSULE_NAME, 0)))
+        return -1;
+    if (!uuid_int_name && !(uuid_int_name = PyUnicode_InternFromString("int")))
+        return -1;
+    return 0;
+bad:
+    PyErr_Clear();
+    PyErr_SetString(PyExc_SystemError, "ckpt native: bad value plan");
+    return -1;
+}
+
+/* A stdlib value of exactly its field's type, as its codec's to_plain payload, byte for
+ * byte what msgspec writes for that list: 0, -1 on error, 1 for a value this does not
+ * take (another type, a time zone other than None and UTC), which the slot writes. */
+static int w_std_value(Buf *b, Field *f, PyObject *v)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    switch (f->vk) {
+    case VK_DATETIME: {
+        if (t != PyDateTimeAPI->DateTimeType)
+            return 1;
+        PyObject *tz = PyDateTime_DATE_GET_TZINFO(v);
+        if (tz != Py_None && tz != PyDateTime_TimeZone_UTC)
+            return 1;
+        if (w_array(b, 9) < 0 || w_uint(b, PyDateTime_GET_YEAR(v)) < 0 ||
+            w_uint(b, PyDateTime_GET_MONTH(v)) < 0 || w_uint(b, PyDateTime_GET_DAY(v)) < 0 ||
+            w_uint(b, PyDateTime_DATE_GET_HOUR(v)) < 0 ||
+            w_uint(b, PyDateTime_DATE_GET_MINUTE(v)) < 0 ||
+            w_uint(b, PyDateTime_DATE_GET_SECOND(v)) < 0 ||
+            w_uint(b, PyDateTime_DATE_GET_MICROSECOND(v)) < 0 ||
+            w_uint(b, PyDateTime_DATE_GET_FOLD(v)) < 0)
+            return -1;
+        if (tz == Py_None)
+            return w_byte(b, 0xc0);
+        return w_raw(b, "\x91\xa3utc", 5); /* ["utc"] */
+    }
+    case VK_DATE:
+        if (t != PyDateTimeAPI->DateType)
+            return 1;
+        if (w_array(b, 3) < 0 || w_uint(b, PyDateTime_GET_YEAR(v)) < 0 ||
+            w_uint(b, PyDateTime_GET_MONTH(v)) < 0)
+            return -1;
+        return w_uint(b, PyDateTime_GET_DAY(v));
+    case VK_TIMEDELTA:
+        if (t != PyDateTimeAPI->DeltaType)
+            return 1;
+        if (w_array(b, 3) < 0 || w_int(b, PyDateTime_DELTA_GET_DAYS(v)) < 0 ||
+            w_int(b, PyDateTime_DELTA_GET_SECONDS(v)) < 0)
+            return -1;
+        return w_int(b, PyDateTime_DELTA_GET_MICROSECONDS(v));
+    case VK_UUID: {
+        if ((PyObject *)t != f->vcls)
+            return 1;
+        /* v.bytes is v.int.to_bytes(16, "big"); an int that does not fit is the slot's */
+        PyObject *n = PyObject_GetAttr(v, uuid_int_name);
+        if (!n)
+            return -1;
+        unsigned char raw[16];
+        int rc = PyLong_CheckExact(n) ? _PyLong_AsByteArray((PyLongObject *)n, raw, 16, 0, 0)
+                                      : -1;
+        Py_DECREF(n);
+        if (rc < 0) {
+            PyErr_Clear();
+            return 1;
+        }
+        if (w_raw(b, "\x91\xc4\x10", 3) < 0) /* [bin8 of 16 bytes] */
+            return -1;
+        return w_raw(b, (const char *)raw, 16);
+    }
+    }
+    return 1;
+}
+
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     PyObject *schema, *name, *fields;
@@ -835,6 +924,10 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             f->tarity = PyTuple_GET_SIZE(arg);
             for (Py_ssize_t j = 0; j < f->tarity; j++)
                 f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
+        }
+        if (f->op == OP_VALUE && value_plan(f, arg) < 0) {
+            Py_DECREF(p);
+            return NULL;
         }
         if (f->kop == E_TUPLE && arg != Py_None) { /* list[tuple[A, B]]: per-item masks */
             if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_TUPLE_ITEMS) {
@@ -1635,6 +1728,12 @@ static int w_field(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v)
         if (t != &PyFrozenSet_Type || !set_fits(v, E_SCALAR, f->kmask))
             return w_fallback(w, b, f, obj);
         return w_scalar_set(b, v);
+    }
+    case OP_VALUE: {
+        if (v == Py_None && (f->mask & M_NONE))
+            return w_byte(b, 0xc0);
+        int rc = w_std_value(b, f, v);
+        return rc == 1 ? w_fallback(w, b, f, obj) : rc;
     }
     default:
         return w_fallback(w, b, f, obj);

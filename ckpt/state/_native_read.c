@@ -16,10 +16,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "_native_read.h"
+#include <datetime.h>
 
 #define RD_MAX_DEPTH 64
 
@@ -475,7 +477,9 @@ static PyObject *rd_obj(Rd *r, int depth)
 /* ---- fill plans (the tuples native._load_plan builds; ops as in _native.c) ------------- */
 
 enum { L_PY = 0, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF, L_ANY,
-       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE };
+       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE };
+/* L_VALUE's stdlib value types, read from their payload arrays in C */
+enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
 enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
 
 typedef struct {
@@ -486,6 +490,9 @@ typedef struct {
     int zero_call;
     PyObject *arg;
     PyObject *slot;
+    int vk;            /* L_VALUE: which value type (VK_*) */
+    PyObject *vcls;    /* L_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
+    PyObject *vextra;  /* L_VALUE, VK_UUID: uuid.SafeUUID.unknown (borrowed) */
 } LField;
 
 static inline PyObject *ref_get(PyObject *objs, PyObject *raw)
@@ -850,6 +857,151 @@ stop:
 }
 
 /* One field's value, read from r->p (which ends just past the value). */
+/* ---- stdlib values from their payload arrays ------------------------------------------ */
+
+static PyObject *uuid_int_str, *uuid_safe_str; /* "int", "is_safe" */
+
+/* A MessagePack int at r->p that fits a C int: 0 and its value, else -1 (r->p unchanged,
+ * no error: a bigger int or another type is the slot decoder's to judge). */
+static inline int rd_cint(Rd *r, int *out)
+{
+    const uint8_t *p = r->p;
+    Py_ssize_t left = r->end - p;
+    if (left <= 0)
+        return -1;
+    uint8_t c = *p;
+    int64_t v;
+    int n = 0;
+    if (c <= 0x7f)
+        v = c;
+    else if (c >= 0xe0)
+        v = (int8_t)c;
+    else if (c >= 0xcc && c <= 0xce) {
+        n = 1 << (c - 0xcc);
+        if (left < 1 + n)
+            return -1;
+        v = (int64_t)be(p + 1, n);
+    }
+    else if (c >= 0xd0 && c <= 0xd2) {
+        n = 1 << (c - 0xd0);
+        if (left < 1 + n)
+            return -1;
+        uint64_t u = be(p + 1, n);
+        v = n == 1 ? (int8_t)u : n == 2 ? (int16_t)u : (int32_t)u;
+    }
+    else
+        return -1;
+    if (v < INT_MIN || v > INT_MAX)
+        return -1;
+    *out = (int)v;
+    r->p = p + 1 + n;
+    return 0;
+}
+
+/* `n` ints into out[], all or none. */
+static inline int rd_cints(Rd *r, int *out, int n)
+{
+    const uint8_t *start = r->p;
+    for (int i = 0; i < n; i++)
+        if (rd_cint(r, &out[i]) < 0) {
+            r->p = start;
+            return -1;
+        }
+    return 0;
+}
+
+/* An array header of exactly `n` items (fixarray: every payload here is short). */
+static inline int rd_fixarray(Rd *r, int n)
+{
+    if (r->p >= r->end || *r->p != (uint8_t)(0x90 | n))
+        return -1;
+    r->p++;
+    return 0;
+}
+
+/* A datetime's time zone as written by values._tz_plain: Nil, or ["utc"]; NULL for
+ * any other (fixed offsets and zone names are the slot decoder's). Borrowed. */
+static inline PyObject *rd_simple_tz(Rd *r)
+{
+    static const uint8_t utc[5] = {0x91, 0xa3, 'u', 't', 'c'};
+    if (r->p < r->end && *r->p == 0xc0) {
+        r->p++;
+        return Py_None;
+    }
+    if (r->end - r->p >= 5 && memcmp(r->p, utc, 5) == 0) {
+        r->p += 5;
+        return PyDateTime_TimeZone_UTC;
+    }
+    return NULL;
+}
+
+/* A field of a stdlib value type (values.py's datetime, date, timedelta and uuid
+ * codecs), built from its payload array as the codec's from_plain builds it.  NULL
+ * with no error and r->p unchanged for every other shape (Nil in a field that is not
+ * Optional, escapes, time zones other than None and UTC, ints beyond a C int) and for
+ * values the constructor refuses: the slot decoder then gives the typed engine's
+ * value or its StateError. */
+static PyObject *rd_value(LField *f, Rd *r)
+{
+    const uint8_t *start = r->p;
+    int x[8];
+    PyObject *v = NULL;
+    if (f->build && r->p < r->end && *r->p == 0xc0) { /* Optional: Nil is None */
+        r->p++;
+        Py_RETURN_NONE;
+    }
+    switch (f->vk) {
+    case VK_DATETIME: {
+        if (rd_fixarray(r, 9) < 0 || rd_cints(r, x, 8) < 0)
+            goto other;
+        PyObject *tz = rd_simple_tz(r);
+        if (!tz || (x[7] != 0 && x[7] != 1))
+            goto other;
+        v = PyDateTimeAPI->DateTime_FromDateAndTimeAndFold(
+            x[0], x[1], x[2], x[3], x[4], x[5], x[6], tz, x[7], PyDateTimeAPI->DateTimeType);
+        break;
+    }
+    case VK_DATE:
+        if (rd_fixarray(r, 3) < 0 || rd_cints(r, x, 3) < 0)
+            goto other;
+        v = PyDateTimeAPI->Date_FromDate(x[0], x[1], x[2], PyDateTimeAPI->DateType);
+        break;
+    case VK_TIMEDELTA:
+        /* only the normalised form to_plain writes: C-int normalising could overflow */
+        if (rd_fixarray(r, 3) < 0 || rd_cints(r, x, 3) < 0 || x[0] < -999999999 ||
+            x[0] > 999999999 || x[1] < 0 || x[1] >= 86400 || x[2] < 0 || x[2] >= 1000000)
+            goto other;
+        v = PyDateTimeAPI->Delta_FromDelta(x[0], x[1], x[2], 1, PyDateTimeAPI->DeltaType);
+        break;
+    case VK_UUID: {
+        /* uuid.UUID(bytes=b) stores int.from_bytes(b, "big") and SafeUUID.unknown in
+         * its two slots (object.__setattr__: the class refuses setattr) */
+        if (rd_fixarray(r, 1) < 0 || r->end - r->p < 18 || r->p[0] != 0xc4 || r->p[1] != 16)
+            goto other;
+        PyObject *n = _PyLong_FromByteArray(r->p + 2, 16, 0, 0);
+        if (!n)
+            return NULL;
+        r->p += 18;
+        v = PyBaseObject_Type.tp_new((PyTypeObject *)f->vcls, no_args, NULL);
+        if (v && (PyObject_GenericSetAttr(v, uuid_int_str, n) < 0 ||
+                  PyObject_GenericSetAttr(v, uuid_safe_str, f->vextra) < 0))
+            Py_CLEAR(v);
+        Py_DECREF(n);
+        return v;
+    }
+    default:
+        goto other;
+    }
+    if (!v && (PyErr_ExceptionMatches(PyExc_ValueError) ||
+               PyErr_ExceptionMatches(PyExc_OverflowError)))
+        PyErr_Clear(); /* out of range: the slot decoder says so in its own words */
+    else
+        return v;
+other:
+    r->p = start;
+    return NULL;
+}
+
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
     const uint8_t *start = r->p;
@@ -890,6 +1042,11 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
         if (i >= 0)
             return Py_NewRef(PyList_GET_ITEM(objs, i));
     }
+    else if (f->op == L_VALUE) {
+        PyObject *v = rd_value(f, r);
+        if (v || PyErr_Occurred())
+            return v;
+    }
     PyObject *raw = rd_obj(r, 0);
     if (!raw)
         return NULL;
@@ -908,6 +1065,27 @@ static int get_buffer(PyObject *data, Py_buffer *buf)
 /* read_fill(shells, body, start, plan, objs, ctx) -> offset after the last row.
  * shells: the type's objects in row order; start: the payload offset of its first
  * row; plan as for _native.fill. */
+/* An L_VALUE entry's arg, (VK_*, class or None, extra or None), into the field; the
+ * datetime C API is imported on first use (a stream of such fields means the module is
+ * loaded already). */
+static int value_field(LField *f)
+{
+    if (!PyArg_ParseTuple(f->arg, "iOO", &f->vk, &f->vcls, &f->vextra))
+        return -1;
+    if (f->vk < VK_DATETIME || f->vk > VK_UUID ||
+        (f->vk == VK_UUID && !PyType_Check(f->vcls))) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad value plan");
+        return -1;
+    }
+    if (!PyDateTimeAPI && !(PyDateTimeAPI = PyCapsule_Import(PyDateTime_CAPSULE_NAME, 0)))
+        return -1;
+    if (!uuid_int_str && !(uuid_int_str = PyUnicode_InternFromString("int")))
+        return -1;
+    if (!uuid_safe_str && !(uuid_safe_str = PyUnicode_InternFromString("is_safe")))
+        return -1;
+    return 0;
+}
+
 static PyObject *read_fill(PyObject *mod, PyObject *args)
 {
     PyObject *shells, *body, *plan, *objs, *ctx, *entries;
@@ -950,6 +1128,8 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
             PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
             goto done;
         }
+        if (f->op == L_VALUE && value_field(f) < 0)
+            goto done;
         if (f->op != L_DEFAULT && f->op != L_FACTORY) {
             if (f->src < 0) {
                 PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");

@@ -37,7 +37,7 @@ ENGINE = "typed"  # the stream is the typed engine's; the native engine only wri
 
 # Op codes shared with _native.c.
 OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
-OP_TUPLE, OP_FROZENSET, OP_SAVE = range(8, 11)
+OP_TUPLE, OP_FROZENSET, OP_SAVE, OP_VALUE = range(8, 12)
 E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = range(6)
 MAX_TUPLE_ITEMS = 8  # as in _native.c
 _BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
@@ -178,6 +178,8 @@ def _field_arg(kind: Kind, op: int) -> Any:
     """The op's extra: the enum class, or a fixed tuple's per-item masks."""
     if op == OP_ENUM:
         return kind.enum_cls if kind.tag is K.ENUM else kind.args[0].enum_cls
+    if op == OP_VALUE:
+        return _value_kind((kind.args[0] if kind.tag is K.OPT else kind).codec)
     if op == OP_TUPLE and kind.tag is K.TUPLE:
         return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
     if op == OP_LIST and kind.args[0].tag is K.TUPLE:  # list[tuple[A, B]]: per-item masks
@@ -195,6 +197,9 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
     py = (OP_PY, 0, 0, 0, 0, 0)
     if tag in SCALARS:
         return OP_SCALAR, _mask(_fast_types(tag)), 0, 0, 0, 0
+    value = kind.args[0] if tag is K.OPT else kind
+    if value.tag is K.VALUE and _value_kind(value.codec):
+        return OP_VALUE, _BITS[type(None)] if tag is K.OPT else 0, 0, 0, 0, 0
     if tag is K.OPT:
         inner = kind.args[0]
         if inner.tag in SCALARS:
@@ -371,7 +376,9 @@ class _PayloadView:
 
 # Load op codes shared with _native.c.
 L_PY, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF = range(8)
-L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE = range(8, 15)
+L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE = range(8, 16)
+# Value types whose payload arrays C reads itself (L_VALUE; VK_* in _native_read.c).
+_VALUE_KINDS = {"datetime": 1, "date": 2, "timedelta": 3, "uuid": 4}
 B_LIST, B_SET, B_FROZENSET, B_TUPLE = range(4)
 _BUILD = {K.LIST: B_LIST, K.SET: B_SET, K.FROZENSET: B_FROZENSET, K.VARTUPLE: B_TUPLE}
 _FALSY_ZERO = {K.STR: "", K.BOOL: False, K.BYTES: b""}
@@ -408,6 +415,9 @@ def _load_op(spec: Any) -> tuple[int, int, Any, bool, Any]:
         return L_PY, 0, None, False, None
     if tag is K.ENUM:
         return L_ENUM, 0, None, False, EnumMembers(kind.enum_cls)
+    value = kind.args[0] if tag is K.OPT else kind
+    if value.tag is K.VALUE and (vk := _value_kind(value.codec)):
+        return L_VALUE, int(tag is K.OPT), None, False, vk
     if tag in _BUILD:
         inner = kind.args[0]
         if inner.tag in SCALARS:
@@ -422,6 +432,23 @@ def _load_op(spec: Any) -> tuple[int, int, Any, bool, Any]:
         if kk.tag in SCALARS and vk.tag is K.REF:
             return L_DICT_REF, 0, dict, True, None
     return L_PY, 0, None, False, None
+
+
+def _value_kind(codec: Any) -> tuple | None:
+    """L_VALUE's arg for a built-in codec C reads itself, (VK_*, class, extra), or None.
+
+    A UUID is built as ``uuid.UUID(bytes=...)`` builds it, by setting its two slots;
+    that is done only while the class has exactly those slots."""
+    vk = _VALUE_KINDS.get(codec.name) if codec.builtin else None
+    if vk is None:
+        return None
+    if codec.name != "uuid":
+        return (vk, None, None)
+    import uuid
+
+    if codec.cls is not uuid.UUID or uuid.UUID.__slots__ != ("int", "is_safe", "__weakref__"):
+        return None
+    return (vk, uuid.UUID, uuid.SafeUUID.unknown)
 
 
 class _LazyLoadSlot:
