@@ -477,7 +477,7 @@ static PyObject *rd_obj(Rd *r, int depth)
 /* ---- fill plans (the tuples native._load_plan builds; ops as in _native.c) ------------- */
 
 enum { L_PY = 0, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF, L_ANY,
-       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE };
+       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE };
 /* L_VALUE's stdlib value types, read from their payload arrays in C */
 enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
 enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
@@ -490,7 +490,7 @@ typedef struct {
     int zero_call;
     PyObject *arg;
     PyObject *slot;
-    int vk;            /* L_VALUE: which value type (VK_*) */
+    int vk;            /* L_VALUE: which value type (VK_*); L_SEQ_TUPLE: the tuples' arity */
     PyObject *vcls;    /* L_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
     PyObject *vextra;  /* L_VALUE, VK_UUID: uuid.SafeUUID.unknown (borrowed) */
 } LField;
@@ -701,6 +701,10 @@ static PyObject *value_of(LField *f, PyObject *raw, PyObject *objs, PyObject *ct
             }
             return d;
         }
+        break;
+    case L_SEQ_TUPLE:
+        if (raw == Py_None)
+            return zero_of(f);
         break;
     case L_SAVE:
         if (t != &PyDict_Type && (t != &PyList_Type || plain_items(raw)))
@@ -1002,6 +1006,50 @@ other:
     return NULL;
 }
 
+/* list[tuple[A, B, ...]] of scalars: an array of arrays of exactly `arity` items, none
+ * of them an array, a map or an extension, as a list of tuples (each item as msgspec
+ * decodes it, which is what typed's per-item decoder keeps); NULL with no error and
+ * r->p unchanged for any other shape. */
+static PyObject *rd_tuple_list(Rd *r, int arity)
+{
+    const uint8_t *start = r->p;
+    if (r->p >= r->end || !is_container_byte(*r->p))
+        return NULL;
+    Val h;
+    if (rd_head(r, &h) < 0 || h.kind != V_ARRAY) {
+        PyErr_Clear(); /* the slow path reads it again and reports it */
+        r->p = start;
+        return NULL;
+    }
+    PyObject *out = PyList_New(h.n); /* h.n is checked against the bytes that remain */
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < h.n; k++) {
+        if (rd_fixarray(r, arity) < 0)
+            goto other;
+        PyObject *t = PyTuple_New(arity);
+        if (!t)
+            goto fail;
+        PyList_SET_ITEM(out, k, t);
+        for (int j = 0; j < arity; j++) {
+            if (next_is_composite(r))
+                goto other;
+            PyObject *x = rd_obj(r, 0); /* a scalar: no recursion */
+            if (!x)
+                goto fail;
+            PyTuple_SET_ITEM(t, j, x);
+        }
+    }
+    return out;
+other:
+    Py_DECREF(out);
+    r->p = start;
+    return NULL;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
     const uint8_t *start = r->p;
@@ -1044,6 +1092,11 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
     }
     else if (f->op == L_VALUE) {
         PyObject *v = rd_value(f, r);
+        if (v || PyErr_Occurred())
+            return v;
+    }
+    else if (f->op == L_SEQ_TUPLE) {
+        PyObject *v = rd_tuple_list(r, f->vk);
         if (v || PyErr_Occurred())
             return v;
     }
@@ -1130,6 +1183,12 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
         }
         if (f->op == L_VALUE && value_field(f) < 0)
             goto done;
+        if (f->op == L_SEQ_TUPLE &&
+            ((f->vk = (int)PyLong_AsLong(f->arg)) < 1 || f->vk > 15)) { /* a fixarray */
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple list plan");
+            goto done;
+        }
         if (f->op != L_DEFAULT && f->op != L_FACTORY) {
             if (f->src < 0) {
                 PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");

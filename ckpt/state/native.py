@@ -376,7 +376,7 @@ class _PayloadView:
 
 # Load op codes shared with _native.c.
 L_PY, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF = range(8)
-L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE = range(8, 16)
+L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE = range(8, 17)
 # Value types whose payload arrays C reads itself (L_VALUE; VK_* in _native_read.c).
 _VALUE_KINDS = {"datetime": 1, "date": 2, "timedelta": 3, "uuid": 4}
 B_LIST, B_SET, B_FROZENSET, B_TUPLE = range(4)
@@ -424,6 +424,8 @@ def _load_op(spec: Any) -> tuple[int, int, Any, bool, Any]:
             return L_SEQ, _BUILD[tag], factory, True, None
         if _is_ref(inner):
             return L_SEQ_REF, _BUILD[tag], factory, True, None
+        if tag is K.LIST and _scalar_tuple(inner) and inner.tag is K.TUPLE:
+            return L_SEQ_TUPLE, _BUILD[tag], factory, True, len(inner.args)
         return L_PY, 0, None, False, None
     if tag is K.DICT:
         kk, vk = kind.args
