@@ -59,8 +59,6 @@ static inline UEntry311 *table_entries(Keys311 *k)
 /* Field ops (save and load); must match native.py. */
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
        OP_FROZENSET, OP_SAVE, OP_VALUE };
-/* OP_VALUE's stdlib value types, written as their codecs' payloads (values.py) */
-enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
 /* Element ops inside containers. */
 enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
 #define MAX_TUPLE_ITEMS 8 /* tuple[A, B, ...] items of a list checked in C */

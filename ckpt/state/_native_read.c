@@ -478,8 +478,7 @@ static PyObject *rd_obj(Rd *r, int depth)
 
 enum { L_PY = 0, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF, L_ANY,
        L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE };
-/* L_VALUE's stdlib value types, read from their payload arrays in C */
-enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
+
 enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
 
 typedef struct {

@@ -30,6 +30,7 @@ Color, Containers, Everything, Leaf = (
 )
 Level, Mode, Node, Pair = models.Level, models.Mode, models.Node, models.Pair
 RefPair, SLeaf, SNode, Stamped = models.RefPair, models.SLeaf, models.SNode, models.Stamped
+Calendar = models.Calendar
 V1_STREAMS = STATE_DATA
 
 
@@ -84,6 +85,17 @@ def graphs() -> Iterator[tuple[str, Any]]:
             uuid.UUID(int=7),
             decimal.Decimal("-1.50"),
             count=None,  # type: ignore[arg-type]
+        ),
+    )
+    yield (
+        "calendar",  # values the native core reads in C (UTC, no zone, a tuple list)
+        Calendar(
+            dt.datetime(2026, 3, 4, 5, 6, 7, 8, tzinfo=dt.UTC),
+            dt.datetime(1999, 12, 31, fold=1),
+            dt.date(2026, 2, 28),
+            dt.timedelta(days=-3, seconds=7),
+            uuid.UUID(int=2**127 + 5),
+            [(1, 2), (-3, 2**40)],
         ),
     )
     yield (

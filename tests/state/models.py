@@ -173,3 +173,17 @@ class Stamped:
     key: uuid.UUID | None = None
     amount: decimal.Decimal = decimal.Decimal(0)
     count: int = 0
+
+
+@state.savable(name="tests.state.Calendar")
+@dataclass(eq=False)
+class Calendar:
+    """The kinds the native core reads in C beyond scalars and references: datetimes
+    with no zone or UTC, dates, timedeltas, UUIDs, and lists of scalar tuples."""
+
+    start: dt.datetime = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    end: dt.datetime | None = None
+    day: dt.date = dt.date(2000, 1, 1)
+    span: dt.timedelta = dt.timedelta()
+    key: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
+    marks: list[tuple[int, int]] = field(default_factory=list)

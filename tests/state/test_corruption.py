@@ -28,7 +28,7 @@ from ckpt.state import wire
 
 from .conftest import ENGINES
 from .graph_equal import graph_diff
-from .models import Color, Everything, Leaf, Node, Pair, Stamped
+from .models import Calendar, Color, Everything, Leaf, Node, Pair, Stamped
 
 
 def _small_graph() -> Any:
@@ -48,6 +48,14 @@ def _small_graph() -> Any:
         Everything(small=-4, text="ü", color=Color.BLUE),
         Pair(collections.deque([1, shared], 4), dt.date(2026, 1, 2)),
         stamped,
+        Calendar(  # every value on the native core's C paths
+            dt.datetime(2026, 3, 4, 5, 6, 7, 8, tzinfo=dt.UTC),
+            dt.datetime(1999, 12, 31, 23, 59, 59, fold=1),
+            dt.date(2026, 2, 28),
+            dt.timedelta(days=-3, seconds=7, microseconds=9),
+            uuid.UUID(int=2**127 + 5),
+            [(1, 2), (-3, 2**40)],
+        ),
     ]
 
 
