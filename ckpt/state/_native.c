@@ -792,8 +792,6 @@ static void plan_free_fields(Plan *p)
     PyMem_Free(fields);
 }
 
-/* Plan(schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
- * elide, fallback, arg, dict_ok), ...)) */
 static PyObject *uuid_int_name; /* "int" */
 
 /* An OP_VALUE field's arg, (VK_*, class or None, extra), into the field; the datetime
@@ -878,6 +876,8 @@ static int w_std_value(Buf *b, Field *f, PyObject *v)
     return 1;
 }
 
+/* Plan(schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
+ * elide, fallback, arg, dict_ok), ...)) */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     PyObject *schema, *name, *fields;
