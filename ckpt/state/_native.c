@@ -2634,6 +2634,24 @@ done:
     return out;
 }
 
+/* dyn_bytes(ctx, dyn, value, owner) -> bytes: `value` self-describing, as ctx.dyn(value,
+ * owner) encodes it and msgspec writes that (the root: one C pass instead of Python's
+ * dyn over a root list or dict), discovering objects in the same order. */
+static PyObject *walk_dyn_bytes(Walk *w, PyObject *args)
+{
+    PyObject *ctx, *dyn, *v, *owner;
+    if (!PyArg_ParseTuple(args, "OOOO", &ctx, &dyn, &v, &owner))
+        return NULL;
+    Py_XSETREF(w->ctx, Py_NewRef(ctx));
+    Py_XSETREF(w->dyn, Py_NewRef(dyn));
+    Buf b = {NULL, 0, 0};
+    PyObject *out = NULL;
+    if (w_dyn(w, &b, v, owner, 0) == 0)
+        out = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
+    buf_release(&b);
+    return out;
+}
+
 static PyObject *walk_discover(Walk *w, PyObject *x)
 {
     Py_ssize_t i = ref_id(w, x);
@@ -2878,6 +2896,8 @@ static PyMethodDef walk_methods[] = {
     {"run", (PyCFunction)walk_run, METH_VARARGS, "Encode every pending object."},
     {"assemble", (PyCFunction)walk_assemble, METH_VARARGS, "The framed payload's bytes."},
     {"discover", (PyCFunction)walk_discover, METH_O, "The id of an object (given one if new)."},
+    {"dyn_bytes", (PyCFunction)walk_dyn_bytes, METH_VARARGS,
+     "A value self-describing, as MessagePack bytes (the root)."},
     {"seen_again", (PyCFunction)walk_seen_again, METH_O, "A container met a second time."},
     {"hold", (PyCFunction)walk_hold, METH_O, "Keep a container cmemo records alive."},
     {"enum_index", (PyCFunction)walk_enum_index, METH_O, "The type index of an enum class."},

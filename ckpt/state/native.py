@@ -333,7 +333,8 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
     try:
         ctx = _save_ctx(walk, hooked)
-        root_enc = ctx.dyn(root, graph.ROOT_OWNER)
+        # the root self-describing, in C (ctx.dyn's encoding and discovery order)
+        root_bytes = walk.dyn_bytes(ctx, ctx.dyn, root, graph.ROOT_OWNER)
         try:
             walk.run(ctx, ctx.dyn, stats)
         except StateError as exc:
@@ -344,9 +345,9 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
         # The typed engine's own payload builder makes everything but type_seq and the
         # rows (version, type table, shared locations, flags), which C writes between.
-        payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, root_enc)
+        payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
         prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
-        suffix = _encode(payload[w.ROOT :])[1:]
+        suffix = root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
         data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
         # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
         # instructions than zlib's loop on a 1 MiB stream)

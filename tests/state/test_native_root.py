@@ -1,0 +1,82 @@
+"""The root value is encoded in C (``Walk.dyn_bytes``) the way typed's Python ``dyn``
+encodes it: the same bytes, the same discovery order, the same shared-container
+locations, and the same error for a value that cannot be saved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt import state
+
+from .graph_equal import graph_diff
+from .models import Color, Leaf, Level, Node
+
+pytestmark = pytest.mark.skipif(not state.native_status()[0], reason="native core not built")
+
+LEAVES = [Leaf(i) for i in range(4)]
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)  # beyond 64 bits: self-describing big ints
+    | st.floats(allow_nan=False)
+    | st.text(max_size=4)
+    | st.binary(max_size=4)
+    | st.sampled_from([*LEAVES, Color.RED, Level.HIGH])
+)
+keys = st.integers(-5, 5) | st.text(max_size=3) | st.tuples(st.integers(0, 3), st.text(max_size=2))
+plain = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(keys, inner, max_size=3)
+        | st.frozensets(st.integers(0, 9), max_size=3)
+        | st.sets(st.text(max_size=2), max_size=3)
+        | st.builds(bytearray, st.binary(max_size=3))
+    ),
+    max_leaves=20,
+)
+
+
+def _check(root: Any) -> None:
+    native = state.dumps(root, engine="native")
+    assert native == state.dumps(root, engine="typed")
+    assert graph_diff(root, state.loads(native, engine="native")) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain)
+def test_plain_roots_are_typed_bytes(root: Any) -> None:
+    _check(root)
+
+
+def test_containers_shared_at_and_below_the_root() -> None:
+    items = [1, Leaf(9)]
+    table = {"items": items}
+    node = Node(1, kids=[Node(2)], payload=table)
+    _check([items, table, items, node, (items, table), {"again": [items]}])
+
+
+def test_a_root_nested_deeper_than_the_c_limit() -> None:
+    root: Any = [Leaf(1)]
+    for i in range(150):  # C hands what lies past 64 levels to Python's dyn
+        root = [root, {"i": i}]
+    _check(root)
+
+
+@pytest.mark.parametrize(
+    "root",
+    [object(), [1, {"x": object()}], {object(): 1}, ["ok", "\udcff"]],
+    ids=["object", "nested-object", "object-key", "lone-surrogate"],
+)
+def test_an_unsavable_root_fails_as_typed_fails(root: Any) -> None:
+    messages = []
+    for engine in ("typed", "native"):
+        with pytest.raises(state.StateError) as info:
+            state.dumps(root, engine=engine)
+        messages.append(str(info.value).removeprefix(f"{engine} save failed: "))
+    assert messages[0] == messages[1]
