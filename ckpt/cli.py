@@ -352,11 +352,8 @@ def bench_instructions_cmd(
     import json
 
     from ckpt.bench import instructions
-    from ckpt.bench.harness import BenchError
 
-    names = [n for n in instructions.benchmark_names(graph_nodes) if not filter or filter in n]
-    if not names:
-        raise BenchError(f"no benchmark name contains {filter!r}")
+    names = instructions.benchmark_names(graph_nodes, filter)
     chosen = [v for v in variants.split(",") if v] or list(instructions.VARIANTS)
     counts = instructions.run(
         names,

@@ -161,13 +161,19 @@ def measure_peak(case: Case) -> int:
 
 def select(cases: Sequence[Case], pattern: str | None) -> list[Case]:
     """Cases whose ``name/variant`` contains ``pattern`` (all when None)."""
+    chosen = set(matching([f"{c.name}/{c.variant}" for c in cases], pattern))
+    return [c for c in cases if f"{c.name}/{c.variant}" in chosen]
+
+
+def matching(labels: Sequence[str], pattern: str | None) -> list[str]:
+    """The labels that contain ``pattern`` (all when None); BenchError naming every
+    label when none does."""
     if not pattern:
-        return list(cases)
-    chosen = [c for c in cases if pattern in f"{c.name}/{c.variant}"]
+        return list(labels)
+    chosen = [label for label in labels if pattern in label]
     if not chosen:
-        names = sorted({f"{c.name}/{c.variant}" for c in cases})
         raise BenchError(
-            f"--filter {pattern!r} matches no benchmark; there are: {', '.join(names)}"
+            f"--filter {pattern!r} matches no benchmark; there are: {', '.join(sorted(set(labels)))}"
         )
     return chosen
 

@@ -60,10 +60,12 @@ def parse_callgrind(data: bytes) -> int:
     return int(m.group(1))
 
 
-def benchmark_names(graph_nodes: int = 20000) -> list[str]:
-    from ckpt.bench import state_bench
+def benchmark_names(graph_nodes: int = 20000, pattern: str | None = None) -> list[str]:
+    """``bench state``'s benchmark names that contain ``pattern`` (all when None)."""
+    from ckpt.bench import harness, state_bench
 
-    return [name for save, load, _ in state_bench.shapes(graph_nodes) for name in (save, load)]
+    names = [name for save, load, _ in state_bench.shapes(graph_nodes) for name in (save, load)]
+    return harness.matching(names, pattern)
 
 
 def _ops_for(name: str, ops: int | None) -> int:
@@ -181,7 +183,6 @@ def _child(argv: Sequence[str]) -> None:
             op: Callable[[], Any] = (lambda: dumps(root)) if name == save else (lambda: loads(data))
             op()  # warm-up: generated code, plans, caches
             call = lambda _acc, fn: fn()  # noqa: E731  (reduce's function: run the op)
-            kept = None
             for _ in range(n):
                 gc.collect()
                 kept = functools.reduce(call, (op,), None)  # counted: inside reduce only

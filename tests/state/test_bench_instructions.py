@@ -109,3 +109,11 @@ def test_real_counts_rank_the_engines() -> None:
     # An interpreter start with ckpt's imports alone is ~600M instructions: a count
     # this small holds only the operations.
     assert 0 < fast.per_op < reflect.per_op / 3 < 100e6
+
+
+def test_a_filter_that_matches_nothing_names_what_there_is() -> None:
+    assert instructions.benchmark_names(pattern="fields") == ["Encoding/fields", "Decoding/fields"]
+    with pytest.raises(
+        BenchError, match=r"--filter 'nope' matches no benchmark; there are: .*GraphSave"
+    ):
+        instructions.benchmark_names(pattern="nope")
