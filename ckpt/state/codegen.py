@@ -264,121 +264,178 @@ def _elide_immutable(src: _Source, spec: Any, i: int, value: str, indent: int = 
 def _emit_save_field(src: _Source, spec: Any, i: int, unique_refs: int | None = None) -> None:
     """Fetch field ``i`` of ``__ckpt_obj`` and leave its slot encoding in ``_e{i}``.
 
-    Every branch ends with a value that fits written compactly and anything else
+    Every emitter ends with a value that fits written compactly and anything else
     escaped (``fit.slot`` decides whenever the inline test is not sure).
     ``unique_refs``: the reference count of a container held only by this field, seen
     from the loop (``UNIQUE_REFS``); None records every container's identity."""
-    kind, tag, v, e = spec.kind, spec.kind.tag, f"_v{i}", f"_e{i}"
-    slow = f"__ckpt_slot{i}"
-    if tag in SCALARS:
-        # A plain scalar is its own encoding: fetch it straight into the row slot.  Its
-        # zero stays as is: in MessagePack 0, "" and False take one byte, as Nil does.
-        src.globs[slow] = fit.slot(kind)
-        src.add(2, f"{e} = __ckpt_obj.{spec.name}")
-        src.add(2, f"if {_misfit(tag, e)}:")
-        src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
+    if spec.kind.tag in SCALARS:
+        _save_scalar(src, spec, i, unique_refs)
         return
-    src.add(2, f"{v} = __ckpt_obj.{spec.name}")
+    src.add(2, f"_v{i} = __ckpt_obj.{spec.name}")
+    _save_emitter(spec.kind)(src, spec, i, unique_refs)
+
+
+_Emitter = Callable[[_Source, Any, int, "int | None"], None]
+_MUTABLE = {K.LIST: "list", K.SET: "set", K.DICT: "dict", K.BYTEARRAY: "bytearray"}
+
+
+def _save_emitter(kind: Kind) -> _Emitter:
+    """How a field of ``kind`` is written: the first rule that matches, decided once per
+    field before any code is generated."""
+    tag = kind.tag
     if tag is K.ENUM:
-        if compact_enum(kind.enum_cls):
-            src.add(2, f"if type({v}) is {src.const(f'enum{i}', kind.enum_cls)}:")
-            src.add(3, f"{e} = {v}._value_")
-            src.add(2, "else:")
-            src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
-        else:
-            src.add(2, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
-        return
+        return _save_enum
     if _is_ref(kind):
-        src.add(2, f"{e} = __ckpt_ids_get(id({v}))")
-        src.add(2, f"if {e} is None:")
-        src.add(3, f"if type({v}) in __ckpt_savable:")
-        src.add(4, f"{e} = __ckpt_discover({v})")
-        src.add(3, "else:")
-        src.add(4, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
-        return
+        return _save_ref
     if tag is K.ANY:
-        # Polymorphic fields mostly hold None or an object already met: resolve those
-        # inline (only savable objects and None are in the id table) and leave the
-        # rest to the self-describing encoder.
-        src.add(2, f"if {v} is None:")
-        src.add(3, f"{e} = None")
-        src.add(2, "else:")
-        src.add(3, f"{e} = __ckpt_ids_get(id({v}))")
-        src.add(3, f"{e} = __ckpt_dyn({v}, __ckpt_obj) if {e} is None else {{{w.T_REF}: {e}}}")
-        return
+        return _save_any
     if tag is K.SAVE:
-        fn = src.const(f"save{i}", spec.opts.save)
-        if not kind.args:
-            src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
-            return
-        # The return annotation says plain data: what fits is its own encoding.
-        plain = kind.args[0]
-        src.globs[slow] = fit.plain_slot(plain)
-        src.add(2, f"{e} = {fn}({v})")
-        if plain.tag in SCALARS:
-            cond = _misfit(plain.tag, e)
-        elif plain.tag is K.OPT:
-            cond = f"{e} is not None and ({_misfit(plain.args[0].tag, e)})"
-        elif plain.tag in (K.LIST, K.VARTUPLE):
-            py = "list" if plain.tag is K.LIST else "tuple"
-            cond = f"type({e}) is not {py} or ({e} and ({_seq_misfit(src, plain.args[0].tag, f'ok{i}', e)}))"
-        else:
-            cond = "True"
-        src.add(2, f"if {cond}:")
-        src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
-        return
+        return _save_hook
     if tag is K.OPT and kind.args[0].tag in SCALARS:
-        src.globs[slow] = fit.slot(kind)
-        src.add(2, f"{e} = {v}")
-        src.add(2, f"if {v} is not None and ({_misfit(kind.args[0].tag, v)}):")
-        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
-        return
+        return _save_optional_scalar
     if tag in (K.VARTUPLE, K.FROZENSET) and kind.args[0].tag in SCALARS:
-        # MessagePack encodes a tuple as an array; a frozenset needs a list.
-        src.globs[slow] = fit.slot(kind)
-        py = "tuple" if tag is K.VARTUPLE else "frozenset"
-        cond = _seq_misfit(src, kind.args[0].tag, f"ok{i}", v)
-        src.add(2, f"if type({v}) is not {py} or ({v} and ({cond})):")
-        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
-        src.add(2, "else:")
-        src.add(3, f"{e} = {v}" if tag is K.VARTUPLE else f"{e} = [*{v}]")
-        _elide_immutable(src, spec, i, e, 3)
-        return
+        return _save_scalar_sequence
     if tag is K.TUPLE and all(a.tag in SCALARS for a in kind.args):
-        src.globs[slow] = fit.slot(kind)
-        conds = [f"type({v}) is not tuple", f"len({v}) != {len(kind.args)}"]
-        conds += [f"{_misfit(a.tag, f'{v}[{j}]')}" for j, a in enumerate(kind.args)]
-        src.add(2, f"if {' or '.join(conds)}:")
-        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
-        src.add(2, "else:")
-        src.add(3, f"{e} = {v}")
-        return
+        return _save_scalar_tuple
     value = kind if tag is K.VALUE else kind.args[0] if tag is K.OPT else None
     if value is not None and value.tag is K.VALUE and value.codec.flat:
-        # A stdlib value of exactly its annotated type: its payload, built inline.
-        src.globs[slow] = fit.slot(kind)
-        cls = src.const(f"cls{i}", value.codec.cls)
-        plain = src.const(f"plain{i}", value.codec.to_plain)
-        if tag is K.OPT:
-            src.add(2, f"if {v} is None:")
-            src.add(3, f"{e} = None")
-            src.add(2, f"elif type({v}) is {cls}:")
-        else:
-            src.add(2, f"if type({v}) is {cls}:")
-        src.add(3, f"{e} = {plain}({v})")
+        return _save_flat_value
+    if tag not in _MUTABLE:
+        return _save_checked
+    return _save_container
+
+
+def _save_scalar(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """A plain scalar is its own encoding: fetched straight into the row slot.  Its zero
+    stays as is: in MessagePack 0, "" and False take one byte, as Nil does."""
+    e, slow = f"_e{i}", f"__ckpt_slot{i}"
+    src.globs[slow] = fit.slot(spec.kind)
+    src.add(2, f"{e} = __ckpt_obj.{spec.name}")
+    src.add(2, f"if {_misfit(spec.kind.tag, e)}:")
+    src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
+
+
+def _save_enum(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    v, e, enum_cls = f"_v{i}", f"_e{i}", spec.kind.enum_cls
+    if compact_enum(enum_cls):
+        src.add(2, f"if type({v}) is {src.const(f'enum{i}', enum_cls)}:")
+        src.add(3, f"{e} = {v}._value_")
         src.add(2, "else:")
-        src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+        src.add(3, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+    else:
+        src.add(2, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+
+
+def _save_ref(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    v, e = f"_v{i}", f"_e{i}"
+    src.add(2, f"{e} = __ckpt_ids_get(id({v}))")
+    src.add(2, f"if {e} is None:")
+    src.add(3, f"if type({v}) in __ckpt_savable:")
+    src.add(4, f"{e} = __ckpt_discover({v})")
+    src.add(3, "else:")
+    src.add(4, f"{e} = __ckpt_esc({v}, __ckpt_obj)")
+
+
+def _save_any(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """Polymorphic fields mostly hold None or an object already met: those are resolved
+    inline (only savable objects and None are in the id table) and the rest left to the
+    self-describing encoder."""
+    v, e = f"_v{i}", f"_e{i}"
+    src.add(2, f"if {v} is None:")
+    src.add(3, f"{e} = None")
+    src.add(2, "else:")
+    src.add(3, f"{e} = __ckpt_ids_get(id({v}))")
+    src.add(3, f"{e} = __ckpt_dyn({v}, __ckpt_obj) if {e} is None else {{{w.T_REF}: {e}}}")
+
+
+def _save_hook(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """A field with its own save function; a return annotation that says plain data
+    lets what fits be its own encoding."""
+    kind, v, e, slow = spec.kind, f"_v{i}", f"_e{i}", f"__ckpt_slot{i}"
+    fn = src.const(f"save{i}", spec.opts.save)
+    if not kind.args:
+        src.add(2, f"{e} = __ckpt_ctx.dyn_plain({fn}({v}), __ckpt_obj)")
         return
-    if tag not in (K.LIST, K.SET, K.DICT, K.BYTEARRAY):
-        # OPT of a non-scalar, TUPLE of non-scalars, VALUE, nested kinds: test, encode.
-        src.globs[slow] = fit.slot(kind)
-        src.add(2, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
-        _elide_immutable(src, spec, i, e)
-        return
-    # Mutable containers: exact type first (anything else is escaped), then identity
-    # (a container met again is shared), then the items; empty ones are written Nil.
-    py = {K.LIST: "list", K.SET: "set", K.DICT: "dict", K.BYTEARRAY: "bytearray"}[tag]
-    k = f"_k{i}"
+    plain = kind.args[0]
+    src.globs[slow] = fit.plain_slot(plain)
+    src.add(2, f"{e} = {fn}({v})")
+    if plain.tag in SCALARS:
+        cond = _misfit(plain.tag, e)
+    elif plain.tag is K.OPT:
+        cond = f"{e} is not None and ({_misfit(plain.args[0].tag, e)})"
+    elif plain.tag in (K.LIST, K.VARTUPLE):
+        py = "list" if plain.tag is K.LIST else "tuple"
+        cond = f"type({e}) is not {py} or ({e} and ({_seq_misfit(src, plain.args[0].tag, f'ok{i}', e)}))"
+    else:
+        cond = "True"
+    src.add(2, f"if {cond}:")
+    src.add(3, f"{e} = {slow}({e}, __ckpt_obj, __ckpt_ctx)")
+
+
+def _save_optional_scalar(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    v, e, slow = f"_v{i}", f"_e{i}", f"__ckpt_slot{i}"
+    src.globs[slow] = fit.slot(spec.kind)
+    src.add(2, f"{e} = {v}")
+    src.add(2, f"if {v} is not None and ({_misfit(spec.kind.args[0].tag, v)}):")
+    src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+
+
+def _save_scalar_sequence(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """``tuple[int, ...]`` or ``frozenset[str]``: MessagePack encodes a tuple as an
+    array; a frozenset needs a list."""
+    kind, v, e, slow = spec.kind, f"_v{i}", f"_e{i}", f"__ckpt_slot{i}"
+    src.globs[slow] = fit.slot(kind)
+    py = "tuple" if kind.tag is K.VARTUPLE else "frozenset"
+    cond = _seq_misfit(src, kind.args[0].tag, f"ok{i}", v)
+    src.add(2, f"if type({v}) is not {py} or ({v} and ({cond})):")
+    src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+    src.add(2, "else:")
+    src.add(3, f"{e} = {v}" if kind.tag is K.VARTUPLE else f"{e} = [*{v}]")
+    _elide_immutable(src, spec, i, e, 3)
+
+
+def _save_scalar_tuple(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    kind, v, e, slow = spec.kind, f"_v{i}", f"_e{i}", f"__ckpt_slot{i}"
+    src.globs[slow] = fit.slot(kind)
+    conds = [f"type({v}) is not tuple", f"len({v}) != {len(kind.args)}"]
+    conds += [f"{_misfit(a.tag, f'{v}[{j}]')}" for j, a in enumerate(kind.args)]
+    src.add(2, f"if {' or '.join(conds)}:")
+    src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+    src.add(2, "else:")
+    src.add(3, f"{e} = {v}")
+
+
+def _save_flat_value(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """A stdlib value (or an Optional one) of exactly its annotated type: its payload,
+    built inline."""
+    kind, v, e, slow = spec.kind, f"_v{i}", f"_e{i}", f"__ckpt_slot{i}"
+    value = kind if kind.tag is K.VALUE else kind.args[0]
+    src.globs[slow] = fit.slot(kind)
+    cls = src.const(f"cls{i}", value.codec.cls)
+    plain = src.const(f"plain{i}", value.codec.to_plain)
+    if kind.tag is K.OPT:
+        src.add(2, f"if {v} is None:")
+        src.add(3, f"{e} = None")
+        src.add(2, f"elif type({v}) is {cls}:")
+    else:
+        src.add(2, f"if type({v}) is {cls}:")
+    src.add(3, f"{e} = {plain}({v})")
+    src.add(2, "else:")
+    src.add(3, f"{e} = {slow}({v}, __ckpt_obj, __ckpt_ctx)")
+
+
+def _save_checked(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """OPT of a non-scalar, TUPLE of non-scalars, VALUE, nested kinds: test, encode."""
+    src.globs[f"__ckpt_slot{i}"] = fit.slot(spec.kind)
+    src.add(2, f"_e{i} = __ckpt_slot{i}(_v{i}, __ckpt_obj, __ckpt_ctx)")
+    _elide_immutable(src, spec, i, f"_e{i}")
+
+
+def _save_container(src: _Source, spec: Any, i: int, unique_refs: int | None) -> None:
+    """Mutable containers: exact type first (anything else is escaped), then identity
+    (a container met again is shared), then the items; empty ones are written Nil."""
+    kind, v, e, k = spec.kind, f"_v{i}", f"_e{i}", f"_k{i}"
+    py = _MUTABLE[kind.tag]
     if unique_refs is None:
         src.add(2, f"{k} = id({v})")
         src.add(2, f"if type({v}) is not {py}:")
