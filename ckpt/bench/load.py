@@ -188,6 +188,28 @@ def run_mode(template: bool, *, clients: int, cycles: int, progress: Any = None)
     }
 
 
+def modes_allowed(modes: tuple[str, ...], *, template_off: bool) -> tuple[str, ...]:
+    """The modes to run: ``ckpt --no-template`` (``CKPT_TEMPLATE=0``) rules out the template.
+
+    Asked for together with the template mode alone, it is a contradiction to report, not
+    a run to start and silently change."""
+    if not template_off:
+        return modes
+    left = tuple(m for m in modes if m != "template")
+    if not left:
+        raise BenchError(
+            "--no-template leaves bench load nothing to run: drop it or pass --modes cold"
+        )
+    return left
+
+
+def template_disabled() -> bool:
+    """Whether the global ``--no-template`` (or ``CKPT_TEMPLATE=0``) is in force."""
+    from ckpt.sandbox.template_client import disabled
+
+    return disabled()
+
+
 def run(
     *,
     clients: int = 8,
@@ -195,8 +217,10 @@ def run(
     modes: tuple[str, ...] = ("template", "cold"),
     progress: bool = True,
 ) -> dict[str, Any]:
+    """Each mode in turn; under ``--no-template`` only the cold one (see modes_allowed)."""
     if clients < 1 or cycles < 1:
         raise BenchError("--clients and --cycles must be at least 1")
+    modes = modes_allowed(modes, template_off=template_disabled())
     from rich.progress import Progress
 
     rows = []

@@ -608,8 +608,8 @@ def to_json(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
-    """Cost against size on log axes (needs matplotlib: ``pip install -e '.[plot]'``)."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or a one-line error saying how."""
     try:
         import matplotlib
 
@@ -619,6 +619,31 @@ def plot(result: dict[str, Any], path: Path) -> None:
         raise ScaleError(
             "--plot needs matplotlib: pip install 'ckpt[plot]' (or pip install matplotlib)"
         ) from None
+    return plt
+
+
+def check_plot(path: Path) -> Path:
+    """Where ``--plot PATH`` will write its PNG, checked before a run that can take minutes.
+
+    matplotlib must import and PATH's directory must exist, so a long run never ends in a
+    failed plot.  A PATH without a suffix gets ``.png``; another suffix is refused."""
+    path = Path(path)
+    if path.suffix == "":
+        path = path.with_suffix(".png")
+    elif path.suffix.lower() != ".png":
+        raise ScaleError(f"--plot {path}: the plot is a PNG; give a path ending in .png")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise ScaleError(f"--plot {path}: directory {parent} does not exist; create it first")
+    _pyplot()
+    return path.resolve()
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Cost against size on log axes, written as a PNG; returns the file written.
+
+    Call check_plot(path) before the run and pass what it returned."""
+    plt = _pyplot()
     points: list[Point] = [p for p in result["points"] if p.reps]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     phases = (
@@ -672,5 +697,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
     fig.suptitle(f"ckpt bench scale — {result['machine'].get('cpu', '')}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+    return Path(path)
