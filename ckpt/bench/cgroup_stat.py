@@ -1,4 +1,5 @@
-"""``ckpt bench cgroup-stat``: the lean ``stat()`` against a naive reader (seed 003).
+"""``ckpt bench cgroup-stat``: the lean ``stat()`` against a naive reader (after containerd's
+cgroup2 Stat allocation work).
 
 Both read the real cgroup of a live child process (a fresh group holding ``sleep``) and
 return the same figures; the bench checks that they agree before measuring.
@@ -118,7 +119,7 @@ def naive_stat(unified: Path | None, v1: dict[str, Path]) -> NaiveStat:
         st.pids_current = _read_int(os.path.join(str(pids_dir), "pids.current"))
     hugetlb_dir = v1.get("hugetlb", unified)
     if hugetlb_dir is not None:
-        for name in os.listdir(hugetlb_dir):  # every call, like containerd before seed 003
+        for name in os.listdir(hugetlb_dir):  # every call, as containerd's Stat once did
             m = _HUGETLB.match(name)
             if m:
                 value = _read_int(os.path.join(str(hugetlb_dir), name))

@@ -1,9 +1,9 @@
-"""``ckpt bench checkpointfile``: the seed's CheckpointFile benchmark, and seed 001's stats cost.
+"""``ckpt bench checkpointfile``: gVisor's CheckpointFile, and per-type stats' cost.
 
 CheckpointFile (gVisor's ``//test/benchmarks/checkpointfile``): build the idle ``nginx``
 workload (a master and 4 workers), checkpoint it once per engine through the real
 statefile writer (zstd compression, integrity tags, fsync and rename: not a counting
-writer, as the seed's authors ask), then, repeated and interleaved (A B B A ...):
+writer, so the engines pay what a user pays), then, repeated and interleaved (A B B A ...):
 
 * ``Decode``: open that image and load the kernel from it (decompression included);
 * ``Encode``: save the decoded kernel again through a fresh ``ImageWriter``;
@@ -12,7 +12,7 @@ writer, as the seed's authors ask), then, repeated and interleaved (A B B A ...)
 
 Bytes reported: state file (compressed ``checkpoint.img``), pages file, page metadata
 and the encoded kernel (uncompressed object stream).  ``Files20000`` saves and loads the
-``files:20000`` kernel (20000 open regular files, seed 001's object-heavy case) with the
+``files:20000`` kernel (20000 open regular files, an object-heavy case) with the
 typed engine, with per-type statistics on and off.
 """
 
@@ -34,7 +34,7 @@ TARGETS = {
     "EncodeStream": 0.25,  # the same goals without the file, compression and fsync
     "DecodeStream": 0.36,
 }
-NATIVE_TARGETS = {"Encode": 0.10, "Decode": 0.15}  # issue 12, vs reflect
+NATIVE_TARGETS = {"Encode": 0.10, "Decode": 0.15}  # the native engine's goals, vs reflect
 STATE_FILE_TARGET = 0.63
 STATS_TARGET = 1.15
 
@@ -160,7 +160,7 @@ def run(
         f"Files{files}{op}/{v}" for op in ("Save", "Load") for v in ("stats-off", "stats-on")
     ]
     cpf_names = [f"{n}/{e}" for n in TARGETS for e in ENGINES]
-    # Images go to tmpfs when there is one: the seed's benchmark writes through the real
+    # Images go to tmpfs when there is one: the benchmark writes through the real
     # statefile writer (compression, integrity) but not to a disk, so fsync latency of a
     # shared disk would only hide the engines' difference behind a constant.
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -193,7 +193,7 @@ def run(
 def target_rows(
     cpf: list[harness.Result], stats: list[harness.Result], sizes: dict[str, dict[str, float]]
 ) -> list[dict[str, Any]]:
-    """BENCHMARKS.md's CheckpointFile and stats goals, with what this run measured."""
+    """The CheckpointFile and stats goals, with what this run measured."""
     rows = []
     goals = [("typed", n, g) for n, g in TARGETS.items()]
     goals += [("native", n, g) for n, g in NATIVE_TARGETS.items()]
@@ -223,7 +223,7 @@ def _row(what: str, value: float, goal: float) -> dict[str, Any]:
 def render_targets(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    table = Table(title="targets (BENCHMARKS.md)")
+    table = Table(title="targets")
     for col in ("target", "measured", "goal", "met"):
         table.add_column(col)
     for row in rows:

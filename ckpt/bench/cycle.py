@@ -1,4 +1,4 @@
-"""``ckpt cycle``: the seed's checkpoint/restore cycle harness.
+"""``ckpt cycle``: the checkpoint/restore cycle harness.
 
 For each CPU quota, the running sandbox is checkpointed (stopping it) and restored into
 a new sandbox of the same ID, ``count`` times per engine, with engines interleaved ABBA
@@ -32,7 +32,7 @@ from ckpt.sandbox.timings import CHECKPOINT, RESTORE, RESUME_TOTAL, SANDBOX_CREA
 
 CPU_PER_CYCLE = "CPUPerCycle"
 PHASES = (CHECKPOINT, SUSPEND_TOTAL, SANDBOX_CREATE, RESTORE, RESUME_TOTAL, CPU_PER_CYCLE)
-# typed/reflect targets from the issue; SandboxCreate is checked against python start-up.
+# typed/reflect goals; SandboxCreate is checked against python start-up.
 TARGETS = {CHECKPOINT: 0.50, RESTORE: 0.60, CPU_PER_CYCLE: 0.67}
 SANDBOX_CREATE_TARGET = 3.0
 # in-sandbox counters kept per cycle, to show where Checkpoint and ResumeTotal go

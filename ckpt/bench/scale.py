@@ -412,7 +412,7 @@ def summarize(points: Sequence[Point]) -> dict[str, Any]:
 
 
 def verdicts(summary: dict[str, Any]) -> list[str]:
-    """One line per target of the scale issue: the figure, the target, met or not."""
+    """One line per scale goal: the figure, the target, met or not."""
     lines = []
     g = summary.get("graph_boot_per_unit_growth")
     if g:

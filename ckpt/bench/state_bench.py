@@ -179,10 +179,10 @@ TARGETS = [
     Target("GraphLoad", "typed", "pickle", "wall_ns", 1.00, "time"),
     Target("GraphSave", "typed", "reflect", "out_bytes", 0.85, "bytes"),
     Target("GraphSave", "typed", "pickle", "out_bytes", 0.50, "bytes"),
-    # Issue 10: exact values on the fast path.
+    # values off their declared kind must not leave the fast path
     Target("PeopleSave", "typed", "reflect", "wall_ns", 0.30, "time"),
     Target("BigIntGraphSave", "typed", "reflect", "wall_ns", 0.35, "time"),
-    # issue 12: the native engine (rows only where it is built)
+    # the native engine (rows only where it is built)
     *[
         Target(name, "native", base, "wall_ns", limit, "time")
         for name, base, limit in (
@@ -201,7 +201,7 @@ CROSS_TARGETS = [("BigIntGraphSave", "GraphSave", 1.10)]
 
 
 def target_rows(results: list[Result]) -> list[dict[str, Any]]:
-    """Each BENCHMARKS.md target with the measured ratio and whether it is met."""
+    """Each performance goal with the measured ratio and whether it is met."""
     rows = []
     for t in TARGETS:
         r = harness.ratio(results, t.name, t.variant, t.baseline, t.attr)
@@ -248,7 +248,7 @@ def target_rows(results: list[Result]) -> list[dict[str, Any]]:
 def render_targets(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    table = Table(title="targets (BENCHMARKS.md)")
+    table = Table(title="targets")
     for col in ("benchmark", "metric", "measured", "target", ""):
         table.add_column(col, justify="left" if col in ("benchmark", "metric") else "right")
     for row in rows:

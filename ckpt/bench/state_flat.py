@@ -1,5 +1,5 @@
-"""The ``flat`` shape of ``ckpt bench state`` (issue 12's first table): N objects of a
-12-field dataclass whose references point into a pool of shared leaf objects.
+"""The ``flat`` shape of ``ckpt bench state``: N objects of a 12-field dataclass whose
+references point into a pool of shared leaf objects.
 
 It isolates the per-object cost of plain fields and references, with no polymorphic
 fields and no ``save=`` functions, where a compiled engine's gain is largest.

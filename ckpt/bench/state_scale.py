@@ -7,7 +7,7 @@ save time and load time per node (medians), the stream's size, and in a separate
 untimed pass the peak memory of one save and one load, traced with ``tracemalloc``
 (Python's allocators, C extensions' ``PyMem`` buffers included; not the process RSS).
 An engine that stays linear keeps its time per node flat: the growth columns divide
-each size's figure by the smallest size's (issue 11's target: at most 1.3x).
+each size's figure by the smallest size's (the goal: at most 1.3x).
 
 Beside the engines, each size times a plain Python pass that reads every object's
 attributes once (``walk``, no engine): the cost of merely touching the graph.  Its
@@ -36,7 +36,7 @@ from ckpt.bench.harness import BenchError, Case, Result
 NATIVE = ("native",) if state.native_status()[0] else ()
 ENGINES = (*NATIVE, "typed", "reflect", "pickle")
 DEFAULT_SIZES = (20_000, 100_000, 400_000)
-GROWTH_TARGET = 1.3  # issue 11: per-node cost at 400k (and 1M) over 20k
+GROWTH_TARGET = 1.3  # goal: per-node cost at 400k (and 1M) over 20k
 WALK = "walk"  # the reference pass, not an engine: reads every object's attributes
 
 
@@ -212,7 +212,7 @@ def growth(points: Sequence[Point], point: Point, which: str) -> float:
 
 
 def target_rows(points: Sequence[Point]) -> list[dict[str, Any]]:
-    """Issue 11's check for the typed and native engines: per-node growth <= 1.3x,
+    """The linearity check for the typed and native engines: per-node growth <= 1.3x,
     each beside the walk's growth at the same size (the machine's)."""
     walks = {p.nodes: growth(points, p, "save") for p in points if p.engine == WALK}
     rows = []
@@ -302,7 +302,7 @@ def render(points: Sequence[Point]) -> Any:
     parts: list[Any] = [times, space]
     rows = target_rows(points)
     if rows:
-        targets = Table(title="targets (issue 11: per-node growth)", title_justify="left")
+        targets = Table(title="targets (per-node growth)", title_justify="left")
         for col in ("engine", "op", "nodes", "growth", WALK, "target", ""):
             targets.add_column(col, justify="left" if col in ("engine", "op") else "right")
         for r in rows:
