@@ -2,7 +2,7 @@
 
 Off by default and free when off: engines take ``stats=None`` and then read no clock
 at all.  When on, times come from ``time.perf_counter_ns`` (monotonic, no wall-clock
-or datetime construction: seed 001), looked up when the ``Stats`` is created.  Times
+or datetime construction), looked up when the ``Stats`` is created.  Times
 are exclusive: references are queued, not followed, so a type's time never includes
 another type's.  The typed engine times a whole batch of one type at once.
 

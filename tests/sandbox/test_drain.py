@@ -1,4 +1,4 @@
-"""The drain before a checkpoint that stops the sandbox (issue 13), through the real CLI:
+"""The drain before a checkpoint that stops the sandbox, through the real CLI:
 it stops accepting, waits for the requests already read, and parks idle connections.
 A request half sent when the checkpoint starts is held across it and answered by the
 old sandbox; past ``--drain-timeout`` the checkpoint fails in one line and the sandbox

@@ -1,4 +1,4 @@
-"""Issue 13 through the real CLI: the listening socket and idle keep-alive connections
+"""The drain and socket handover, through the real CLI: the listening socket and idle keep-alive connections
 go to the warm template at a checkpoint and come back at the restore, so a client that
 arrives in between is answered late but never refused, and an open connection is never
 cut.  Also the fallback without a template, delete/kill/template stop while a socket is
@@ -161,7 +161,7 @@ def test_a_restore_on_another_port_serves_there_and_lets_the_old_port_go(
     tcli: Cli, tmp_path: Path
 ) -> None:
     """The held listener is on the old port: the restore binds the new one and serves,
-    and (a restore elsewhere, issue 13) the template closes the held socket: otherwise
+    and (a restore elsewhere) the template closes the held socket: otherwise
     clients of the old port would wait in a backlog nobody accepts from until the hold
     times out."""
     tpl = start_template(tcli)

@@ -1,4 +1,4 @@
-"""The template's side of the handover (issue 13): held sockets close after
+"""The template's side of the handover: held sockets close after
 ``CKPT_HOLD_TIMEOUT_S``, whether or not the template is busy; hostile ``hold`` requests
 (non-sockets, a first socket that does not listen, kinds that do not match the
 descriptors, too many descriptors) are refused, nothing is held and no descriptor

@@ -1,4 +1,4 @@
-"""Tests of ckpt.state written against its public API (issue 2, Part 3).
+"""Tests of ckpt.state written against its public API.
 
 Run: ``python -m pytest tests/state -q`` (about a minute on a shared 2-core machine).
 

@@ -1,4 +1,4 @@
-"""The default-field rule (the seed's decoder bug): every field loads exactly what was saved.
+"""The default-field rule (after a decoder bug once found here): every field loads exactly what was saved.
 
 Each holder class has a non-zero/non-empty default.  The typed engine may write a value
 equal to the default as Nil; whatever the encoding, a loaded field must hold the saved

@@ -1,4 +1,4 @@
-"""A value that cannot be saved is named by its path from the root (issue 10), e.g.
+"""A value that cannot be saved is named by its path from the root, e.g.
 ``$.tasks[3].fd_table.files[7]``; the path is searched only once a save has failed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every value comes back exactly, whatever its field's annotation says (issue 10).
+"""Every value comes back exactly, whatever its field's annotation says.
 
 Python does not enforce annotations, so a field may hold anything: None in an ``int``,
 a tuple in a ``list[int]``, an int in a reference field, an int beyond 64 bits, an enum

@@ -168,7 +168,7 @@ def _fresh_class(tag: str) -> type:
 @pytest.mark.parametrize("engine", ["typed", "reflect"])
 def test_one_time_set_up_is_reported_apart(engine: str) -> None:
     """First use resolves annotations and generates code: that goes on the set-up line,
-    not into the type's per-object time (issue 10: 3 objects "taking" 44.6 ms)."""
+    not into the type's per-object time (once: 3 objects "taking" 44.6 ms)."""
     fresh = _fresh_class(engine)
     stats = state.Stats()
     data = state.dumps([fresh(1, fresh(2)), fresh(3)], engine, stats=stats)

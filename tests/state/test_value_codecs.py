@@ -41,7 +41,7 @@ class Point(NamedTuple):
 
 
 def _samples() -> dict[str, list[Any]]:
-    """The 17 types of issue 10, each with a few awkward values."""
+    """The 17 stdlib value types, each with a few awkward values."""
     return {
         "datetime": [
             dt.datetime(2026, 12, 1, 7, 5, 3, 123456),
