@@ -188,9 +188,12 @@ class MemoryFile:
 
         Atomic with respect to the kernel's writers because they never run beside it:
         the sandbox calls the kernel only under its kernel lock or while it is frozen
-        (``Host.respond`` and the ticker take the lock), and this must be called under
-        the same lock.  Pages may then be read without it: a write after the take marks
-        its frame in the new set, so the next round writes it again.
+        (``Host.respond`` and the ticker take the lock; a background page load only
+        fills the reader, and frames are fetched by the thread touching them), and
+        this must be called under the same lock.  Read the pages under it too, a batch
+        at a time so the sandbox serves between batches (a frame may be freed between
+        two batches: ``pages(frames)`` skips it); a write after the take marks its frame
+        in the new set, so the next round writes it again.
         """
         taken, self._dirty = self._dirty, bytearray(len(self._dirty))
         return list(itertools.compress(range(len(taken)), taken))
