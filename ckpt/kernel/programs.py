@@ -139,7 +139,9 @@ class KvServer(MemoryServer):
     """The ``kv:N`` server: values live in its ``npages`` pages at ``addr`` (the arena).
 
     Each value takes a slot of a power-of-two size class (64 B to 64 KiB), from that
-    class's free list or else from the never-used space above ``top``.  The index (key ->
+    class's free list or else from the never-used space above ``top``; a slot freed by
+    an overwrite serves only its own class (no splitting or merging: simple, and enough
+    for a load whose value sizes stay alike).  The index (key ->
     (offset, length)) and the free lists are program state, so a checkpoint saves them
     with the kernel and a restore finds every value the index names in the restored
     pages.  A PUT writes the value through the task's memory, then updates the index,
