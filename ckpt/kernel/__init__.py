@@ -2,10 +2,12 @@
 
 Public API (see ``/work/shared`` contracts)::
 
-    k = kernel.build_workload("nginx")      # or "empty", "http", "files:N", "graph:N", "memory:N"
-    kernel.WORKLOADS
+    k = kernel.build_workload("nginx")  # or "empty", "http", "files:N", "graph:N", "memory:N",
+    kernel.WORKLOADS                    # "kv:N"
     k.run_for(ns); k.pause(); k.resume(); k.fingerprint(); k.describe()
+    k.http_request(method, path, body)
     k.memory_file.pages(); k.memory_file.restore_pages(loaded)
+    k.memory_file.take_dirty(); k.memory_file.pages(frames)  # dirty tracking (pre-dump)
 
 Modules: ``clock`` (Timekeeper), ``task`` (tasks, thread groups, signals, PID
 namespace), ``mm`` (MemoryFile, MemoryManager, VMAs), ``vfs`` (mounts, dentries, inodes,

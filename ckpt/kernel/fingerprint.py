@@ -130,7 +130,7 @@ def _program_state(program: Any) -> Any:
     return {
         name: getattr(program, name)
         for name in sorted(fields)
-        if isinstance(getattr(program, name), int | str | bool | list | None)
+        if isinstance(getattr(program, name), int | str | bool | list | dict | None)
     }
 
 

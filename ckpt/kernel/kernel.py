@@ -145,17 +145,34 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
             raise KernelError(f"bad port {port}: want 1-65535")
         self._http().listener.local = (host, port)
 
-    def http_request(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
-        """Serve one request in kernel state: count it, log it; returns (status, body)."""
+    def http_request(
+        self, method: str, path: str, body: bytes = b""
+    ) -> tuple[int, dict[str, Any] | bytes]:
+        """Serve one request in kernel state: count it, log it; returns (status, body).
+
+        The server program answers the routes it owns (``Program.http_route``, a JSON
+        object or raw bytes); every other request gets the counters and ``http_body``."""
         http = self._http()
         if self.paused:
             raise KernelError("the kernel is paused; it cannot serve requests")
+        program = http.server.program
+        routed = (
+            program.http_route(self, http.server, method.upper(), path, body)
+            if program is not None
+            else None
+        )
+        if routed is not None:
+            status, answer = routed
+            if status < 400:
+                http.requests += 1
+            self._log_request(http, method, path, status)
+            return status, answer
         if method.upper() not in ("GET", "HEAD", "POST"):
             status = 405
         else:
             status = 200
             http.requests += 1
-        body = {
+        reply: dict[str, Any] = {
             "id": http.id,
             "requests": http.requests,
             "restores": http.restores,
@@ -163,16 +180,18 @@ class Kernel(ProcessCalls, FileCalls, MemoryCalls, TimerCalls, SocketCalls):
             "path": path,
             "uptime_ns": self.now,
         }
-        program = http.server.program
         if status == 200 and program is not None:
-            body.update(program.http_body(self, http.server, path))
+            reply.update(program.http_body(self, http.server, path))
+        self._log_request(http, method, path, status)
+        return status, reply
+
+    def _log_request(self, http: HttpService, method: str, path: str, status: int) -> None:
         if http.access_log is not None and http.server.state is not TaskState.ZOMBIE:
             line = f'{self.timekeeper.realtime_ns} "{method.upper()} {path}" {status}\n'
             log = http.access_log
             assert log.inode is not None
             log.offset = log.inode.size
             log.offset += log.inode.write(self.memory_file, log.offset, line.encode())
-        return status, body
 
     def note_restored(self) -> None:
         """Count a restore in kernel state (the http workload reports it)."""

@@ -11,13 +11,22 @@ those frames and the first write by either side copies the page (copy-on-write).
 Shared mappings have no ptes: their pages are the backing inode's pages (an anonymous
 shared mapping gets an unlinked shmem inode, as Linux does), so writes are visible to
 every process mapping them.
+
+Dirty tracking (the soft-dirty analogue) is per *frame*, because the page file is indexed
+by frame and everything else (page tables, mappings, reference counts) is kernel state
+that every dump saves whole.  A frame is dirty once it is allocated (a new zero frame, a
+reused free one, the copy in copy-on-write) or written, until ``clear_dirty`` or
+``take_dirty``.  A fork marks nothing: it copies page tables and changes no frame; the
+first write after it, by either side, allocates the copy and so marks it.  The dirty
+bytes are ``nosave``: a restored kernel starts clean, its memory being the image's.
 """
 
 from __future__ import annotations
 
 import enum
 import errno
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -98,11 +107,16 @@ class MemoryFile:
     # After a restore: where unfetched frames come from, and which are still unfetched.
     _source: Any = state.field(nosave=True, default=None)  # noqa: RUF009
     _unfetched: set[int] = state.field(nosave=True, default_factory=set)  # noqa: RUF009
+    # Dirty frames since the last clear: one byte per frame (0 or 1), grown on demand.
+    # A bytearray, not a set: 256 KiB per GiB of frames whatever is dirty, and the mark
+    # is a store (measured against a set of ints in the commit that added it).
+    _dirty: bytearray = state.field(nosave=True, default_factory=bytearray)  # noqa: RUF009
 
     def alloc(self) -> int:
-        """A new zero frame with one reference."""
+        """A new zero frame with one reference (dirty: its contents are new)."""
         frame = self.free_frames.pop() if self.free_frames else self._bump()
         self.refs[frame] = 1
+        self._mark(frame)
         return frame
 
     def _bump(self) -> int:
@@ -122,6 +136,8 @@ class MemoryFile:
         self._data.pop(frame, None)
         self._unfetched.discard(frame)
         self.free_frames.append(frame)
+        if frame < len(self._dirty):
+            self._dirty[frame] = 0  # dirty frames are allocated ones; alloc marks it again
 
     def shared(self, frame: int) -> bool:
         return self.refs[frame] > 1
@@ -144,6 +160,43 @@ class MemoryFile:
         elif type(page) is not bytearray:
             page = self._data[frame] = bytearray(page)  # first write to a restored page
         page[offset : offset + len(data)] = data
+        try:  # marked after the data: see take_dirty
+            self._dirty[frame] = 1
+        except IndexError:
+            self._mark(frame)
+
+    # -- dirty tracking -------------------------------------------------------------------
+    def _mark(self, frame: int) -> None:
+        dirty = self._dirty
+        if frame >= len(dirty):
+            dirty.extend(bytes(max(frame + 1 - len(dirty), len(dirty), 4096)))
+        dirty[frame] = 1
+
+    def dirty_pages(self) -> list[int]:
+        """Frames allocated or written since the last clear, ascending."""
+        return list(itertools.compress(range(len(self._dirty)), self._dirty))
+
+    def dirty_count(self) -> int:
+        return self._dirty.count(1)
+
+    def clear_dirty(self) -> None:
+        """Forget what was dirty (what a dump calls once it holds every dirty page)."""
+        self._dirty = bytearray(len(self._dirty))
+
+    def take_dirty(self) -> list[int]:
+        """``dirty_pages()`` and ``clear_dirty()`` in one step: what a pre-dump round calls.
+
+        Atomic with respect to the kernel's writers because they never run beside it:
+        the sandbox calls the kernel only under its kernel lock or while it is frozen
+        (``Host.respond`` and the ticker take the lock; a background page load only
+        fills the reader, and frames are fetched by the thread touching them), and
+        this must be called under the same lock.  Read the pages under it too, a batch
+        at a time so the sandbox serves between batches (a frame may be freed between
+        two batches: ``pages(frames)`` skips it); a write after the take marks its frame
+        in the new set, so the next round writes it again.
+        """
+        taken, self._dirty = self._dirty, bytearray(len(self._dirty))
+        return list(itertools.compress(range(len(taken)), taken))
 
     def copy(self, frame: int) -> int:
         """A new frame holding a copy of ``frame`` (the copy in copy-on-write)."""
@@ -153,10 +206,17 @@ class MemoryFile:
             self._data[new] = bytearray(data)
         return new
 
-    def pages(self) -> Iterator[tuple[int, bytes]]:
-        """Every allocated frame, ascending, as (index, 4096 bytes); zero frames too."""
-        for frame in sorted(self.refs):
-            yield frame, self.read(frame)
+    def pages(self, frames: Iterable[int] | None = None) -> Iterator[tuple[int, bytes]]:
+        """Every allocated frame, ascending, as (index, 4096 bytes); zero frames too.
+        ``frames`` (ascending, e.g. ``take_dirty()``) limits it to those still allocated."""
+        if frames is None:
+            for frame in sorted(self.refs):
+                yield frame, self.read(frame)
+            return
+        refs = self.refs
+        for frame in frames:
+            if frame in refs:
+                yield frame, self.read(frame)
 
     def restore_pages(self, loaded: LoadedPages) -> None:
         """Adopt a restored page file; frames are read from it on first touch.

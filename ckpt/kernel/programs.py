@@ -6,7 +6,8 @@ only through the kernel's system calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from ckpt import state
 from ckpt.errors import SyscallError
@@ -118,6 +119,90 @@ class MemoryServer(Program):
         if path.split("?", 1)[0] == "/memory":
             body["memory_sha256"] = memory_digest(kernel, task, self.addr, self.npages)
         return body
+
+
+KV_MAX_VALUE = 64 * 1024
+KV_MIN_SLOT = 64
+KV_CLASSES = (KV_MAX_VALUE // KV_MIN_SLOT).bit_length()  # slots of 64 B, 128 B, ... 64 KiB
+KV_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+HttpReply = tuple[int, "dict[str, object] | bytes"]
+
+
+def kv_slot_class(n: int) -> int:
+    """The size class of a value of ``n`` bytes: slots of ``KV_MIN_SLOT << class`` bytes."""
+    return max(0, (n - 1) // KV_MIN_SLOT).bit_length()
+
+
+@state.savable
+@dataclass(eq=False)
+class KvServer(MemoryServer):
+    """The ``kv:N`` server: values live in its ``npages`` pages at ``addr`` (the arena).
+
+    Each value takes a slot of a power-of-two size class (64 B to 64 KiB), from that
+    class's free list or else from the never-used space above ``top``; a slot freed by
+    an overwrite serves only its own class (no splitting or merging: simple, and enough
+    for a load whose value sizes stay alike).  The index (key ->
+    (offset, length)) and the free lists are program state, so a checkpoint saves them
+    with the kernel and a restore finds every value the index names in the restored
+    pages.  A PUT writes the value through the task's memory, then updates the index,
+    and only then answers; the sandbox serves requests under its kernel lock and freezes
+    under it, so an image holds every acknowledged value or the request was not answered.
+    """
+
+    index: dict[str, tuple[int, int]] = field(default_factory=dict)
+    free: list[list[int]] = field(default_factory=lambda: [[] for _ in range(KV_CLASSES)])
+    top: int = 0
+
+    def http_route(
+        self, kernel: Kernel, task: Task, method: str, path: str, body: bytes
+    ) -> HttpReply | None:
+        path = path.split("?", 1)[0]
+        if not path.startswith("/kv/"):
+            return None
+        key = path[4:]
+        if not KV_KEY.fullmatch(key):
+            return 400, {"error": "a key is 1-128 characters of A-Z a-z 0-9 _ . -"}
+        if method == "GET":
+            where = self.index.get(key)
+            if where is None:
+                return 404, {"error": f"no key {key!r}"}
+            return 200, self._read(task, *where)
+        if method == "PUT":
+            return self._put(task, key, body)
+        return 405, {"error": f"{method} /kv/KEY: use GET or PUT"}
+
+    def _put(self, task: Task, key: str, value: bytes) -> HttpReply:
+        if len(value) > KV_MAX_VALUE:
+            return 413, {"error": f"a value is at most {KV_MAX_VALUE} bytes, not {len(value)}"}
+        cls = kv_slot_class(len(value))
+        old = self.index.get(key)
+        if old is not None and kv_slot_class(old[1]) == cls:
+            offset = old[0]  # same size class: rewrite the slot in place
+        else:
+            offset = self._alloc(cls)
+            if offset is None:
+                return 507, {"error": f"no room left for {len(value)} bytes; the arena is full"}
+        mm = task.tg.mm
+        assert mm is not None
+        mm.write(self.addr + offset, value)  # through the kernel's memory, as a program's
+        self.index[key] = (offset, len(value))
+        if old is not None and old[0] != offset:
+            self.free[kv_slot_class(old[1])].append(old[0])
+        return 200, {"key": key, "bytes": len(value)}
+
+    def _alloc(self, cls: int) -> int | None:
+        if self.free[cls]:
+            return self.free[cls].pop()
+        size = KV_MIN_SLOT << cls
+        if self.top + size > self.npages * 4096:
+            return None
+        offset, self.top = self.top, self.top + size
+        return offset
+
+    def _read(self, task: Task, offset: int, length: int) -> bytes:
+        mm = task.tg.mm
+        assert mm is not None
+        return mm.read(self.addr + offset, length) if length else b""
 
 
 def memory_digest(kernel: Kernel, task: Task, addr: int, npages: int) -> str:

@@ -256,6 +256,13 @@ class Program:
         """What the HTTP server program adds to a response for ``path`` (nothing here)."""
         return {}
 
+    def http_route(
+        self, kernel: Kernel, task: Task, method: str, path: str, body: bytes
+    ) -> tuple[int, dict[str, object] | bytes] | None:
+        """The whole answer to a request this program serves itself (status, JSON object
+        or raw bytes), or None to answer as every server does (see ``http_body``)."""
+        return None
+
 
 @state.savable
 @dataclass(eq=False, slots=True)

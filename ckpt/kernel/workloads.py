@@ -6,7 +6,8 @@ accept-mutex lock file held through FileLocks, logs, timers and several MiB of m
 ``files:N`` N open regular files, some locked (seed 001's object-heavy case);
 ``graph:N`` a random process/file/lock/timer graph for tests; ``memory:N`` an HTTP
 server holding N MiB of dirty anonymous memory (zero, text-like and incompressible
-pages, see ``memfill``) whose ``GET /memory`` returns its digest.  Everything is derived from
+pages, see ``memfill``) whose ``GET /memory`` returns its digest; ``kv:N`` the same
+server keeping the values of ``PUT /kv/KEY`` in those N MiB.  Everything is derived from
 ``seed``, so two builds with the same options are identical (same fingerprint).
 """
 
@@ -25,7 +26,13 @@ from ckpt.kernel.kernel import LOCK_EX, LOCK_SH, HttpService, Kernel, LockCmd
 from ckpt.kernel.locks import LockType
 from ckpt.kernel.mm import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, VMA, MapKind
 from ckpt.kernel.net import TCPSocket
-from ckpt.kernel.programs import MemoryServer, NginxMaster, NginxWorker, SignalCounter
+from ckpt.kernel.programs import (
+    KvServer,
+    MemoryServer,
+    NginxMaster,
+    NginxWorker,
+    SignalCounter,
+)
 from ckpt.kernel.rootfs import build_rootfs, page_bytes, page_cache
 from ckpt.kernel.task import (
     SIG_IGN,
@@ -58,7 +65,7 @@ from ckpt.kernel.vfs import (
 )
 
 MS = 1_000_000
-WORKLOADS = ("empty", "http", "nginx", "files:N", "graph:N", "memory:N")
+WORKLOADS = ("empty", "http", "nginx", "files:N", "graph:N", "memory:N", "kv:N")
 MEMORY_MAX_MIB = 16384
 NGINX_WORKERS = 4
 
@@ -336,15 +343,30 @@ def build_memory(n: int, seed: int = 0, id: str | None = None, rootfs: str = "mi
     Served like ``http`` (same listener, counters and access log); ``GET /memory``
     answers with the SHA-256 of the whole mapping, so a restore can be verified.
     """
+    return _build_memory_server("memory", n, seed, id, rootfs)
+
+
+def build_kv(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
+    """A key-value server whose values live in ``n`` MiB of anonymous memory.
+
+    Built as ``memory:N`` is (the same fill, listener and ``GET /memory`` digest of the
+    whole arena); ``PUT /kv/KEY`` and ``GET /kv/KEY`` store and fetch values of up to
+    64 KiB in that arena (``programs.KvServer``).
+    """
+    return _build_memory_server("kv", n, seed, id, rootfs)
+
+
+def _build_memory_server(base: str, n: int, seed: int, id: str | None, rootfs: str) -> Kernel:
     if not 1 <= n <= MEMORY_MAX_MIB:
-        raise KernelError(f"memory:N needs 1 <= N <= {MEMORY_MAX_MIB} (MiB), not {n}")
-    k, rng = new_kernel(f"memory:{n}", seed, id, rootfs)
-    init = k.spawn_init("memory-server")
+        raise KernelError(f"{base}:N needs 1 <= N <= {MEMORY_MAX_MIB} (MiB), not {n}")
+    k, rng = new_kernel(f"{base}:{n}", seed, id, rootfs)
+    init = k.spawn_init(f"{base}-server")
     npages = n << 8
     std_fds(k, init)
     map_image(k, init, "/usr/bin/sh", ["libc.so.6"], rng, heap_pages=8)
     addr = k.mmap(init, npages * 4096, PROT_READ | PROT_WRITE, name="[anon:data]")
-    init.program = MemoryServer(addr=addr, npages=npages)
+    program = KvServer if base == "kv" else MemoryServer
+    init.program = program(addr=addr, npages=npages)
     mm = init.tg.mm
     assert mm is not None
     for i, page in enumerate(memfill.pages(npages, rng)):
@@ -352,7 +374,7 @@ def build_memory(n: int, seed: int = 0, id: str | None = None, rootfs: str = "mi
     sock_fd = k.socket_tcp(init)
     k.bind(init, sock_fd, "127.0.0.1", 0)
     k.listen(init, sock_fd, 128)
-    log_fd = k.open(init, "/var/log/memory.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC)
+    log_fd = k.open(init, f"/var/log/{base}.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC)
     _serve_http(k, init, sock_fd, log_fd)
     return k
 
@@ -570,6 +592,7 @@ _COUNTED: dict[str, Callable[..., Kernel]] = {
     "files": build_files,
     "graph": build_graph,
     "memory": build_memory,
+    "kv": build_kv,
 }
 
 

@@ -1,9 +1,10 @@
 """Serving the ``http`` workload for real: HTTP/1.1 on a TCP socket, answered from kernel state.
 
 A deliberately small server (``http.server`` drags in ``email`` and friends, which
-slows sandbox start).  One thread per connection, keep-alive honoured.  Each request is
-answered by ``respond(method, path)``, which counts it in the simulated kernel; while the
-kernel is frozen ``respond`` blocks, so connections wait and are answered after thaw.
+slows sandbox start).  One thread per connection, keep-alive honoured.  Each request
+(its body at most ``MAX_BODY``) is answered by ``respond(method, path, body)``, which
+counts it in the simulated kernel, with a JSON object or raw bytes; while the kernel is
+frozen ``respond`` blocks, so connections wait and are answered after thaw.
 Connections arriving while frozen wait in the listen backlog: nothing is dropped.
 Before a checkpoint that stops the sandbox, the server drains and hands its sockets on
 (``HttpServer.drain``), so the restored sandbox answers what arrives in between.
@@ -20,16 +21,19 @@ import threading
 import time
 from collections.abc import Callable
 
-Responder = Callable[[str, str], tuple[int, dict]]
+Responder = Callable[[str, str, bytes], tuple[int, dict | bytes]]
 MAX_HEADER = 64 * 1024
+MAX_BODY = 1 << 20  # what one request may send; a workload may accept less
 ACCEPT_PARK_S = 10.0  # idle threads park at once; this only bounds a stuck one
 REASONS = {
     200: "OK",
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
+    413: "Content Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
 }
 
 
@@ -266,30 +270,36 @@ class HttpServer:
         try:
             length = int(headers.get("content-length", "0") or 0)
         except ValueError:
+            length = -1
+        if length < 0:
             self._reply(conn, 400, {"error": "bad Content-Length"}, False)
             return None
-        while len(buf) < length:  # bodies are ignored, but must be consumed
+        if length > MAX_BODY:  # answered unread, and the connection closed
+            self._reply(conn, 413, {"error": f"a body is at most {MAX_BODY} bytes"}, False)
+            return None
+        while len(buf) < length:
             chunk = conn.recv(65536)
             if not chunk:
                 return None
             buf += chunk
-        buf = buf[length:]
+        body, buf = buf[:length], buf[length:]
         conn_hdr = headers.get("connection", "").lower()
         keep = conn_hdr != "close" if version == "HTTP/1.1" else conn_hdr == "keep-alive"
         try:
-            status, body = self.respond(method, target)
+            status, reply = self.respond(method, target, body)
         except Exception as exc:  # keep serving; report the failure to the client
-            status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
-        if not self._reply(conn, status, body, keep) or not keep:
+            status, reply = 500, {"error": f"{type(exc).__name__}: {exc}"}
+        if not self._reply(conn, status, reply, keep) or not keep:
             return None
         return buf
 
     @staticmethod
-    def _reply(conn: socket.socket, status: int, body: dict, keep: bool) -> bool:
-        data = json.dumps(body).encode() + b"\n"
+    def _reply(conn: socket.socket, status: int, body: dict | bytes, keep: bool) -> bool:
+        raw = isinstance(body, bytes)  # a stored value, sent as it is
+        data = body if raw else json.dumps(body).encode() + b"\n"
         head = (
             f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n"
-            "Content-Type: application/json\r\n"
+            f"Content-Type: {'application/octet-stream' if raw else 'application/json'}\r\n"
             f"Content-Length: {len(data)}\r\n"
             f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
         ).encode()

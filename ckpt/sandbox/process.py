@@ -210,13 +210,13 @@ class Host:
 
     # -- serving -----------------------------------------------------------------------
 
-    def respond(self, method: str, path: str) -> tuple[int, dict]:
+    def respond(self, method: str, path: str, body: bytes = b"") -> tuple[int, dict | bytes]:
         """Answer one HTTP request from kernel state; waits while the kernel is frozen."""
         self.last_request = time.monotonic()  # the ticker keeps full pace while served
         with self.cond:
             while self.frozen:
                 self.cond.wait()
-            return self.kernel.http_request(method, path)
+            return self.kernel.http_request(method, path, body)
 
     def tick(self) -> None:
         """Advance the kernel's clock in real time while it runs.
