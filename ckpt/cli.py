@@ -810,10 +810,36 @@ def checkpoint_cmd(
             "past it the checkpoint fails and the sandbox goes on serving.",
         ),
     ] = 10.0,
+    pre_dump: Annotated[
+        bool,
+        typer.Option(
+            "--pre-dump",
+            help="Write memory pages only (all, or those dirtied since --parent-path); "
+            "the sandbox keeps serving.",
+        ),
+    ] = False,
+    parent_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--parent-path",
+            help="The last image taken of this sandbox: write only the pages dirtied "
+            "since it, and link to it.",
+        ),
+    ] = None,
+    pre_copy: Annotated[
+        bool,
+        typer.Option(
+            "--pre-copy",
+            help="Copy memory in rounds while serving, then freeze briefly for the rest.",
+        ),
+    ] = False,
     timings: TimingsOpt = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
 ) -> None:
     """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
+    from ckpt.sandbox import precopy
+
+    options = precopy.cli_options(pre_dump, parent_path, pre_copy)
     res = _lifecycle().checkpoint(
         _sandbox_root(),
         sandbox_id,
@@ -826,6 +852,7 @@ def checkpoint_cmd(
         key=_lifecycle().read_key(key_file),
         force=force,
         drain_timeout=drain_timeout,
+        options=options,
     )
     if json_out:
         _print_json(
@@ -835,6 +862,7 @@ def checkpoint_cmd(
                 "status": res.state.status,
                 "timings": res.timings.as_dict(),
                 "stats": res.stats,
+                **({"rounds": res.rounds} if res.rounds else {}),
             }
         )
         return

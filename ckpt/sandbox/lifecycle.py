@@ -61,6 +61,7 @@ class CheckpointResult:
     timings: Timings
     stats: dict[str, Any] | None = None
     stats_text: str | None = None
+    rounds: list[dict[str, Any]] | None = None  # pre-copy rounds, oldest first
 
 
 @dataclass
@@ -609,6 +610,7 @@ def checkpoint(
     key: bytes | None = None,
     force: bool = False,
     drain_timeout: float | None = None,
+    options: dict[str, Any] | None = None,
 ) -> CheckpointResult:
     """Have the sandbox write its image; it stops afterwards unless ``leave_running``.
 
@@ -637,6 +639,7 @@ def checkpoint(
         "key_hex": key.hex() if key else None,
         "force": force,
         "drain_timeout": drain_timeout,
+        **(options or {}),  # pre_dump, parent, pre_copy: see precopy.py
     }
     try:
         with timings.phase(CHECKPOINT):
@@ -680,7 +683,12 @@ def checkpoint(
     st.extra["last_checkpoint"] = params["image"]
     root.write(st)
     return CheckpointResult(
-        st, Path(params["image"]), timings, reply.get("stats"), reply.get("stats_text")
+        st,
+        Path(params["image"]),
+        timings,
+        reply.get("stats"),
+        reply.get("stats_text"),
+        reply.get("rounds"),
     )
 
 

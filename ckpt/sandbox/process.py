@@ -192,6 +192,7 @@ class Host:
         self.exiting = threading.Event()
         self.last_request = 0.0  # monotonic time of the last HTTP request
         self.stall, self.stall_release = _fault_stall()
+        self.last_dump: str | None = None  # image id of the last dump (see precopy.py)
         self.server = rpc.Server(
             socket_path,
             {
@@ -331,7 +332,15 @@ class Host:
         del kernel
         t_import = time.perf_counter_ns()
         stats = state.Stats() if params.get("stats") else None
+        from ckpt.statefile import chain
+
         image = statefile.open_image(params["image"], key=_key(params))
+        if chain.is_pre_dump(image):
+            raise StatefileError(
+                f"{params['image']} is a pre-dump (memory pages, no kernel state); restore "
+                "the final image, taken with --parent-path or --pre-copy"
+            )
+        images = chain.open_chain(image, _key(params))  # every link checked before loading
         reader = image.state_reader()
         try:
             k = state.load(reader, engine=params.get("engine") or None, stats=stats)
@@ -340,7 +349,9 @@ class Host:
             if close is not None:
                 close()
         t_state = time.perf_counter_ns()
-        pages = image.open_pages(lazy=bool(params.get("background")), on_error=self._pages_failed)
+        pages = chain.open_pages(
+            images, lazy=bool(params.get("background")), on_error=self._pages_failed
+        )
         k.memory_file.restore_pages(pages)
         t_pages = time.perf_counter_ns()
         k.note_restored()
@@ -359,6 +370,7 @@ class Host:
                 raise
             k.resume()
             self.frozen = False
+            self.last_dump = image.header.image_id.hex()  # memory is this image's, clean
             self.cond.notify_all()
         t_end = time.perf_counter_ns()
         log(f"restored from {params['image']} address={address}")
@@ -369,6 +381,7 @@ class Host:
             "restore_time_ms": round((t_end - t_import) / 1e6, 3),
             "pages_restored": len(getattr(pages, "indices", ()) or ()),
             "lazy_pages": bool(params.get("background")),
+            "chain_images": len(images),
         }
         if address is not None:
             counters["listener"] = "handed over" if adopted else f"bound anew ({why})"
@@ -433,13 +446,30 @@ class Host:
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
         from ckpt import state, statefile
+        from ckpt.sandbox import precopy
 
+        if params.get("pre_dump"):
+            return self._pre_dump(params)
         k = self.kernel
         engine = params.get("engine") or state.default_engine()
         was_running = not self.frozen
         leave_running = bool(params.get("leave_running"))
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
+        rounds = precopy.Rounds(self, params) if params.get("pre_copy") else None
+        try:
+            link = (
+                rounds.run().parent_metadata(_key(params))
+                if rounds is not None
+                else precopy.parent_metadata(self, params["parent"], params["image"], _key(params))
+                if params.get("parent")
+                else {}
+            )
+        except BaseException:
+            if rounds is not None:
+                rounds.discard()
+            raise
+        t0_final = time.perf_counter_ns()
         drained = self._drain(params) if not leave_running else None
         t_drained = time.perf_counter_ns()
         if was_running:
@@ -451,7 +481,13 @@ class Host:
             "workload": k.workload,
             "engine": engine,
             "address": self._address(),
+            **link,
         }
+        mf = k.memory_file
+        allocated = len(mf.refs)
+        dirty = mf.take_dirty()  # a dump resets tracking; a child writes only these
+        self.last_dump = None
+        frames = dirty if link else None
         try:
             with statefile.ImageWriter(
                 params["image"],
@@ -465,9 +501,11 @@ class Host:
                 result = state.save(k, img.state_file, engine=engine, stats=stats)
                 img.note_save(result, engine)
                 t_state = time.perf_counter_ns()
-                dump = _TimedPages(k.memory_file.pages()) if stats is not None else None
-                summary = _summary_dict(img.write_pages(dump or k.memory_file.pages()))
+                dump = _TimedPages(mf.pages(frames)) if stats is not None else None
+                summary = _summary_dict(img.write_pages(dump or mf.pages(frames)))
                 t_pages = time.perf_counter_ns()
+                if rounds is not None:
+                    rounds.adopt(img.temp_dir)
                 fingerprint_ms = None
                 if stats is not None:
                     # Only with --stats: the digest of everything observable (~10 ms
@@ -482,7 +520,7 @@ class Host:
                     "objects": getattr(result, "objects", None),
                     "types": getattr(result, "types", None),
                     "state_bytes": getattr(result, "bytes", None),
-                    "freezing_time_ms": round((t_frozen - t0) / 1e6, 3),
+                    "freezing_time_ms": round((t_frozen - t0_final) / 1e6, 3),
                     "state_dump_time_ms": round((t_state - t_state0) / 1e6, 3),
                     "memdump_memwrite_time_ms": round((t_pages - t_state) / 1e6, 3),
                     **(
@@ -503,13 +541,20 @@ class Host:
                     counters["fingerprint_time_ms"] = fingerprint_ms
                 if "pages_stored" in counters:
                     counters["pages_written"] = counters["pages_stored"]
+                counters["pages_skipped_parent"] = allocated - len(dirty) if link else 0
+                counters["rounds"] = 0
+                if rounds is not None:
+                    counters.update(rounds.counters())
                 if stats is not None:
                     img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
                 t_commit = time.perf_counter_ns()
             t_end = time.perf_counter_ns()
             counters["commit_time_ms"] = round((t_end - t_commit) / 1e6, 3)
             counters["frozen_time_ms"] = round((t_end - t_frozen) / 1e6, 3)
+            self.last_dump = img.image_id.hex()
         except BaseException as exc:
+            if rounds is not None:
+                rounds.discard()
             if was_running:
                 self._thaw()
             if drained is not None and self.http is not None:
@@ -519,7 +564,7 @@ class Host:
                 raise _image_write_error(exc, params["image"]) from exc
             raise
         if drained is not None:
-            counters["drain_time_ms"] = round((t_drained - t0) / 1e6, 3)
+            counters["drain_time_ms"] = round((t_drained - t0_final) / 1e6, 3)
             counters["connections_parked"] = drained
             counters["handover"] = self._hand_over()
         if leave_running:
@@ -531,10 +576,32 @@ class Host:
         return {
             "checkpoint_ns": t_end - t0,
             "counters": counters,
+            "rounds": rounds.results if rounds is not None else None,
             "stats": stats.as_dict() if stats is not None else None,
             "stats_text": str(stats) if stats is not None else None,
             "cpu_usec": self_cpu_usec() - cpu0,
             "stopping": not leave_running,
+        }
+
+    def _pre_dump(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
+        from ckpt.sandbox import precopy
+
+        cpu0 = self_cpu_usec()
+        t0 = time.perf_counter_ns()
+        try:
+            counters = precopy.pre_dump(self, params)
+        except OSError as exc:
+            raise _image_write_error(exc, params["image"]) from exc
+        counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
+        log(f"pre-dump written to {params['image']}")
+        return {
+            "checkpoint_ns": time.perf_counter_ns() - t0,
+            "counters": counters,
+            "stats": None,
+            "stats_text": None,
+            "cpu_usec": self_cpu_usec() - cpu0,
+            "stopping": False,
         }
 
     def _drain(self, params: dict[str, Any]) -> int | None:

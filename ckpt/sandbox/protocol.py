@@ -107,6 +107,9 @@ class CheckpointRequest(Request, tag="checkpoint"):
     key_hex: str | None = None
     force: bool = False
     drain_timeout: float | None = None
+    pre_dump: bool = False  # pages only, the sandbox keeps serving (precopy.py)
+    parent: str | None = None  # the last image of this sandbox: write what is dirty since
+    pre_copy: bool = False  # rounds of pre-dumps, then the final freeze
 
 
 class PauseRequest(Request, tag="pause"):
@@ -177,6 +180,7 @@ class CheckpointReply(_Message):
     counters: Counters = {}
     stats: dict[str, object] | None = None
     stats_text: str | None = None
+    rounds: list[dict[str, object]] | None = None  # pre-copy rounds, oldest first
 
 
 class FrozenReply(_Message):

@@ -45,7 +45,8 @@ from ckpt.statefile.pages import LoadedPages, PagesMeta, PageSummary, PageWriter
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
-IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON))
+# "rounds": the pre-copy rounds a final image keeps inside (sandbox/precopy.py)
+IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON, "rounds"))
 WRITE_BUFFER = 1 << 20  # small frame headers and tags coalesce; big chunks go straight out
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 

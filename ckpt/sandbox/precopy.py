@@ -1,0 +1,222 @@
+"""Pre-dumps and pre-copy: writing memory while the sandbox keeps serving.
+
+A pre-dump takes the dirty set (``MemoryFile.take_dirty``) under ``Host.cond`` and reads
+those pages under it a batch at a time, so requests are served between batches; a page
+written after the take is marked again and goes into the next image.  The image holds
+pages only (``kind: pre-dump``) and, with a parent, only the pages dirtied since it.
+
+Pre-copy repeats pre-dumps into rounds ``r0, r1, ...`` inside a working directory beside
+the target, stopping as P.Haul does (few pages dirty, a round larger than the one before,
+or ``MAX_ROUNDS``), then the caller freezes for a final image whose parent is the last
+round, and moves the rounds into that image (``rounds/``): one directory that restores
+on its own.  The rounds are kept as a chain rather than merged into one page file:
+merging would read and compress every page a second time after the freeze.
+
+A dump resets dirty tracking, so a child is only correct against the last image taken
+of this sandbox: ``Host.last_dump`` records its id, and a ``--parent-path`` naming any
+other image is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ckpt.errors import SandboxError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+BATCH = 256  # pages read under the kernel lock at once (1 MiB)
+MAX_ROUNDS = 8
+FEW_DIRTY = 64  # pages: stop pre-copying once so few are dirty
+GROWTH = 1.10  # stop once a round writes over 10% more pages than the one before
+ROUNDS_DIR = "rounds"
+
+
+def _batched(host: Any, frames: list[int], timer: list[int]) -> Iterator[tuple[int, bytes]]:
+    """``(frame, page)`` for ``frames`` still allocated, read under the lock in batches;
+    ``timer[0]`` accumulates the nanoseconds spent reading (CRIU's memdump)."""
+    mf = host.kernel.memory_file
+    for i in range(0, len(frames), BATCH):
+        t = time.perf_counter_ns()
+        with host.cond:
+            batch = list(mf.pages(frames[i : i + BATCH]))
+        timer[0] += time.perf_counter_ns() - t
+        yield from batch
+
+
+def parent_metadata(host: Any, parent: str, image: str, key: bytes | None) -> dict[str, Any]:
+    """The link to ``parent`` for a new image at ``image``, refused unless ``parent`` is
+    the last image taken of this sandbox (dirty tracking counts from there)."""
+    from ckpt.statefile import chain, open_image
+
+    p = open_image(parent, key)
+    if p.metadata.get("sandbox_id") != host.id:
+        raise SandboxError(
+            f"--parent-path {parent} is an image of sandbox "
+            f"{p.metadata.get('sandbox_id')!r}, not {host.id}; pass one of this sandbox's"
+        )
+    if host.last_dump is None or p.header.image_id.hex() != host.last_dump:
+        raise SandboxError(
+            f"--parent-path {parent} is not the last image taken of sandbox {host.id}: "
+            "pages dirtied before that one would be missing; pass the last image, or take "
+            "a pre-dump or checkpoint without --parent-path"
+        )
+    return chain.link_metadata(image, p)
+
+
+def pre_dump(
+    host: Any, params: dict[str, Any], image: str | None = None, link: dict | None = None
+) -> dict[str, Any]:
+    """Write a pages-only image of the running sandbox; returns counters for the reply.
+
+    ``link`` (a parent's link metadata) is worked out from ``params["parent"]`` unless
+    given; with none, every allocated page is written."""
+    from ckpt import statefile
+    from ckpt.statefile import chain
+
+    if host.kernel is None:
+        raise SandboxError("sandbox has no kernel to pre-dump")
+    image = image or params["image"]
+    key = bytes.fromhex(params["key_hex"]) if params.get("key_hex") else None
+    if link is None and params.get("parent"):
+        link = parent_metadata(host, params["parent"], image, key)
+    t0 = time.perf_counter_ns()
+    mf = host.kernel.memory_file
+    with host.cond:
+        taken = mf.take_dirty()
+        allocated = len(mf.refs)
+        frames = taken if link else sorted(mf.refs)
+    host.last_dump = None  # tracking is reset: no child is valid until this one commits
+    timer = [0]
+    metadata = {
+        "sandbox_id": host.id,
+        "workload": host.kernel.workload,
+        "kind": chain.PRE_DUMP,
+        **(link or {}),
+    }
+    with statefile.ImageWriter(
+        image,
+        force=bool(params.get("force")),
+        compression=params.get("compression") or "zstd",
+        level=params.get("level"),
+        key=key,
+        metadata=metadata,
+    ) as img:
+        t1 = time.perf_counter_ns()
+        summary = img.write_pages(_batched(host, frames, timer))
+        t2 = time.perf_counter_ns()
+        image_id = img.image_id.hex()
+    t_end = time.perf_counter_ns()
+    host.last_dump = image_id
+    return {
+        "image_id": image_id,
+        "pages_scanned": summary.scanned,
+        "pages_written": summary.stored,
+        "pages_zero": summary.zero,
+        "pages_skipped_parent": max(0, allocated - summary.scanned) if link else 0,
+        "bytes": summary.pages_img_bytes,
+        "memdump_time_ms": round(timer[0] / 1e6, 3),
+        "memwrite_time_ms": round((t2 - t1 - timer[0]) / 1e6, 3),
+        "ms": round((t_end - t0) / 1e6, 3),
+    }
+
+
+class Rounds:
+    """Pre-copy rounds written into a working directory beside the target image."""
+
+    def __init__(self, host: Any, params: dict[str, Any]) -> None:
+        from ckpt.statefile.image import _make_temp_dir, _Target
+
+        self.host = host
+        self.params = params
+        t = _Target(params["image"])
+        os.makedirs(t.parent, exist_ok=True)
+        # named as an image writer's temporary directory: swept if this process dies
+        self.work = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
+        self.results: list[dict[str, Any]] = []
+        self.last: str | None = None
+
+    def run(self) -> Rounds:
+        """Pre-dump until a stop rule holds; the last round is the final image's parent."""
+        from ckpt.statefile import open_image
+        from ckpt.statefile.chain import link_metadata
+
+        key = bytes.fromhex(self.params["key_hex"]) if self.params.get("key_hex") else None
+        mf = self.host.kernel.memory_file
+        params = {**self.params, "force": False}
+        for r in range(MAX_ROUNDS):
+            path = os.path.join(self.work, f"r{r}")
+            link = link_metadata(path, open_image(self.last, key)) if self.last else None
+            res = pre_dump(self.host, params, image=path, link=link or {})
+            res["round"] = r
+            self.results.append(res)
+            self.last = path
+            with self.host.cond:
+                dirty = mf.dirty_count()
+            res["dirty_after"] = dirty
+            if dirty <= FEW_DIRTY:
+                res["stop"] = f"{dirty} pages dirty (<= {FEW_DIRTY})"
+                break
+            if r and res["pages_written"] > GROWTH * self.results[-2]["pages_written"]:
+                res["stop"] = "the round grew over 10% on the one before"
+                break
+        else:
+            self.results[-1]["stop"] = f"{MAX_ROUNDS} rounds"
+        return self
+
+    def parent_metadata(self, key: bytes | None) -> dict[str, Any]:
+        """The final image's link to the last round, as it will be once moved inside."""
+        from ckpt.statefile import open_image
+
+        assert self.last is not None
+        link = dict(self.host_link(open_image(self.last, key)))
+        link["parent"] = {**link["parent"], "path": f"{ROUNDS_DIR}/{os.path.basename(self.last)}"}
+        return link
+
+    @staticmethod
+    def host_link(parent: Any) -> dict[str, Any]:
+        from ckpt.statefile.chain import depth
+
+        return {
+            "parent": {"image_id": parent.header.image_id.hex(), "path": ""},
+            "chain_depth": depth(parent) + 1,
+        }
+
+    def adopt(self, image_temp_dir: Any) -> None:
+        """Move the rounds into the final image's temporary directory before commit."""
+        os.rename(self.work, os.path.join(image_temp_dir, ROUNDS_DIR))
+        self.work = ""
+
+    def discard(self) -> None:
+        if self.work:
+            from ckpt.statefile.image import _rmtree
+
+            _rmtree(self.work)
+            self.work = ""
+
+    def counters(self) -> dict[str, Any]:
+        return {
+            "rounds": len(self.results),
+            "precopy_pages_written": sum(r["pages_written"] for r in self.results),
+            "precopy_time_ms": round(sum(r["ms"] for r in self.results), 3),
+        }
+
+
+def cli_options(pre_dump: bool, parent: Any, pre_copy: bool) -> dict[str, Any]:
+    """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``."""
+    if pre_copy and (pre_dump or parent is not None):
+        raise SandboxError(
+            "--pre-copy does its own pre-dumps: pass it without --pre-dump and --parent-path"
+        )
+    options: dict[str, Any] = {}
+    if pre_dump:
+        options["pre_dump"] = True
+    if parent is not None:
+        options["parent"] = os.path.abspath(parent)
+    if pre_copy:
+        options["pre_copy"] = True
+    return options

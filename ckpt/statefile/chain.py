@@ -1,0 +1,245 @@
+"""Image chains: an image whose pages are only those dirtied since a parent image.
+
+A pre-dump image (``kind: pre-dump``) holds memory pages and no kernel state; a final
+image holds the kernel state.  Either may name a parent in its metadata::
+
+    "parent": {"image_id": "<hex>", "path": "<the parent's directory, relative to ours>"},
+    "chain_depth": <the parent's depth + 1>
+
+The metadata sits in checkpoint.img's trailer, so the link is covered by the image's
+integrity tag (CRC32C, or HMAC-SHA256 with a key): a parent replaced by any other image,
+even one of the same sandbox, has another image id and is refused.  The depth is
+checked against ``MAX_CHAIN`` before any parent is opened, and again at each step.
+
+The pages of a chain are the union of its images' pages, the newest image's copy of a
+page winning (``ChainPages``).  The oldest image holds every allocated page (a full
+checkpoint, or a pre-dump without a parent), so every frame the kernel state allocates
+is recorded somewhere: a frame allocated since is dirty, so a later image records it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import CkptError, IntegrityError, StatefileError
+from ckpt.statefile.image import Image, open_image, open_image_unverified
+from ckpt.statefile.pages import LoadedPages
+
+MAX_CHAIN = 16  # images in one chain, the final one included
+PRE_DUMP = "pre-dump"
+
+
+def is_pre_dump(image: Image) -> bool:
+    return image.metadata.get("kind") == PRE_DUMP
+
+
+def depth(image: Image) -> int:
+    """How many parents the image says it has (0: none), checked for shape and bound."""
+    meta = image.metadata
+    d = meta.get("chain_depth", 0)
+    parent = meta.get("parent")
+    if type(d) is not int or d < 0 or (d == 0) != (parent is None):
+        raise IntegrityError(f"{image.dir}: inconsistent chain_depth {d!r} in its metadata")
+    if d >= MAX_CHAIN:
+        raise StatefileError(
+            f"{image.dir}: a chain of {d + 1} images is over the limit of {MAX_CHAIN}; "
+            "take a full checkpoint instead"
+        )
+    if parent is not None and not (
+        isinstance(parent, dict)
+        and isinstance(parent.get("image_id"), str)
+        and isinstance(parent.get("path"), str)
+        and parent["path"]
+    ):
+        raise IntegrityError(f"{image.dir}: malformed parent link in its metadata")
+    return d
+
+
+def link_metadata(child_dir: str | os.PathLike[str], parent: Image) -> dict[str, Any]:
+    """The metadata a new image at ``child_dir`` records to name ``parent``."""
+    d = depth(parent) + 1
+    if d >= MAX_CHAIN:
+        raise StatefileError(
+            f"{parent.dir}: already the {d}th image of its chain (the limit is {MAX_CHAIN}); "
+            "take a full checkpoint or a pre-dump without --parent-path"
+        )
+    rel = os.path.relpath(os.path.abspath(parent.dir), os.path.abspath(child_dir))
+    return {"parent": {"image_id": parent.header.image_id.hex(), "path": rel}, "chain_depth": d}
+
+
+def _parent_dir(image: Image) -> Path:
+    return (image.dir / image.metadata["parent"]["path"]).resolve()
+
+
+def open_parent(child: Image, key: bytes | None, *, verify: bool = True) -> Image:
+    """The parent ``child`` names, checked to be the very image it recorded."""
+    link = child.metadata["parent"]
+    where = _parent_dir(child)
+    what = f"{child.dir}: its parent image {where}"
+    try:
+        parent = open_image(where, key) if verify else open_image_unverified(where)
+    except CkptError as exc:
+        raise type(exc)(f"{what} cannot be used: {exc}; the chain is broken") from exc
+    if parent.header.image_id.hex() != link["image_id"]:
+        raise IntegrityError(
+            f"{what} is another image (id {parent.header.image_id.hex()}, "
+            f"want {link['image_id']}); the chain is broken"
+        )
+    if parent.metadata.get("sandbox_id") != child.metadata.get("sandbox_id"):
+        raise IntegrityError(f"{what} belongs to another sandbox; the chain is broken")
+    if depth(parent) != depth(child) - 1:
+        raise IntegrityError(f"{what} is at the wrong place in the chain")
+    return parent
+
+
+def open_chain(image: Image, key: bytes | None, *, verify: bool = True) -> list[Image]:
+    """``image`` and its ancestors, newest first, each link checked; at most MAX_CHAIN."""
+    chain = [image]
+    d = depth(image)
+    while d:
+        parent = open_parent(chain[-1], key, verify=verify)
+        chain.append(parent)
+        d = depth(parent)
+        if len(chain) + d > MAX_CHAIN:
+            raise StatefileError(f"{image.dir}: its chain is over {MAX_CHAIN} images")
+    for older in chain[1:]:
+        if not is_pre_dump(older) and older.metadata.get("kind") not in (None, "full"):
+            raise StatefileError(f"{older.dir}: unknown image kind in a chain")
+    return chain
+
+
+def open_pages(
+    chain: list[Image],
+    lazy: bool = False,
+    on_error: Callable[[BaseException], None] | None = None,
+) -> Any:
+    """The chain's pages: the image's own ``LoadedPages`` if it has no parent."""
+    if len(chain) == 1:
+        return chain[0].open_pages(lazy=lazy, on_error=on_error)
+    layers: list[LoadedPages] = []
+    try:
+        for img in chain:
+            layers.append(img.open_pages(lazy=lazy, on_error=on_error))
+    except BaseException:
+        for layer in layers:
+            layer.close()
+        raise
+    return ChainPages(layers)
+
+
+def _merge(ranges: Iterator[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``(first, count)`` runs, overlapping or touching ones joined."""
+    out: list[list[int]] = []
+    for first, n in sorted(ranges):
+        if out and first <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], first + n)
+        else:
+            out.append([first, first + n])
+    return [(a, b - a) for a, b in out]
+
+
+class _UnionIndices(Sequence[int]):
+    """Every page index some layer records, ascending (what ``restore_pages`` reads)."""
+
+    def __init__(self, layers: list[LoadedPages]) -> None:
+        runs = _merge(r for layer in layers for r in layer.indices.ranges())  # type: ignore[attr-defined]
+        self._runs = runs
+        self._starts = [a for a, _ in runs]
+        self._len = sum(n for _, n in runs)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: Any) -> Any:
+        return list(self)[i]
+
+    def __iter__(self) -> Iterator[int]:
+        for first, n in self._runs:
+            yield from range(first, first + n)
+
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        return iter(self._runs)
+
+    def __contains__(self, page: object) -> bool:
+        if not isinstance(page, int):
+            return False
+        r = bisect.bisect_right(self._starts, page) - 1
+        return r >= 0 and page < self._starts[r] + self._runs[r][1]
+
+
+class ChainPages:
+    """The pages of a chain of images, newest first: each page from the newest image
+    that records it (as stored data or as a zero page)."""
+
+    def __init__(self, layers: list[LoadedPages]) -> None:
+        self.layers = layers
+        self.indices = _UnionIndices(layers)
+        self.summary = layers[0].summary
+        self.lazy = layers[0].lazy
+
+    def _layer(self, index: int) -> LoadedPages:
+        for layer in self.layers:
+            if index in layer.indices:
+                return layer
+        raise StatefileError(f"page {index} is in no image of the chain")
+
+    def read_page(self, index: int) -> bytes:
+        return self._layer(index).read_page(index)
+
+    def read_page_view(self, index: int) -> memoryview | bytes:
+        return self._layer(index).read_page_view(index)
+
+    def wait(self) -> None:
+        for layer in self.layers:
+            layer.wait()
+
+    @property
+    def done(self) -> bool:
+        return all(layer.done for layer in self.layers)
+
+    def close(self) -> None:
+        for layer in self.layers:
+            layer.close()
+
+    def __enter__(self) -> ChainPages:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def describe(image: Image, key: bytes | None, *, verify: bool) -> list[dict[str, Any]]:
+    """The chain for ``ckpt inspect statefile``: one entry per image, newest first.
+    An entry that could not be opened or checked carries ``error`` and ends the list."""
+    entries: list[dict[str, Any]] = []
+    current: Image | None = image
+    checked = key is not None or not image.header.keyed
+    while current is not None:
+        entry: dict[str, Any] = {
+            "path": str(current.dir),
+            "image_id": current.header.image_id.hex(),
+            "kind": current.metadata.get("kind") or "full",
+            "pages_stored": (current.metadata.get("pages") or {}).get("stored"),
+            "verified": False,
+        }
+        entries.append(entry)
+        try:
+            if verify and checked:
+                with current.open_pages(lazy=False):
+                    entry["verified"] = True
+            current = (
+                open_parent(current, key, verify=checked)
+                if current.metadata.get("parent") is not None
+                else None
+            )
+        except CkptError as exc:
+            entry["error"] = str(exc)
+            break
+        if len(entries) > MAX_CHAIN:
+            entry["error"] = f"the chain is over {MAX_CHAIN} images"
+            break
+    return entries
