@@ -123,7 +123,15 @@ def open_pages(
     layers: list[LoadedPages] = []
     try:
         for img in chain:
-            layers.append(img.open_pages(lazy=lazy, on_error=on_error))
+            try:
+                layers.append(img.open_pages(lazy=lazy, on_error=on_error))
+            except CkptError as exc:
+                if img is chain[0]:
+                    raise
+                raise type(exc)(
+                    f"{chain[0].dir}: its parent image {img.dir} cannot be used: {exc}; "
+                    "the chain is broken"
+                ) from exc
     except BaseException:
         for layer in layers:
             layer.close()

@@ -118,9 +118,26 @@ def inspect_image(
     if integrity["checked"]:
         integrity.update(ok=True, detail=f"header, metadata and {image.header.chunk_count} chunks")
 
-    _describe_stream(report, data, objects=objects, verify=verify)
+    if image.metadata.get("kind") == "pre-dump":
+        report["stream"]["note"] = "a pre-dump: memory pages only, no kernel state"
+    else:
+        _describe_stream(report, data, objects=objects, verify=verify)
     _describe_pages(report, image, verify=verify)
+    _describe_chain(report, image, key, verify=verify)
     return report
+
+
+def _describe_chain(report: dict[str, Any], image: Image, key: Any, *, verify: bool) -> None:
+    """The images this one's pages depend on (``chain.py``), each checked as far as the
+    key allows; a broken link fails the report."""
+    if image.metadata.get("parent") is None:
+        return
+    from ckpt.statefile import chain
+
+    report["chain"] = entries = chain.describe(image, key, verify=verify)
+    broken = [e["error"] for e in entries if "error" in e]
+    if broken and report["integrity"]["checked"]:
+        report["integrity"].update(ok=False, detail=broken[0])
 
 
 def _describe_stream(report: dict[str, Any], data: bytes, *, objects: int, verify: bool) -> None:
@@ -176,4 +193,5 @@ def report_failed(report: dict[str, Any]) -> bool:
         report["integrity"]["ok"] is False
         or bool(report["stream"]["error"] and report["stream"]["available"])
         or bool(report["pages"] and "error" in report["pages"])
+        or any("error" in e for e in report.get("chain") or ())
     )

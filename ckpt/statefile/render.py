@@ -114,8 +114,34 @@ def render_report(report: dict[str, Any]) -> RenderableType:
         parts.append(Text("stream: every record decoded", style="green"))
     elif stream.get("error") and stream.get("available"):
         parts.append(Text(f"stream: {stream['error']}", style="bold red"))
+    elif stream.get("note"):
+        parts.append(Text(f"stream: {stream['note']}"))
     parts += [Text(""), _types(report), Text(""), _pages(report)]
+    if report.get("chain"):
+        parts += [Text(""), _chain(report["chain"])]
     objs = _objects(report)
     if objs is not None:
         parts += [Text(""), objs]
     return Group(*parts)
+
+
+def _chain(entries: list[dict[str, Any]]) -> Table:
+    """The image chain, newest first: each image's kind, id, stored pages and check."""
+    t = Table(title="chain (newest first)", title_justify="left")
+    for name, justify in (("#", "right"), ("kind", "left"), ("image id", "left")):
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    t.add_column("stored", justify="right")
+    t.add_column("pages", justify="left")
+    for i, e in enumerate(entries):
+        stored = e.get("pages_stored")
+        state = "verified" if e.get("verified") else "not read"
+        t.add_row(
+            str(i),
+            e["kind"],
+            e["image_id"][:16],
+            "-" if stored is None else f"{stored:,}",
+            Text(state),
+        )
+        if "error" in e:
+            t.add_row("", Text("broken", style="bold red"), Text(e["error"]), "", "")
+    return t
