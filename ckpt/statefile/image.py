@@ -4,8 +4,9 @@ An image is written into a temporary directory beside the target (same filesyste
 every file and the directory itself are fsynced (at once), and only then is it renamed
 into place.  A replaced image (``force=True``) is swapped in one ``renameat2(RENAME_EXCHANGE)``
 where the kernel offers it, else renamed aside first; the old one is removed only after
-the new one is in place.  A crash therefore leaves either the old image or the new one
-under the target name, plus at most a dot-named leftover that the next writer for the
+the new one is in place, through directory descriptors and only its own files (the
+parent may be writable by others).  A crash therefore leaves either the old image or the
+new one under the target name, plus at most a dot-named leftover that the next writer for the
 same target sweeps away (or restores, if the crash hit between the two renames).
 """
 
@@ -125,23 +126,55 @@ def _make_temp_dir(parent: str, prefix: str) -> str:
     raise FileExistsError(errno.EEXIST, "no unused temporary directory name", parent)
 
 
-def _rmtree(path: str) -> None:
-    """Remove a directory tree, ignoring errors (leftovers are swept by the next writer)."""
-    import shutil  # only on abort and sweep paths: not every checkpoint
-
-    shutil.rmtree(path, ignore_errors=True)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _remove_image_dir(path: str) -> None:
-    """Remove a replaced image: unlink its files and the directory; a tree that holds
-    more than an image's flat files goes to ``_rmtree``.  (One listdir and a few
-    unlinks: ``shutil.rmtree``'s fd walk costs more than the rest of a replace.)"""
+def _remove_image_dir(parent: str, name: str) -> list[str]:
+    """Remove the image directory ``parent/name`` (a replaced image or a dead writer's
+    temporary one) through directory descriptors; return what was left in place.
+
+    The parent is writable by others (``/tmp``): between the rename and this call
+    the entry may have been swapped for a symlink to any directory.  So the directory
+    is opened without following a link, listed and emptied through its descriptor,
+    and only an image's own files are unlinked; anything else (a symlink in place of
+    the directory, a subdirectory, a foreign name) is left and reported.
+    """
+    entry = os.path.join(parent, name)
     try:
-        for name in os.listdir(path):
-            os.unlink(os.path.join(path, name))
-        os.rmdir(path)
+        pfd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        _rmtree(path)
+        return [entry]
+    try:
+        try:
+            dfd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except FileNotFoundError:
+            return []
+        except OSError:  # ELOOP or ENOTDIR: a symlink or a file; never followed
+            return [entry]
+        left: list[str] = []
+        try:
+            for file in os.listdir(dfd):
+                if file not in IMAGE_FILES:
+                    left.append(os.path.join(entry, file))
+                    continue
+                try:  # unlink never follows a link; a directory fails with EISDIR
+                    os.unlink(file, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left.append(os.path.join(entry, file))
+        finally:
+            os.close(dfd)
+        if not left:
+            try:
+                os.rmdir(name, dir_fd=pfd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(entry)
+        return left
+    finally:
+        os.close(pfd)
 
 
 @functools.cache
@@ -191,30 +224,46 @@ class _Target:
 def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
     """Remove leftovers of writers to ``image_dir`` that died; return what was removed.
 
-    A dead writer's temporary directory is deleted.  If the target is missing and a
-    dead writer had renamed the previous image aside, that image is renamed back.
+    A dead writer's temporary directory is emptied of an image's own files and removed
+    (anything else in it, or a symlink in its place, is left: see ``_remove_image_dir``).
+    If the target is missing and a dead writer had renamed the previous image aside,
+    that image is renamed back, provided it is still a real directory.
     """
-    return [Path(p) for p in _clean_stale(_Target(image_dir))]
+    removed, _left = _clean_stale(_Target(image_dir))
+    return [Path(p) for p in removed]
 
 
-def _clean_stale(t: _Target) -> list[str]:
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _clean_stale(t: _Target) -> tuple[list[str], list[str]]:
+    """(entries removed, entries left in place) for ``t``'s dead writers."""
     removed: list[str] = []
+    left: list[str] = []
     try:
         names = sorted(os.listdir(t.parent))
     except (FileNotFoundError, NotADirectoryError):
-        return removed
+        return removed, left
     ours = f".{t.name}."  # every leftover of this target's writers starts so
     for name in names:
         m = _LEFTOVER.match(name) if name.startswith(ours) else None
         if not m or m["name"] != t.name or _pid_alive(int(m["pid"])):
             continue
         entry = os.path.join(t.parent, name)
-        if m["kind"] == "old" and not os.path.exists(t.target):
+        if m["kind"] == "old" and not os.path.lexists(t.target) and _is_real_dir(entry):
+            # rename(2) moves the entry itself, never what a link points to.
             os.rename(entry, t.target)
             continue
-        _rmtree(entry)
-        removed.append(entry)
-    return removed
+        kept = _remove_image_dir(t.parent, name)
+        if kept:
+            left.extend(kept)
+        else:
+            removed.append(entry)
+    return removed, left
 
 
 class ImageWriter:
@@ -274,6 +323,9 @@ class ImageWriter:
         self._header_tag = b""
         self.page_summary: PageSummary | None = None
         self.committed = False
+        # What removing a replaced image or a dead writer's leftovers did not delete,
+        # as it was not an image's own file (or was a link in place of a directory).
+        self.left_behind: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -319,7 +371,8 @@ class ImageWriter:
                 os.makedirs(t.parent, exist_ok=True)
         except OSError as exc:
             raise StatefileError(f"{t.parent}: cannot create: {exc.strerror}") from exc
-        _clean_stale(t)  # first: it may put back an image a dead writer moved aside
+        # First: it may put back an image a dead writer moved aside.
+        self.left_behind.extend(_clean_stale(t)[1])
         self._check_target()
         self._tmp = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
         try:
@@ -460,7 +513,7 @@ class ImageWriter:
         self._tmp = None
         _fsync_dir(parent)
         if old is not None:
-            _remove_image_dir(old)
+            self.left_behind.extend(_remove_image_dir(parent, os.path.basename(old)))
 
     def abort(self) -> None:
         """Throw the unfinished image away; the target is untouched."""
@@ -473,8 +526,8 @@ class ImageWriter:
                 with contextlib.suppress(OSError):
                     fh.close()
         if self._tmp is not None:
-            _rmtree(self._tmp)
-            self._tmp = None
+            tmp, self._tmp = self._tmp, None
+            self.left_behind.extend(_remove_image_dir(self._t.parent, os.path.basename(tmp)))
 
 
 # -- reading -----------------------------------------------------------------------
