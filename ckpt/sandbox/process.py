@@ -340,8 +340,16 @@ class Host:
             if close is not None:
                 close()
         t_state = time.perf_counter_ns()
-        pages = image.open_pages(lazy=bool(params.get("background")), on_error=self._pages_failed)
-        k.memory_file.restore_pages(pages)
+        # The page map is checked against what the kernel state declares before any
+        # page is read: its address space, and one recorded page per allocated frame.
+        mf = k.memory_file
+        pages = image.open_pages(
+            lazy=bool(params.get("background")),
+            on_error=self._pages_failed,
+            limit=mf.next_frame,
+            frames=len(mf.refs),
+        )
+        mf.restore_pages(pages)
         t_pages = time.perf_counter_ns()
         k.note_restored()
         port = params.get("port")

@@ -90,6 +90,13 @@ TAG_SIZE_PLAIN = 4  # CRC-32
 MAX_CHUNK_SIZE = 64 << 20  # largest chunk_size a reader accepts before allocating
 MAX_METADATA_LEN = 16 << 20  # largest metadata JSON a reader accepts
 IMAGE_ID_SIZE = 16
+# Page indices (and so page totals) an image may record: below 2^32, 16 TiB of 4 KiB
+# pages, far beyond what one host's sandbox holds.  A restore checks them again against
+# the frames its kernel state declares.
+MAX_PAGES = 1 << 32
+# Largest pages_meta.img a reader accepts: alternating zero and stored pages, the worst
+# layout, take under 80 bytes per two pages: 1 GiB describes over 100 GiB of memory.
+MAX_PAGES_META_LEN = 1 << 30
 
 # checkpoint.img
 HEADER = struct.Struct("<8sHBBIII16s")  # magic, version, flags, codec, chunk_size, 0, 0, id

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 from ckpt import __version__
 from ckpt.errors import ImageExistsError, StatefileError
 from ckpt.statefile import chunks
+from ckpt.statefile.files import check_image_dir, read_regular
 from ckpt.statefile.format import (
     CHECKPOINT_IMG,
     CHUNK_SIZE,
@@ -36,13 +37,22 @@ from ckpt.statefile.format import (
     DEFAULT_LEVEL,
     IMAGE_ID_SIZE,
     MAX_CHUNK_SIZE,
+    MAX_METADATA_LEN,
+    MAX_PAGES,
     PAGES_IMG,
     PAGES_META_IMG,
     STATS_JSON,
     ZSTD_LEVELS,
 )
 from ckpt.statefile.integrity import Sealer
-from ckpt.statefile.pages import LoadedPages, PagesMeta, PageSummary, PageWriter, read_pages_meta
+from ckpt.statefile.pages import (
+    LoadedPages,
+    PagesMeta,
+    PageSummary,
+    PageWriter,
+    check_page_map,
+    read_pages_meta,
+)
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
@@ -538,16 +548,14 @@ class Image:
 
     def __init__(self, path: str | os.PathLike[str], key: bytes | None, *, verify: bool) -> None:
         p = Path(path)
-        if p.is_dir():
+        if check_image_dir(p):  # a symlink is refused, the files are read under it
             self.dir = p
             self.statefile = p / CHECKPOINT_IMG
-            if not self.statefile.exists():
+            if not os.path.lexists(self.statefile):
                 raise StatefileError(f"{p}: no {CHECKPOINT_IMG} here; not an image directory")
-        elif p.exists():
+        else:  # the statefile itself: opened as a regular file or refused
             self.dir = p.parent
             self.statefile = p
-        else:
-            raise StatefileError(f"{p}: no such image directory or file")
         self.verified = verify
         self._reader = StatefileReader(self.statefile, key, verify=verify)
         self._sealer = self._reader.sealer
@@ -584,12 +592,24 @@ class Image:
         )
 
     def open_pages(
-        self, lazy: bool = False, on_error: Callable[[BaseException], None] | None = None
+        self,
+        lazy: bool = False,
+        on_error: Callable[[BaseException], None] | None = None,
+        *,
+        limit: int = MAX_PAGES,
+        frames: int = -1,
     ) -> LoadedPages:
         """Load the pages (eager), or return at once and fill them in the background;
-        ``on_error`` hears once of a run found truncated or corrupt while filling."""
+        ``on_error`` hears once of a run found truncated or corrupt while filling.
+
+        A restore passes what its kernel state declares: ``limit``, the size of the
+        address space in pages, and ``frames``, how many frames are allocated; a page map
+        outside them is refused (``check_page_map``) before any page is read."""
+        meta = self.pages_meta()
+        if limit != MAX_PAGES or frames >= 0:
+            check_page_map(meta, self.dir / PAGES_META_IMG, limit=limit, frames=frames)
         return LoadedPages(
-            self.pages_meta(),
+            meta,
             self.dir / PAGES_IMG,
             self._sealer,
             self.header.image_id,
@@ -601,11 +621,12 @@ class Image:
     def stats(self) -> dict[str, Any] | None:
         """stats.json, if the image has one."""
         p = self.dir / STATS_JSON
-        if not p.exists():
+        if not os.path.lexists(p):
             return None
+        raw = read_regular(p, "the stats", MAX_METADATA_LEN)
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
             raise StatefileError(f"{p}: unreadable stats: {exc}") from exc
         return data if isinstance(data, dict) else None
 

@@ -31,10 +31,13 @@ from typing import Any, BinaryIO, NamedTuple
 
 from ckpt.errors import IntegrityError, StatefileError
 from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
+from ckpt.statefile.files import open_regular, read_regular
 from ckpt.statefile.format import (
     CODEC_NAMES,
     FLAG_KEYED,
     FORMAT_VERSION,
+    MAX_PAGES,
+    MAX_PAGES_META_LEN,
     PAGE_SIZE,
     PAGES_HEADER,
     PAGES_MAGIC,
@@ -259,20 +262,61 @@ class PagesMeta:
     compression: str
 
 
-def _read_file(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError as exc:
-        raise StatefileError(f"{path}: {what} is missing from the image") from exc
-    except OSError as exc:
-        raise StatefileError(f"{path}: cannot read {what}: {exc.strerror}") from exc
+class PageMapError(IntegrityError):
+    """pages_meta.img describes pages that cannot be this image's: runs that overlap or
+    are out of order, pages outside the address space, totals that do not add up."""
+
+
+def check_page_map(
+    meta: PagesMeta, where: str | os.PathLike[str], *, limit: int = MAX_PAGES, frames: int = -1
+) -> None:
+    """Refuse a page map before anything is sized from it.  Restore and
+    ``inspect --verify`` both call it (through ``read_pages_meta``), restore a second
+    time with the bounds its kernel state declares.
+
+    Every stored and zero run must lie in ``[0, limit)``, all of them sorted and
+    disjoint; the header totals must equal the runs' sums; and with ``frames`` given
+    (the frames the kernel allocated, each recorded once by a checkpoint) no more
+    pages than that may be recorded, so what a restore allocates for stored pages is
+    bounded by what the kernel state holds, not by what the page map claims.
+    """
+    s = meta.summary
+    stored = sum(r.npages for r in meta.runs)
+    zero = sum(n for _, n in meta.zero_runs)
+    if stored != s.stored or zero != s.zero or s.scanned != stored + zero:
+        raise PageMapError(
+            f"{where}: totals (scanned {s.scanned}, stored {s.stored}, zero {s.zero}) "
+            f"are not the sums of the runs ({stored} stored, {zero} zero)"
+        )
+    if 0 <= frames < s.scanned:
+        raise PageMapError(
+            f"{where}: records {s.scanned} pages, but the kernel state has only "
+            f"{frames} frames; the page file is not this image's"
+        )
+    end = 0  # where the previous run ended: runs must start at or after it
+    spans = sorted(
+        [(r.first_page, r.npages, "stored") for r in meta.runs]
+        + [(first, n, "zero") for first, n in meta.zero_runs]
+    )
+    for first, n, kind in spans:
+        if n <= 0 or first < end:
+            raise PageMapError(
+                f"{where}: {kind} run of {n} pages at page {first} overlaps the run "
+                f"before it (which ends at page {end})"
+            )
+        end = first + n
+        if end > limit:
+            raise PageMapError(
+                f"{where}: {kind} run of {n} pages at page {first} lies outside the "
+                f"{limit} pages of the address space"
+            )
 
 
 def read_pages_meta(
     meta_path: Path, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
 ) -> PagesMeta:
     """Parse and check pages_meta.img (and pages.img's header) before trusting any of it."""
-    raw = _read_file(meta_path, "the page metadata")
+    raw = read_regular(meta_path, "the page metadata", MAX_PAGES_META_LEN)
     if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
         raise StatefileError(f"{meta_path}: not a ckpt page metadata file (bad magic at offset 0)")
     (_, version, flags, codec, nstored, meta_id, scanned, zero, stored, pages_size, nzero, _r) = (
@@ -304,17 +348,19 @@ def read_pages_meta(
             f"{meta_path}: belongs to another image (image id {meta_id.hex()} at offset 16, "
             f"checkpoint.img has {image_id.hex()})"
         )
+    fd = open_regular(pages_path, "the page file")
     try:
-        pages_actual = os.stat(pages_path).st_size
-    except FileNotFoundError as exc:
-        raise StatefileError(f"{pages_path}: the page file is missing from the image") from exc
-    if pages_actual != pages_size:
-        raise IntegrityError(
-            f"{pages_path}: {pages_actual} bytes, page metadata says {pages_size} "
-            "(truncated, or from another image)"
-        )
-    with open(pages_path, "rb") as f:
-        head = f.read(PAGES_HEADER.size)
+        pages_actual = os.fstat(fd).st_size
+        if pages_actual != pages_size:
+            raise IntegrityError(
+                f"{pages_path}: {pages_actual} bytes, page metadata says {pages_size} "
+                "(truncated, or from another image)"
+            )
+        head = os.pread(fd, PAGES_HEADER.size, 0)
+    except OSError as exc:
+        raise StatefileError(f"{pages_path}: cannot read the page file: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
     if len(head) != PAGES_HEADER.size or head[:8] != PAGES_MAGIC:
         raise StatefileError(f"{pages_path}: not a ckpt page file (bad magic at offset 0)")
     _, version, pid = PAGES_HEADER.unpack(head)
@@ -365,7 +411,9 @@ def read_pages_meta(
         stored_bytes=pages_size - PAGES_HEADER.size,
         pages_img_bytes=pages_size,
     )
-    return PagesMeta(summary, tuple(runs), tuple(zero_runs), CODEC_NAMES[codec])
+    meta = PagesMeta(summary, tuple(runs), tuple(zero_runs), CODEC_NAMES[codec])
+    check_page_map(meta, meta_path)
+    return meta
 
 
 class _Indices(Sequence[int]):
@@ -450,7 +498,7 @@ class LoadedPages:
         self._closed = False
         ranges = sorted([(r.first_page, r.npages) for r in runs] + list(meta.zero_runs))
         self.indices: Sequence[int] = _Indices(ranges)
-        self._fd = os.open(pages_path, os.O_RDONLY)
+        self._fd = open_regular(pages_path, "the page file")
         self._thread: threading.Thread | None = None
         if not runs:
             self._close_fd()

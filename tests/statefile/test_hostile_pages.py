@@ -1,0 +1,217 @@
+"""A hostile pages_meta.img, its totals and checksum made consistent, is refused in one
+line by ``inspect --verify`` and by a restore, before anything is sized from it.
+
+The restore runs in a child process under a 1 GiB address-space limit, so a page map
+that makes the loader allocate per recorded page fails the test instead of the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ckpt import statefile
+from ckpt.statefile.format import PAGES_META_HEADER, STORED_RUN, ZERO_RUN
+from ckpt.statefile.integrity import Sealer
+from ckpt.statefile.pages import PageMapError, _run_tag
+
+TSIZE = 4  # CRC-32 tags: these images are not signed
+AS_LIMIT = 1 << 30
+
+
+def forge(img: Path, edit: Callable[[list[list], list[list]], None]) -> None:
+    """Rewrite ``img``'s page map with ``edit(stored_runs, zero_runs)``, then make the
+    header totals, each run's tag and the file's checksum consistent again."""
+    meta = img / "pages_meta.img"
+    raw = meta.read_bytes()
+    head = list(PAGES_META_HEADER.unpack_from(raw))
+    image_id, nstored, nzero = head[5], head[4], head[10]
+    pos = PAGES_META_HEADER.size
+    runs, zeros = [], []
+    for _ in range(nstored):
+        runs.append(list(STORED_RUN.unpack_from(raw, pos)))
+        pos += STORED_RUN.size + TSIZE
+    for _ in range(nzero):
+        zeros.append(list(ZERO_RUN.unpack_from(raw, pos)))
+        pos += ZERO_RUN.size
+    edit(runs, zeros)
+    sealer = Sealer(None)
+    data = (img / "pages.img").read_bytes()
+    stored = sum(r[1] for r in runs)
+    zero = sum(z[1] for z in zeros)
+    head[4], head[10] = len(runs), len(zeros)
+    head[6], head[7], head[8] = stored + zero, zero, stored
+    parts = [PAGES_META_HEADER.pack(*head)]
+    for first, n, codec, offset, slen in runs:
+        parts.append(STORED_RUN.pack(first, n, codec, offset, slen))
+        parts.append(_run_tag(sealer, image_id, first, n, codec, data[offset : offset + slen]))
+    parts += [ZERO_RUN.pack(first, n) for first, n in zeros]
+    body = b"".join(parts)
+    meta.write_bytes(body + sealer.mac((body,)))
+
+
+def huge_zero_run(runs: list[list], zeros: list[list]) -> None:
+    zeros.append([1 << 50, 1 << 40])
+
+
+def zero_run_over_a_stored_run(runs: list[list], zeros: list[list]) -> None:
+    zeros.insert(0, [runs[0][0] + 1, 2])
+
+
+def stored_run_at_2_62(runs: list[list], zeros: list[list]) -> None:
+    runs[0][0] = 1 << 62
+
+
+def zero_run_up_to_the_hard_cap(runs: list[list], zeros: list[list]) -> None:
+    zeros.append([1 << 31, (1 << 31) - 1])
+
+
+def stored_run_past_the_kernels_frames(runs: list[list], zeros: list[list]) -> None:
+    runs[0][0] = 1000  # as many pages as frames, but outside the frames the kernel has
+
+
+def one_page_more_than_the_kernel_has(runs: list[list], zeros: list[list]) -> None:
+    zeros.append([runs[-1][0] + runs[-1][1], 1])
+
+
+EVERYWHERE = [huge_zero_run, zero_run_over_a_stored_run, stored_run_at_2_62]
+RESTORE_ONLY = [  # inside the format's hard cap: only the kernel state says they are wrong
+    zero_run_up_to_the_hard_cap,
+    stored_run_past_the_kernels_frames,
+    one_page_more_than_the_kernel_has,
+]
+
+
+@pytest.fixture(scope="module")
+def kernel_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real sandbox's checkpoint (the "empty" workload: 63 frames, all stored)."""
+    from ckpt.sandbox.process import Host
+
+    d = tmp_path_factory.mktemp("hostile")
+    h = Host("unit", str(d / "ctl.sock"))
+    try:
+        h.boot({"workload": "empty", "options": {"rootfs": "minimal"}})
+        h.pause({})
+        h.checkpoint({"image": str(d / "img"), "leave_running": True})
+    finally:
+        h.server.close()
+    yield d / "img"
+
+
+@pytest.fixture
+def image(kernel_image: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(kernel_image, tmp_path / "img"))
+
+
+CHILD = textwrap.dedent(
+    """
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+    from ckpt.errors import CkptError
+    from ckpt.sandbox.process import Host
+    h = Host("restored", sys.argv[2])
+    try:
+        h.restore({{"image": sys.argv[1]}})
+    except CkptError as exc:
+        print(type(exc).__name__, exc, sep=": ")
+        sys.exit(0)
+    finally:
+        h.server.close()
+    print("restored")
+    sys.exit(3)
+    """
+)
+
+
+def restore_in_child(img: Path, tmp_path: Path) -> tuple[int, str, int]:
+    """(exit code, output, peak RSS in KiB) of a restore of ``img`` in a child process
+    whose address space is limited to 1 GiB."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(limit=AS_LIMIT), str(img), str(tmp_path / "c.sock")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        out = p.stdout.read().decode()  # the watchdog bounds this
+    finally:
+        p.stdout.close()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, out, usage.ru_maxrss
+
+
+def test_the_untouched_image_restores(image: Path, tmp_path: Path, watchdog: None) -> None:
+    forge(image, lambda runs, zeros: None)  # the forger itself changes nothing
+    rc, out, _ = restore_in_child(image, tmp_path)
+    assert rc == 3 and "restored" in out, out
+
+
+@pytest.mark.parametrize("edit", EVERYWHERE + RESTORE_ONLY, ids=lambda f: f.__name__)
+def test_restore_refuses_in_one_line_with_bounded_memory(
+    image: Path, tmp_path: Path, edit: Callable, watchdog: None
+) -> None:
+    forge(image, edit)
+    rc, out, peak_kib = restore_in_child(image, tmp_path)
+    lines = [line for line in out.splitlines() if "PageMapError" in line]
+    assert rc == 0 and len(lines) == 1, out
+    assert "Traceback" not in out
+    assert peak_kib < AS_LIMIT // 1024
+    print(f"{edit.__name__}: refused, peak RSS {peak_kib / 1024:.1f} MiB")
+
+
+@pytest.mark.parametrize("edit", EVERYWHERE, ids=lambda f: f.__name__)
+def test_inspect_verify_refuses(image: Path, edit: Callable, watchdog: None) -> None:
+    from ckpt.cli import app
+
+    forge(image, edit)
+    res = CliRunner().invoke(app, ["inspect", "statefile", str(image), "--verify", "--json"])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.output)
+    assert "error" in report["pages"] and "\n" not in report["pages"]["error"]
+    assert report["integrity"]["ok"] is False
+    with pytest.raises(PageMapError):
+        statefile.open_image(image).open_pages()
+
+
+@pytest.mark.parametrize("edit", RESTORE_ONLY, ids=lambda f: f.__name__)
+def test_the_kernels_bounds_refuse_what_the_format_allows(image: Path, edit: Callable) -> None:
+    forge(image, edit)
+    loaded = statefile.open_image(image).open_pages(lazy=True)  # no kernel: within the cap
+    loaded.close()
+    with pytest.raises(PageMapError):
+        statefile.open_image(image).open_pages(limit=63, frames=63)
+
+
+def test_no_more_pages_than_the_kernel_has_frames(make_image) -> None:
+    """Freed frames leave holes below the address space's end: the frame count bounds
+    what may be recorded even where every page lies inside the address space."""
+    from tests.statefile.conftest import sample_pages
+
+    img = make_image("img", b"", sample_pages())  # 10 pages, indices up to 13
+    statefile.open_image(img).open_pages(limit=14, frames=10).close()
+    with pytest.raises(PageMapError, match="only 9 frames"):
+        statefile.open_image(img).open_pages(limit=14, frames=9)
+    with pytest.raises(PageMapError, match="outside"):
+        statefile.open_image(img).open_pages(limit=13, frames=10)
+
+
+def test_a_child_cannot_exceed_the_limit() -> None:
+    """The memory bound the restore tests rely on really holds in a child."""
+    code = (
+        f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({AS_LIMIT}, {AS_LIMIT}))\n"
+        "try:\n    b = bytearray(2 << 30)\nexcept MemoryError:\n    print('bounded')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, text=True)
+    assert out.stdout.strip() == "bounded"
