@@ -51,6 +51,7 @@ from ckpt.statefile.pages import (
     PageSummary,
     PageWriter,
     check_page_map,
+    check_runs,
     read_pages_meta,
 )
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
@@ -585,6 +586,16 @@ class Image:
         """pages_meta.img, checked, without loading any page."""
         return read_pages_meta(
             self.dir / PAGES_META_IMG,
+            self.dir / PAGES_IMG,
+            self._sealer,
+            self.header.image_id,
+            verify=self.verified,
+        )
+
+    def check_pages(self) -> int:
+        """Read and check every stored page, holding none (``inspect --verify``)."""
+        return check_runs(
+            self.pages_meta(),
             self.dir / PAGES_IMG,
             self._sealer,
             self.header.image_id,

@@ -168,8 +168,8 @@ def _describe_pages(report: dict[str, Any], image: Image, *, verify: bool) -> No
         pages["compression"] = meta.compression
         pages["verified"] = False
         if verify:  # every page is read; tags are checked only with what verifies them
-            with image.open_pages(lazy=False):
-                pages["verified"] = bool(integrity["checked"])
+            image.check_pages()
+            pages["verified"] = bool(integrity["checked"])
         report["pages"] = pages
     except StatefileError as exc:
         report["pages"] = {"error": str(exc)}

@@ -465,6 +465,42 @@ def _fill_delay() -> float:
         return 0.0
 
 
+def _fetch_run(
+    fd: int, path: Path, r: StoredRun, i: int, sealer: Sealer, image_id: bytes, verify: bool
+) -> bytes:
+    """Read, check and decompress stored run ``i`` from descriptor ``fd`` (any thread)."""
+    where = f"{path}: run {i} (pages {r.first_page}..) at offset {r.offset}"
+    try:
+        raw = os.pread(fd, r.stored_len, r.offset)
+    except OSError as exc:
+        raise StatefileError(f"{where}: cannot read: {exc.strerror}") from exc
+    if len(raw) != r.stored_len:
+        raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
+    if verify:
+        expected = _run_tag(sealer, image_id, r.first_page, r.npages, r.codec, raw)
+        sealer.check(expected, r.tag, where)
+    data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
+    return bytes(data)
+
+
+def check_runs(
+    meta: PagesMeta, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+) -> int:
+    """Read, check and decompress every stored run, keeping none of them: what
+    ``inspect --verify`` does, in memory bounded by the runs in flight whatever the
+    page map claims.  Returns the pages checked."""
+    fd = open_regular(pages_path, "the page file")
+    try:
+        jobs = enumerate(meta.runs)
+        for _ in map_ordered(
+            lambda job: _fetch_run(fd, pages_path, job[1], job[0], sealer, image_id, verify), jobs
+        ):
+            pass
+    finally:
+        os.close(fd)
+    return meta.summary.stored
+
+
 class LoadedPages:
     """The pages of an image, loaded eagerly or filled lazily in the background."""
 
@@ -514,19 +550,11 @@ class LoadedPages:
 
     def _fetch(self, i: int) -> bytes:
         """Read, check and decompress stored run ``i`` (any thread)."""
-        r = self._meta.runs[i]
         if self._fd < 0:
             raise StatefileError(f"{self._path}: pages were closed before run {i} was loaded")
-        raw = os.pread(self._fd, r.stored_len, r.offset)
-        where = f"{self._path}: run {i} (pages {r.first_page}..) at offset {r.offset}"
-        if len(raw) != r.stored_len:
-            raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
-        if self._verify:
-            s = self._sealer
-            expected = _run_tag(s, self._image_id, r.first_page, r.npages, r.codec, raw)
-            s.check(expected, r.tag, where)
-        data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
-        return bytes(data)
+        return _fetch_run(
+            self._fd, self._path, self._meta.runs[i], i, self._sealer, self._image_id, self._verify
+        )
 
     def _load(self, i: int) -> bytes:
         data = self._data[i]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,10 +17,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import zstandard
 from typer.testing import CliRunner
 
 from ckpt import statefile
-from ckpt.statefile.format import PAGES_META_HEADER, STORED_RUN, ZERO_RUN
+from ckpt.statefile.format import (
+    CODEC_ZSTD,
+    FORMAT_VERSION,
+    PAGE_SIZE,
+    PAGES_HEADER,
+    PAGES_MAGIC,
+    PAGES_META_HEADER,
+    PAGES_PER_CHUNK,
+    STORED_RUN,
+    ZERO_RUN,
+)
 from ckpt.statefile.integrity import Sealer
 from ckpt.statefile.pages import PageMapError, _run_tag
 
@@ -56,6 +68,29 @@ def forge(img: Path, edit: Callable[[list[list], list[list]], None]) -> None:
     parts += [ZERO_RUN.pack(first, n) for first, n in zeros]
     body = b"".join(parts)
     meta.write_bytes(body + sealer.mac((body,)))
+
+
+def forge_bomb(img: Path, runs: int) -> None:
+    """Replace ``img``'s pages with ``runs`` stored runs of 256 zero pages each, every one
+    a tiny zstd frame declaring its true 1 MiB: a valid map that decompresses to
+    ``runs`` MiB from a page file of a few hundred KiB."""
+    head = list(PAGES_META_HEADER.unpack_from((img / "pages_meta.img").read_bytes()))
+    image_id = head[5]
+    frame = zstandard.ZstdCompressor(level=19).compress(bytes(PAGES_PER_CHUNK * PAGE_SIZE))
+    pages_head = PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id)
+    (img / "pages.img").write_bytes(pages_head + frame * runs)
+    sealer = Sealer(None)
+    entries = []
+    for i in range(runs):
+        first, offset = i * PAGES_PER_CHUNK, PAGES_HEADER.size + i * len(frame)
+        entries.append(STORED_RUN.pack(first, PAGES_PER_CHUNK, CODEC_ZSTD, offset, len(frame)))
+        entries.append(_run_tag(sealer, image_id, first, PAGES_PER_CHUNK, CODEC_ZSTD, frame))
+    stored = runs * PAGES_PER_CHUNK
+    head[4], head[10] = runs, 0
+    head[6], head[7], head[8] = stored, 0, stored
+    head[9] = PAGES_HEADER.size + runs * len(frame)
+    body = PAGES_META_HEADER.pack(*head) + b"".join(entries)
+    (img / "pages_meta.img").write_bytes(body + sealer.mac((body,)))
 
 
 def huge_zero_run(runs: list[list], zeros: list[list]) -> None:
@@ -113,10 +148,23 @@ def image(kernel_image: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(kernel_image, tmp_path / "img"))
 
 
-CHILD = textwrap.dedent(
+PRELUDE = textwrap.dedent(
     """
-    import resource, sys
+    import atexit, resource, sys
     resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+
+    def peak():
+        # VmHWM: this process's own peak since exec (ru_maxrss would also count the
+        # parent's memory at the fork, pytest's).
+        with open("/proc/self/status") as f:
+            kib = [line.split()[1] for line in f if line.startswith("VmHWM:")]
+        print("peak_kib=" + kib[0], flush=True)
+
+    atexit.register(peak)
+    """
+)
+CHILD = PRELUDE + textwrap.dedent(
+    """
     from ckpt.errors import CkptError
     from ckpt.sandbox.process import Host
     h = Host("restored", sys.argv[2])
@@ -131,25 +179,36 @@ CHILD = textwrap.dedent(
     sys.exit(3)
     """
 )
+INSPECT_CHILD = PRELUDE + textwrap.dedent(
+    """
+    from ckpt.cli import main
+    sys.argv = ["ckpt", "inspect", "statefile", sys.argv[1], "--verify"]
+    main()
+    """
+)
+
+
+def run_child(code: str, *args: str) -> tuple[int, str, int]:
+    """(exit code, output, peak RSS in KiB) of ``python -c code args``; the child
+    limits its own address space to 1 GiB and reports its peak RSS as it exits."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        timeout=120,
+        text=True,
+    )
+    peaks = re.findall(r"^peak_kib=(\d+)$", res.stdout, re.M)
+    assert len(peaks) == 1, res.stdout
+    return res.returncode, res.stdout, int(peaks[0])
 
 
 def restore_in_child(img: Path, tmp_path: Path) -> tuple[int, str, int]:
     """(exit code, output, peak RSS in KiB) of a restore of ``img`` in a child process
     whose address space is limited to 1 GiB."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    p = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(limit=AS_LIMIT), str(img), str(tmp_path / "c.sock")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    try:
-        out = p.stdout.read().decode()  # the watchdog bounds this
-    finally:
-        p.stdout.close()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, out, usage.ru_maxrss
+    return run_child(CHILD.format(limit=AS_LIMIT), str(img), str(tmp_path / "c.sock"))
 
 
 def test_the_untouched_image_restores(image: Path, tmp_path: Path, watchdog: None) -> None:
@@ -205,6 +264,23 @@ def test_no_more_pages_than_the_kernel_has_frames(make_image) -> None:
         statefile.open_image(img).open_pages(limit=14, frames=9)
     with pytest.raises(PageMapError, match="outside"):
         statefile.open_image(img).open_pages(limit=13, frames=10)
+
+
+def test_a_page_bomb_is_verified_by_inspect_in_bounded_memory(
+    image: Path, tmp_path: Path, watchdog: None
+) -> None:
+    """3 GiB of declared, well-formed zero pages in a page file of about 100 KiB:
+    inspect --verify checks every run without holding them; a restore refuses the
+    map, as its kernel has 63 frames."""
+    forge_bomb(image, 3072)
+    assert (image / "pages.img").stat().st_size < 1 << 20
+    rc, out, peak_kib = run_child(INSPECT_CHILD.format(limit=AS_LIMIT), str(image))
+    assert rc == 0, out
+    assert re.search(r"^verified\s+yes\s*$", out, re.M), out
+    print(f"inspect --verify of the page bomb: peak RSS {peak_kib / 1024:.1f} MiB")
+    rc, out, peak_kib = restore_in_child(image, tmp_path)
+    assert rc == 0 and "PageMapError" in out and "only 63 frames" in out, out
+    print(f"restore of the page bomb: refused, peak RSS {peak_kib / 1024:.1f} MiB")
 
 
 def test_a_child_cannot_exceed_the_limit() -> None:
