@@ -140,6 +140,27 @@ def _make_temp_dir(parent: str, prefix: str) -> str:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def _open_own_dir(path: str) -> int:
+    """A descriptor of the directory this process just made at ``path``.  Another user
+    who can write the parent may have swapped it since the mkdir: a link is refused
+    (O_NOFOLLOW), and so is a directory this user does not own or others may write."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        raise StatefileError(
+            f"{path}: the temporary directory was replaced as it was made ({exc.strerror}); "
+            "is another user writing to its parent?"
+        ) from exc
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        raise StatefileError(
+            f"{path}: the temporary directory was replaced as it was made; "
+            "is another user writing to its parent?"
+        )
+    return fd
+
+
 def _remove_image_dir(parent: str, name: str) -> list[str]:
     """Remove the image directory ``parent/name`` (a replaced image or a dead writer's
     temporary one) through directory descriptors; return what was left in place.
@@ -327,6 +348,7 @@ class ImageWriter:
         }
         self.metadata.update(metadata or {})
         self._tmp: str | None = None
+        self._tmp_fd = -1  # the temporary directory, opened once: files are made in it
         self._state_f: BinaryIO | None = None
         self._pages_f: BinaryIO | None = None
         self._stream: StateStreamWriter | None = None
@@ -387,8 +409,9 @@ class ImageWriter:
         self._check_target()
         self._tmp = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
         try:
+            self._tmp_fd = _open_own_dir(self._tmp)
             self._state_f = open(  # noqa: SIM115
-                os.path.join(self._tmp, CHECKPOINT_IMG), "wb", buffering=WRITE_BUFFER
+                CHECKPOINT_IMG, "wb", buffering=WRITE_BUFFER, opener=self._create
             )
             self._header_tag = write_header(
                 self._state_f, self._sealer, self._codec, self._chunk_size, self.image_id
@@ -402,7 +425,7 @@ class ImageWriter:
                 self._chunk_size,
             )
             self._pages_f = open(  # noqa: SIM115
-                os.path.join(self._tmp, PAGES_IMG), "wb", buffering=WRITE_BUFFER
+                PAGES_IMG, "wb", buffering=WRITE_BUFFER, opener=self._create
             )
             self._pages = PageWriter(
                 self._pages_f, self._sealer, self.image_id, self._codec, self._level
@@ -438,7 +461,7 @@ class ImageWriter:
             data = json.dumps(stats, indent=2, sort_keys=True, default=str)
         except (TypeError, ValueError) as exc:
             raise StatefileError(f"stats are not JSON-able: {exc}") from exc
-        with open(os.path.join(self._tmp, STATS_JSON), "w") as f:
+        with open(STATS_JSON, "w", opener=self._create) as f:
             f.write(data + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -485,16 +508,13 @@ class ImageWriter:
                 self._stream.stream_len,
                 encode_metadata(meta),
             )
-            with open(os.path.join(self._tmp, PAGES_META_IMG), "wb") as mf:
+            with open(PAGES_META_IMG, "wb", opener=self._create) as mf:
                 mf.write(self._pages.meta_bytes())
                 files = (self._state_f, self._pages_f, mf)
                 for fh in files:
                     fh.flush()
-                tmp_fd = os.open(self._tmp, os.O_RDONLY | os.O_DIRECTORY)
-                try:  # the files and their directory, before the rename installs them
-                    _fsync_together([fh.fileno() for fh in files] + [tmp_fd])
-                finally:
-                    os.close(tmp_fd)
+                # The files and their directory, before the rename installs them.
+                _fsync_together([fh.fileno() for fh in files] + [self._tmp_fd])
             for fh in (self._state_f, self._pages_f):
                 fh.close()
             self._install()
@@ -503,6 +523,17 @@ class ImageWriter:
             raise
         self.committed = True
         return self.path
+
+    def _create(self, name: str, flags: int) -> int:
+        """``open``'s opener: a new file in the temporary directory, made through its
+        descriptor, never through a link and never an existing file (O_EXCL)."""
+        extra = os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags | extra, 0o666, dir_fd=self._tmp_fd)
+
+    def _close_tmp_fd(self) -> None:
+        fd, self._tmp_fd = self._tmp_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def _install(self) -> None:
         """Rename the finished temporary directory to the target, atomically.
@@ -522,6 +553,7 @@ class ImageWriter:
             os.rename(t, old)  # replaces the empty placeholder directory
             os.rename(self._tmp, t)
         self._tmp = None
+        self._close_tmp_fd()
         _fsync_dir(parent)
         if old is not None:
             self.left_behind.extend(_remove_image_dir(parent, os.path.basename(old)))
@@ -536,6 +568,7 @@ class ImageWriter:
             if fh is not None:
                 with contextlib.suppress(OSError):
                     fh.close()
+        self._close_tmp_fd()
         if self._tmp is not None:
             tmp, self._tmp = self._tmp, None
             self.left_behind.extend(_remove_image_dir(self._t.parent, os.path.basename(tmp)))

@@ -126,3 +126,31 @@ def test_force_replace_leaves_foreign_files_added_to_the_old_image(
     assert img.left_behind == [str(aside / "planted")]
     write_image(tmp_path / "other", NEW)  # an unrelated writer: nothing to sweep
     assert statefile.open_image(target).read_state() == NEW
+
+
+@pytest.mark.parametrize("swap", ["symlink", "foreign-directory"])
+def test_a_temporary_directory_swapped_after_mkdir_gets_no_file(
+    tmp_path: Path, monkeypatch, swap: str
+) -> None:
+    """Between the mkdir and the first file, the directory is replaced: by a link to a
+    victim (whose checkpoint.img an open-by-path would truncate), or by a directory
+    others may write.  The writer refuses, and the victim is untouched."""
+    v = victim(tmp_path)
+    real_make = image_mod._make_temp_dir
+
+    def make_then_swap(parent: str, prefix: str) -> str:
+        path = real_make(parent, prefix)
+        os.rename(path, tmp_path / "moved-away")
+        if swap == "symlink":
+            os.symlink(v, path)
+        else:
+            os.mkdir(path)
+            os.chmod(path, 0o777)
+        return path
+
+    monkeypatch.setattr(image_mod, "_make_temp_dir", make_then_swap)
+    with pytest.raises(statefile.StatefileError, match="replaced as it was made"):  # noqa: SIM117
+        with statefile.ImageWriter(tmp_path / "img") as img:
+            img.state_file.write(NEW)
+    assert_intact(v)
+    assert not (tmp_path / "img").exists()
