@@ -283,6 +283,17 @@ def test_a_page_bomb_is_verified_by_inspect_in_bounded_memory(
     print(f"restore of the page bomb: refused, peak RSS {peak_kib / 1024:.1f} MiB")
 
 
+@pytest.mark.parametrize("name", ["checkpoint.img", "pages.img", "pages_meta.img"])
+def test_a_restore_refuses_a_fifo_at_once(
+    image: Path, tmp_path: Path, name: str, watchdog: None
+) -> None:
+    """A FIFO in the image used to block the restoring sandbox in open(2) for good."""
+    (image / name).unlink()
+    os.mkfifo(image / name)
+    rc, out, _ = restore_in_child(image, tmp_path)
+    assert rc == 0 and "StatefileError" in out and "FIFO" in out and name in out, out
+
+
 def test_a_child_cannot_exceed_the_limit() -> None:
     """The memory bound the restore tests rely on really holds in a child."""
     code = (
