@@ -50,7 +50,6 @@ from ckpt.statefile.pages import (
     PagesMeta,
     PageSummary,
     PageWriter,
-    check_page_map,
     check_runs,
     read_pages_meta,
 )
@@ -615,14 +614,16 @@ class Image:
         """The object stream as a readable binary file (verified chunk by chunk)."""
         return ChunkStream(self._reader)
 
-    def pages_meta(self) -> PagesMeta:
-        """pages_meta.img, checked, without loading any page."""
+    def pages_meta(self, *, limit: int = MAX_PAGES, frames: int = -1) -> PagesMeta:
+        """pages_meta.img, checked (``check_page_map``), without loading any page."""
         return read_pages_meta(
             self.dir / PAGES_META_IMG,
             self.dir / PAGES_IMG,
             self._sealer,
             self.header.image_id,
             verify=self.verified,
+            limit=limit,
+            frames=frames,
         )
 
     def check_pages(self) -> int:
@@ -649,11 +650,8 @@ class Image:
         A restore passes what its kernel state declares: ``limit``, the size of the
         address space in pages, and ``frames``, how many frames are allocated; a page map
         outside them is refused (``check_page_map``) before any page is read."""
-        meta = self.pages_meta()
-        if limit != MAX_PAGES or frames >= 0:
-            check_page_map(meta, self.dir / PAGES_META_IMG, limit=limit, frames=frames)
         return LoadedPages(
-            meta,
+            self.pages_meta(limit=limit, frames=frames),
             self.dir / PAGES_IMG,
             self._sealer,
             self.header.image_id,

@@ -267,6 +267,14 @@ class PageMapError(IntegrityError):
     are out of order, pages outside the address space, totals that do not add up."""
 
 
+def _check_page_count(where: str | os.PathLike[str], scanned: int, frames: int) -> None:
+    if 0 <= frames < scanned:
+        raise PageMapError(
+            f"{where}: records {scanned} pages, but the kernel state has only "
+            f"{frames} frames; the page file is not this image's"
+        )
+
+
 def check_page_map(
     meta: PagesMeta, where: str | os.PathLike[str], *, limit: int = MAX_PAGES, frames: int = -1
 ) -> None:
@@ -288,11 +296,7 @@ def check_page_map(
             f"{where}: totals (scanned {s.scanned}, stored {s.stored}, zero {s.zero}) "
             f"are not the sums of the runs ({stored} stored, {zero} zero)"
         )
-    if 0 <= frames < s.scanned:
-        raise PageMapError(
-            f"{where}: records {s.scanned} pages, but the kernel state has only "
-            f"{frames} frames; the page file is not this image's"
-        )
+    _check_page_count(where, s.scanned, frames)
     end = 0  # where the previous run ended: runs must start at or after it
     spans = sorted(
         [(r.first_page, r.npages, "stored") for r in meta.runs]
@@ -313,9 +317,21 @@ def check_page_map(
 
 
 def read_pages_meta(
-    meta_path: Path, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+    meta_path: Path,
+    pages_path: Path,
+    sealer: Sealer,
+    image_id: bytes,
+    *,
+    verify: bool = True,
+    limit: int = MAX_PAGES,
+    frames: int = -1,
 ) -> PagesMeta:
-    """Parse and check pages_meta.img (and pages.img's header) before trusting any of it."""
+    """Parse and check pages_meta.img (and pages.img's header) before trusting any of it.
+
+    ``limit`` and ``frames`` bound the page map as ``check_page_map`` says; the run
+    counts are checked against them before the runs are parsed (each run holds a page
+    at least), so a restore parses no more runs than its kernel has frames.
+    """
     raw = read_regular(meta_path, "the page metadata", MAX_PAGES_META_LEN)
     if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
         raise StatefileError(f"{meta_path}: not a ckpt page metadata file (bad magic at offset 0)")
@@ -331,6 +347,12 @@ def read_pages_meta(
         raise IntegrityError(
             f"{meta_path}: page metadata is {'' if flags & FLAG_KEYED else 'not '}signed, "
             "unlike checkpoint.img: the files do not belong together"
+        )
+    _check_page_count(meta_path, scanned, frames)
+    if not nstored + nzero <= scanned <= min(limit, MAX_PAGES):
+        raise PageMapError(
+            f"{meta_path}: its header records {scanned} pages in {nstored + nzero} runs; "
+            f"at most {min(limit, MAX_PAGES)} pages fit the address space"
         )
     run_size = STORED_RUN.size + tsize
     expect = PAGES_META_HEADER.size + nstored * run_size + nzero * ZERO_RUN.size + tsize
@@ -412,7 +434,7 @@ def read_pages_meta(
         pages_img_bytes=pages_size,
     )
     meta = PagesMeta(summary, tuple(runs), tuple(zero_runs), CODEC_NAMES[codec])
-    check_page_map(meta, meta_path)
+    check_page_map(meta, meta_path, limit=limit, frames=frames)
     return meta
 
 

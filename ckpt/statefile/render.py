@@ -64,7 +64,7 @@ def _types(report: dict[str, Any]) -> RenderableType:
 
 
 def _pages_verified(report: dict[str, Any]) -> str:
-    """ "yes" only when every page's tag was checked; otherwise why not."""
+    """Yes only when every page's tag was checked; otherwise, why not."""
     if report["pages"]["verified"]:
         return "yes"
     if report.get("verify", {}).get("requested"):

@@ -283,6 +283,23 @@ def test_a_page_bomb_is_verified_by_inspect_in_bounded_memory(
     print(f"restore of the page bomb: refused, peak RSS {peak_kib / 1024:.1f} MiB")
 
 
+def test_a_restore_parses_no_more_runs_than_its_kernel_has_frames(
+    image: Path, tmp_path: Path, watchdog: None
+) -> None:
+    """Two million one-page zero runs (a 32 MiB map, valid within the format's cap):
+    a restore whose kernel has 63 frames refuses on the header's counts, before it
+    builds an object per run."""
+
+    def many_runs(runs: list[list], zeros: list[list]) -> None:
+        zeros.extend([64 + 2 * i, 1] for i in range(2_000_000))
+
+    forge(image, many_runs)
+    rc, out, peak_kib = restore_in_child(image, tmp_path)
+    assert rc == 0 and "only 63 frames" in out, out
+    assert peak_kib < 150 << 10, f"peak RSS {peak_kib} KiB: the runs were parsed"
+    print(f"restore of 2M runs: refused, peak RSS {peak_kib / 1024:.1f} MiB")
+
+
 @pytest.mark.parametrize("name", ["checkpoint.img", "pages.img", "pages_meta.img"])
 def test_a_restore_refuses_a_fifo_at_once(
     image: Path, tmp_path: Path, name: str, watchdog: None
