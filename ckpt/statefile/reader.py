@@ -325,11 +325,15 @@ class StatefileReader:
     def read_all(self) -> bytes:
         """The whole verified stream as one ``bytes`` object, read the fastest way.
 
+        Refused before anything is read when the stream declares more bytes than this
+        host could hold: a few MiB of honest zstd frames can declare hundreds of GiB.
+
         When every chunk is stored raw (compression none, or data zstd cannot shrink),
         the chunks are one contiguous run of the file: it is read with one large read
         into the result itself and verified in place on the pool, with no copy beyond
         the read.  Otherwise chunks are verified and decompressed on the pool and joined.
         """
+        self._check_fits(self.header.stream_len)
         table = self.chunks_table
         if not table or any(fr.codec != CODEC_NONE or fr.stored_len != fr.raw_len for fr in table):
             return b"".join(self.chunks())
@@ -346,6 +350,35 @@ class StatefileReader:
         for _ in map_ordered(lambda item: self._open_chunk(*item), items):
             pass
         return data
+
+    def _check_fits(self, n: int) -> None:
+        room = memory_available()
+        if room is not None and n > room:
+            raise StatefileError(
+                f"{self.path}: the state stream declares {n:,} bytes, more than the "
+                f"{room:,} this host has available (a corrupt or hostile image, or a host "
+                "too small for it)"
+            )
+
+
+def memory_available() -> int | None:
+    """What this process could still allocate: the kernel's MemAvailable, lowered by an
+    address-space limit if one is set; None where neither can be read."""
+    import resource
+
+    room = None
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    room = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        room = soft if room is None else min(room, soft)
+    return room
 
 
 class ChunkStream(io.RawIOBase):
