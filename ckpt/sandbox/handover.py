@@ -11,6 +11,16 @@ restore has succeeded (``release``), so a failed restore can be retried; ``ckpt
 delete`` and ``ckpt kill`` release them, and so does a timeout (``CKPT_HOLD_TIMEOUT_S``,
 default 600 s).
 
+Only a restore into the same sandbox ID adopts them: a copy of the image restored under
+another ID binds anew (the port is then in use until the owner's restore or release).
+A template that dies between the checkpoint and the restore takes them along: clients
+are refused and parked connections cut until the restore binds anew, which says so.
+
+A restore may follow a template that did not answer its spawn in time (a busy host):
+the command then starts the sandbox cold but leaves a template that holds sockets
+running, and the sandbox's ``adopt`` waits up to ADOPT_TIMEOUT_S for it, so the listen
+queue and parked connections are taken over rather than lost.
+
 The template's socket path reaches a sandbox in ``CKPT_TEMPLATE_SOCKET``.  Without a
 template there is nothing to hand over to: the restored sandbox binds its port anew.
 Stdlib only: the sandbox process imports this.
@@ -30,19 +40,22 @@ LISTEN = "listen"
 CONN = "conn"
 MAX_SOCKETS = 250  # below the kernel's SCM_MAX_FD (253) for one message
 TIMEOUT_S = 5.0
+ADOPT_TIMEOUT_S = 20.0  # a template slow enough to miss a spawn is waited for this long
 
 
 def template_socket() -> str | None:
     return os.environ.get(ENV) or None
 
 
-def _exchange(path: str, request: dict[str, Any], fds: list[int] = ()) -> tuple[dict, list[int]]:
+def _exchange(
+    path: str, request: dict[str, Any], fds: list[int] = (), timeout: float = TIMEOUT_S
+) -> tuple[dict, list[int]]:
     """A request to the template; a reply that is not JSON counts as a refusal."""
     from ckpt.sandbox import template_proto
 
     try:
         return template_proto.exchange(
-            path, request, fds, timeout=TIMEOUT_S, connect_timeout=TIMEOUT_S, max_fds=MAX_SOCKETS
+            path, request, fds, timeout=timeout, connect_timeout=timeout, max_fds=MAX_SOCKETS
         )
     except ValueError:
         return {}, []
@@ -77,7 +90,7 @@ def adopt(sandbox_id: str) -> tuple[socket.socket | None, list[socket.socket], s
     if path is None:
         return None, [], "no template"
     try:
-        reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id})
+        reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id}, timeout=ADOPT_TIMEOUT_S)
     except OSError as exc:
         return None, [], f"template unreachable ({exc})"
     kinds = (reply.get("result") or {}).get("kinds") if reply.get("ok") else None

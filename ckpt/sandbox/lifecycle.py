@@ -40,6 +40,12 @@ from ckpt.sandbox.timings import (
 )
 
 READY_TIMEOUT_S = 30.0
+# The restore RPC: a fixed floor plus time for the image's bytes at a slow rate (a
+# sandbox under a small CPU quota decompressing and loading), so a big image is never
+# cut short while a hung one (a FIFO for a statefile, a wedged sandbox) still ends.
+RESTORE_TIMEOUT_S = 120.0
+RESTORE_BYTES_PER_S = 2 * 1024 * 1024
+RESTORE_TIMEOUT_ENV = "CKPT_RESTORE_TIMEOUT_S"
 EXIT_TIMEOUT_S = 10.0
 REAP_TIMEOUT_S = 3.0
 ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
@@ -178,6 +184,10 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned
                 pid, why_cold = template_client.spawn(
                     root.path, sandbox_id, sock, log.fileno(), w, procs_fds
                 )
+                if not pid:  # a child it forked too late may still write to that pipe
+                    os.close(r)
+                    os.close(w)
+                    r, w = os.pipe()
             if not pid:
                 pid, via = _spawn_cold(root, sandbox_id, sock, log, w, procs_fds).pid, "cold"
     except BaseException:
@@ -678,6 +688,7 @@ def checkpoint(
     timings.counters = dict(reply.get("counters") or {})
     timings.counters["checkpoint_in_sandbox_ms"] = round(reply["checkpoint_ns"] / 1e6, 3)
     st.extra["last_checkpoint"] = params["image"]
+    st.extra["handover"] = "template" if timings.counters.get("handover") == "template" else ""
     root.write(st)
     return CheckpointResult(
         st, Path(params["image"]), timings, reply.get("stats"), reply.get("stats_text")
@@ -715,8 +726,11 @@ def restore(
                 f"sandbox {sandbox_id} is {old.status}; restore into a new ID, or kill and "
                 f"delete it first"
             )
+        handed_over = old.extra.get("handover") == "template"
         _remove_cgroup(old.cgroup)
         _remove_files(root, sandbox_id)
+    else:
+        handed_over = False
     notes: list[str] = []
     timings = Timings()
     st, mgr, spawned = _start(
@@ -731,10 +745,19 @@ def restore(
         "key_hex": key.hex() if key else None,
         "port": port,
     }
+    deadline = restore_timeout(image)
     try:
-        reply = rpc.call(
-            Path(st.socket), "restore", params, timeout=None, what=f"sandbox {sandbox_id}"
-        )
+        try:
+            reply = rpc.call(
+                Path(st.socket), "restore", params, timeout=deadline, what=f"sandbox {sandbox_id}"
+            )
+        except SandboxError as exc:
+            if "did not answer" not in str(exc):
+                raise
+            raise SandboxError(
+                f"restore of {sandbox_id} did not finish within {deadline:g} s; the sandbox "
+                f"was removed (set {RESTORE_TIMEOUT_ENV} for a slower restore)"
+            ) from exc
         cpu = _cpu_usec(mgr)
     except BaseException:
         _discard(root, sandbox_id, st.pid, st.pid_start, st.cgroup)
@@ -752,16 +775,48 @@ def restore(
     st.restored_from = str(image)
     root.write(st)
     _note_start(timings, root, spawned)
-    if reply.get("held_for"):  # serving on the handed-over sockets: the template lets go
-        _release_held(root, str(reply["held_for"]))
-    elif str(timings.counters.get("listener", "")).startswith(
-        ("bound anew (no template", "bound anew (template unreachable")
-    ):
-        notes.append(
+    if reply.get("held_for") == sandbox_id:  # on the handed-over sockets: the template lets go
+        _release_held(root, sandbox_id)
+    else:
+        notes.extend(_listener_notes(str(timings.counters.get("listener", "")), handed_over))
+    return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
+
+
+def restore_timeout(image: Path) -> float:
+    """How long the restore RPC may take: ``CKPT_RESTORE_TIMEOUT_S`` if set, else
+    RESTORE_TIMEOUT_S plus the image's size at RESTORE_BYTES_PER_S."""
+    with contextlib.suppress(ValueError):
+        given = float(os.environ.get(RESTORE_TIMEOUT_ENV) or 0)
+        if given > 0:
+            return given
+    size = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(image):
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    size += entry.stat(follow_symlinks=False).st_size
+    return RESTORE_TIMEOUT_S + size / RESTORE_BYTES_PER_S
+
+
+def _listener_notes(listener: str, handed_over: bool) -> list[str]:
+    """One line when a restore bound its port anew although clients may have waited."""
+    if not listener.startswith("bound anew"):
+        return []
+    lost = any(
+        why in listener for why in ("(no template", "(template unreachable", "(nothing held")
+    )
+    if handed_over and lost:
+        return [
+            "the template holding this sandbox's sockets since its checkpoint exited or let "
+            "them go (hold timeout): clients were refused and parked keep-alive connections "
+            "cut until this restore bound the port anew"
+        ]
+    if lost and "(nothing held" not in listener:
+        return [
             "no template held the listening socket: it was bound anew, and clients were "
             "refused between the checkpoint and this restore"
-        )
-    return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
+        ]
+    return []
 
 
 def _image_workload(image: Path) -> str | None:

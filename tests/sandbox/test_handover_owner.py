@@ -1,0 +1,188 @@
+"""Held sockets and deadlines that a user can trust, through the real CLI.
+
+- The sockets a checkpoint hands to the template go back to a restore of the same
+  sandbox ID only: a copy of the image restored under another ID binds anew (or fails
+  in one line naming ``--port``) and never takes them from their owner.
+- A template that dies between a checkpoint and its restore loses what it held; the
+  restore says so in one line and serves.
+- A template too slow to answer a spawn is left running while it holds sockets: the
+  restore starts cold and takes them over, so no queued or parked client is lost.
+- A restore that hangs ends at its deadline (``CKPT_RESTORE_TIMEOUT_S``) with one line
+  and leaves no process, cgroup or file behind.
+
+Loopback only; every wait is bounded and ends as soon as the event happens; no test
+asserts a timing.  The ``cli`` fixture asserts that nothing is left at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Cli, cgroup_dirs, sandbox_processes
+from .handover_kit import (
+    HOST,
+    bindable,
+    checkpoint,
+    error_line,
+    free_port,
+    gone,
+    held,
+    restore,
+    run_http,
+    sid,
+    start_template,
+    tcp_sockets,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _notes(proc: Any) -> list[str]:
+    return [line[len("note: ") :] for line in proc.stderr.splitlines() if line.startswith("note: ")]
+
+
+# -- the held sockets belong to the sandbox that was checkpointed ----------------------
+
+
+def test_a_restore_into_another_id_leaves_the_held_sockets_to_their_owner(
+    tcli: Cli, tmp_path: Path, clients: Any
+) -> None:
+    tpl = start_template(tcli)
+    port, web, other, image = free_port(), sid("own"), sid("copy"), tmp_path / "img"
+    run_http(tcli, web, port)
+    conn = clients(port)
+    conn.get()
+    checkpoint(tcli, web, image)
+    # the copy wants the saved port, which the template holds for web: one line, --port
+    proc = tcli("restore", other, "--image-path", str(image), check=False)
+    line = error_line(proc)
+    assert "--port" in line and web in line, line
+    assert not (tcli.root / other).exists() and cgroup_dirs(other) == []
+    assert tcli.state(web)["status"] == "stopped"  # the owner's record is untouched
+    assert held(tcli)[web]["sockets"] == 2
+    # with a free port the copy serves there, and still leaves web's sockets alone
+    r = restore(tcli, other, image, "--port", "0")
+    assert r["listener"].startswith("bound anew") and r["connections_adopted"] == 0, r
+    assert tcli.state(other)["address"] != f"{HOST}:{port}"
+    assert tcli.get(other)["restores"] == 1
+    assert held(tcli)[web]["sockets"] == 2
+    assert tcli.state(web)["status"] == "stopped"
+    # the owner's restore gets its listener and its parked connection back
+    r = restore(tcli, web, image)
+    assert r["listener"] == "handed over" and r["connections_adopted"] == 1, r
+    assert conn.get()["requests"] == 2
+    assert held(tcli) == {} and tcp_sockets(tpl) == []
+
+
+# -- a template that dies between the checkpoint and the restore -----------------------
+
+
+def test_a_template_killed_before_the_restore_is_noted_and_the_sandbox_serves(
+    tcli: Cli, tmp_path: Path, clients: Any
+) -> None:
+    tpl = start_template(tcli)
+    port, web, image = free_port(), sid("tdead"), tmp_path / "img"
+    run_http(tcli, web, port)
+    conn = clients(port)
+    conn.get()
+    checkpoint(tcli, web, image)
+    assert held(tcli)[web]["sockets"] == 2
+    os.kill(tpl, signal.SIGKILL)
+    wait_for(lambda: gone(tpl), "the template to die")
+    assert conn.closed_by_server()  # what it held went with it
+    proc = tcli("restore", web, "--image-path", str(image))
+    notes = _notes(proc)
+    lost = [n for n in notes if "template holding this sandbox's sockets" in n]
+    assert len(lost) == 1 and "refused" in lost[0] and "cut" in lost[0], notes
+    st = tcli.state(web)
+    assert st["address"] == f"{HOST}:{port}"
+    assert tcli.get(web)["restores"] == 1
+    assert clients(port).get()["requests"] == 3
+
+
+# -- a template too slow to answer keeps what it holds ---------------------------------
+
+
+def test_a_template_too_slow_to_spawn_hands_its_sockets_to_the_cold_restore(
+    tcli: Cli, tmp_path: Path, clients: Any
+) -> None:
+    """The template delays every spawn's reply past the client's reply timeout (a test
+    hook, as a busy host would).  The restore starts cold; the template, which holds the
+    listener and a parked connection, must not be killed: every client that connected
+    or sent a request in the gap is answered by the restored sandbox."""
+    tpl = start_template(tcli, CKPT_TEMPLATE_FAULT="spawn-reply-delay:4")
+    port, web, image = free_port(), sid("slow"), tmp_path / "img"
+    tcli("--no-template", "run", web, "--workload", "http", "--port", str(port))
+    parked = clients(port)
+    parked.get()
+    checkpoint(tcli, web, image)
+    assert held(tcli)[web]["sockets"] == 2
+    parked.request("/parked")
+    gap = [clients(port) for _ in range(6)]  # queued in the held listener's backlog
+    for c in gap:
+        c.request("/gap")
+    proc = tcli(
+        "restore",
+        web,
+        "--image-path",
+        str(image),
+        "--json",
+        env={"CKPT_TEMPLATE_REPLY_TIMEOUT_S": "1"},
+    )
+    c = json.loads(proc.stdout)["timings"]["counters"]
+    assert c["sandbox_start"] == "cold" and "left running" in c["cold_reason"], c
+    assert c["listener"] == "handed over" and c["connections_adopted"] == 1, c
+    for client in [parked, *gap]:
+        status, body = client.response()
+        assert status == 200 and body["restores"] == 1, body
+    assert tcli.get(web)["requests"] == 9
+    assert held(tcli) == {}
+    wait_for(lambda: tcp_sockets(tpl) == [], "the template to let go of the port")
+    # the child the template forked for the abandoned spawn is gone, and only it
+    pid = tcli.state(web)["pid"]
+    wait_for(
+        lambda: {p.pid for p in sandbox_processes(tcli.root)} == {tpl, pid},
+        "the abandoned child to be killed",
+    )
+
+
+# -- a restore that hangs ends at its deadline ------------------------------------------
+
+
+@pytest.mark.parametrize("template", [True, False], ids=["template", "cold"])
+def test_a_hung_restore_ends_at_its_deadline_and_leaves_nothing(
+    tcli: Cli, tmp_path: Path, template: bool
+) -> None:
+    pre = () if template else ("--no-template",)
+    if template:
+        start_template(tcli)
+    port, web, image = free_port(), sid(f"hang{int(template)}"), tmp_path / "img"
+    tcli(*pre, "run", web, "--workload", "http", "--port", str(port))
+    tcli(*pre, "checkpoint", web, "--image-path", str(image))
+    before = {p.pid for p in sandbox_processes(tcli.root)}
+    proc = tcli(
+        *pre,
+        "restore",
+        web,
+        "--image-path",
+        str(image),
+        check=False,
+        timeout=60,
+        env={"CKPT_FAULT": "restore-stall:20", "CKPT_RESTORE_TIMEOUT_S": "2"},
+    )
+    line = error_line(proc)
+    assert "within 2 s" in line and "CKPT_RESTORE_TIMEOUT_S" in line, line
+    wait_for(
+        lambda: {p.pid for p in sandbox_processes(tcli.root)} <= before,
+        "the hung sandbox to be gone",
+    )
+    assert cgroup_dirs(web) == [] and not (tcli.root / web).exists()
+    if not template:
+        assert bindable(port)
