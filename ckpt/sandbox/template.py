@@ -32,9 +32,10 @@ spawn whose reply cannot be sent (the client gave up) kills the child it made.
 ``template.json`` lists the IDs whose sockets are held, so a client that times out
 knows not to kill a template that holds them.
 
-Testing hook: ``CKPT_TEMPLATE_FAULT=spawn-reply-delay:SECONDS`` (in the template's
-environment) sleeps after a spawn's fork and before its reply, as a template slowed by a
-busy host would.
+Testing hooks, in the template's environment: ``CKPT_TEMPLATE_FAULT=spawn-reply-delay:S``
+sleeps S seconds after a spawn's fork and before its reply, as a template slowed by a
+busy host would; ``CKPT_TEMPLATE_FAULT=join-stall:S`` has the forked child sleep S
+seconds before it reports that it joined its cgroup.
 
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
@@ -255,6 +256,9 @@ def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
     try:
         for fd in spec["cgroup_fds"]:  # first of all: every instruction from here is charged
             os.write(fd, b"0")
+        stall = _fault_delay("join-stall")
+        if stall:
+            time.sleep(stall)
         os.setsid()  # its own session: a signal to the template's group never reaches it
         os.write(spec["joined_w"], b"joined")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -321,7 +325,7 @@ class Template:
         self.lock_fd: int | None = None
         self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
         self.info: dict[str, Any] = {}  # template.json while serving
-        self.reply_delay = _fault_delay()
+        self.reply_delay = _fault_delay("spawn-reply-delay")
 
     def take_over(self) -> None:
         """Collect the held sockets of a stale template still serving our socket path."""
@@ -733,10 +737,10 @@ def _send(conn: socket.socket, reply: dict[str, Any], fds: list[int] = ()) -> bo
     return True
 
 
-def _fault_delay() -> float:
-    """``CKPT_TEMPLATE_FAULT=spawn-reply-delay:SECONDS``: the test hook's delay, or 0."""
+def _fault_delay(which: str) -> float:
+    """``CKPT_TEMPLATE_FAULT=WHICH:SECONDS``: the test hook's delay, or 0."""
     name, _, value = os.environ.get("CKPT_TEMPLATE_FAULT", "").partition(":")
-    if name != "spawn-reply-delay":
+    if name != which:
         return 0.0
     try:
         return max(0.0, float(value))

@@ -136,12 +136,12 @@ def test_a_template_too_slow_to_spawn_hands_its_sockets_to_the_cold_restore(
         "--json",
         env={"CKPT_TEMPLATE_REPLY_TIMEOUT_S": "1"},
     )
+    for client in [parked, *gap]:  # none refused, reset or cut
+        status, body = client.response()
+        assert status == 200 and body["restores"] == 1, body
     c = json.loads(proc.stdout)["timings"]["counters"]
     assert c["sandbox_start"] == "cold" and "left running" in c["cold_reason"], c
     assert c["listener"] == "handed over" and c["connections_adopted"] == 1, c
-    for client in [parked, *gap]:
-        status, body = client.response()
-        assert status == 200 and body["restores"] == 1, body
     assert tcli.get(web)["requests"] == 9
     assert held(tcli) == {}
     wait_for(lambda: tcp_sockets(tpl) == [], "the template to let go of the port")
@@ -150,7 +150,26 @@ def test_a_template_too_slow_to_spawn_hands_its_sockets_to_the_cold_restore(
     wait_for(
         lambda: {p.pid for p in sandbox_processes(tcli.root)} == {tpl, pid},
         "the abandoned child to be killed",
+        timeout=30,
     )
+
+
+def test_a_child_that_does_not_join_in_time_is_killed_and_the_command_starts_cold(
+    tcli: Cli,
+) -> None:
+    """The template's wait for its forked child to join the cgroup has a deadline below
+    the client's: the client hears a refusal (and leaves the template alone), and the
+    child that never joined is killed."""
+    tpl = start_template(tcli, CKPT_TEMPLATE_FAULT="join-stall:30")
+    web = sid("join")
+    out = tcli("run", web, "--workload", "http", "--json")
+    c = json.loads(out.stdout)["timings"]["counters"]
+    assert c["sandbox_start"] == "cold", c
+    assert "could not join" in c["cold_reason"] and "killed" in c["cold_reason"], c
+    assert not gone(tpl)  # refused, not killed as a wedged template would be
+    pid = tcli.state(web)["pid"]
+    assert {p.pid for p in sandbox_processes(tcli.root)} == {tpl, pid}
+    assert tcli.get(web)["requests"] == 1
 
 
 # -- a restore that hangs ends at its deadline ------------------------------------------
