@@ -601,6 +601,10 @@ class Host:
         if self.http is None:
             return "none"
         why = handover.hold(self.id, self.http.handover())
+        if why.startswith(handover.NO_ANSWER):
+            log(f"sockets perhaps handed over ({why}): closing without shutting them down")
+            self.handed_over = True  # _exit then closes our descriptors only
+            return f"unknown ({why})"
         if why:
             log(f"sockets not handed over ({why}): clients are refused until the restore")
             return f"none ({why})"

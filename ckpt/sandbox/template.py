@@ -35,7 +35,8 @@ knows not to kill a template that holds them.
 Testing hooks, in the template's environment: ``CKPT_TEMPLATE_FAULT=spawn-reply-delay:S``
 sleeps S seconds after a spawn's fork and before its reply, as a template slowed by a
 busy host would; ``CKPT_TEMPLATE_FAULT=join-stall:S`` has the forked child sleep S
-seconds before it reports that it joined its cgroup.
+seconds before it reports that it joined its cgroup; ``CKPT_TEMPLATE_FAULT=hold-delay:S``
+sleeps S seconds before acting on a ``hold`` whose descriptors it has received.
 
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
@@ -326,6 +327,7 @@ class Template:
         self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
         self.info: dict[str, Any] = {}  # template.json while serving
         self.reply_delay = _fault_delay("spawn-reply-delay")
+        self.hold_delay = _fault_delay("hold-delay")
 
     def take_over(self) -> None:
         """Collect the held sockets of a stale template still serving our socket path."""
@@ -534,6 +536,9 @@ class Template:
                 self.running = False
                 reply = {"stopping": True}
             elif op == "hold":
+                if self.hold_delay:
+                    log(f"hold: delaying {self.hold_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                    time.sleep(self.hold_delay)
                 reply = self._hold(req, fds)
                 fds = []  # kept, not closed
             elif op == "adopt":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import pytest
 from .conftest import Cli, cgroup_dirs, sandbox_processes
 from .handover_kit import (
     HOST,
+    WAIT_S,
     bindable,
     checkpoint,
     error_line,
@@ -79,6 +81,38 @@ def test_a_restore_into_another_id_leaves_the_held_sockets_to_their_owner(
     assert r["listener"] == "handed over" and r["connections_adopted"] == 1, r
     assert conn.get()["requests"] == 2
     assert held(tcli) == {} and tcp_sockets(tpl) == []
+
+
+def test_two_restores_of_one_image_at_once_the_owner_gets_its_sockets(
+    tcli: Cli, tmp_path: Path, clients: Any
+) -> None:
+    """Whichever starts first, the restore into the image's own ID takes the held
+    listener and its parked connection; the one into another ID fails in one line
+    naming --port (the port is taken) and deletes nothing of the owner."""
+    start_template(tcli)
+    port, web, other, image = free_port(), sid("own2"), sid("copy2"), tmp_path / "img"
+    run_http(tcli, web, port)
+    conn = clients(port)
+    conn.get()
+    checkpoint(tcli, web, image)
+    tcli.ids.add(other)
+    procs = {
+        x: tcli.popen("restore", x, "--image-path", str(image), "--json") for x in (other, web)
+    }
+    done = {}
+    for x, proc in procs.items():
+        out, err = proc.communicate(timeout=WAIT_S)
+        done[x] = (proc.returncode, out, err)
+    rc, out, err = done[web]
+    assert rc == 0, err
+    r = json.loads(out)["timings"]["counters"]
+    assert r["listener"] == "handed over" and r["connections_adopted"] == 1, r
+    rc, out, err = done[other]
+    assert rc == 1 and "Traceback" not in err and err.startswith("error: "), err
+    assert err.strip().count("\n") == 0 and "--port" in err, err
+    assert not (tcli.root / other).exists() and cgroup_dirs(other) == []
+    assert tcli.state(web)["status"] == "running"
+    assert conn.get()["requests"] == 2
 
 
 # -- a template that dies between the checkpoint and the restore -----------------------
@@ -170,6 +204,53 @@ def test_a_child_that_does_not_join_in_time_is_killed_and_the_command_starts_col
     pid = tcli.state(web)["pid"]
     assert {p.pid for p in sandbox_processes(tcli.root)} == {tpl, pid}
     assert tcli.get(web)["requests"] == 1
+
+
+def test_a_hold_that_times_out_leaves_the_sockets_alive_for_the_restore(
+    tcli: Cli, tmp_path: Path, clients: Any
+) -> None:
+    """The template takes the sockets only after the checkpointed sandbox stopped
+    waiting for its answer (a test hook delays the hold; the sandbox waits 1 s).  The
+    sandbox must close its descriptors without shutting the sockets down: the restore
+    then adopts a live listener, and the clients of the gap are answered."""
+    start_template(tcli, CKPT_TEMPLATE_FAULT="hold-delay:3")
+    port, web, image = free_port(), sid("holdto"), tmp_path / "img"
+    tcli(
+        "run", web, "--workload", "http", "--port", str(port),
+        env={"CKPT_HANDOVER_TIMEOUT_S": "1"},
+    )  # fmt: skip
+    parked = clients(port)
+    parked.get()
+    c = checkpoint(tcli, web, image)
+    assert c["handover"].startswith("unknown"), c
+    parked.request("/parked")
+    gap = [clients(port) for _ in range(4)]
+    for client in gap:
+        client.request("/gap")
+    r = restore(tcli, web, image)
+    for client in [parked, *gap]:  # none refused, reset or cut
+        status, body = client.response()
+        assert status == 200 and body["restores"] == 1, body
+    assert r["listener"] == "handed over" and r["connections_adopted"] == 1, r
+    assert held(tcli) == {}
+
+
+def test_adopt_refuses_a_held_listener_that_no_longer_listens(
+    tcli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckpt.sandbox import handover, template_client
+
+    start_template(tcli)
+    info = template_client.status(tcli.root)
+    assert info is not None
+    monkeypatch.setenv(handover.ENV, info["socket"])
+    lst = socket.create_server((HOST, 0))
+    with lst:
+        assert handover.hold("hovdead", [lst]) == ""
+        lst.shutdown(socket.SHUT_RDWR)  # ends it in the template too
+    listener, conns, why = handover.adopt("hovdead")
+    assert listener is None and conns == [] and "no longer listens" in why, why
+    assert handover.release(info["socket"], "hovdead")
 
 
 # -- a restore that hangs ends at its deadline ------------------------------------------
