@@ -286,3 +286,29 @@ def test_a_hung_restore_ends_at_its_deadline_and_leaves_nothing(
     assert cgroup_dirs(web) == [] and not (tcli.root / web).exists()
     if not template:
         assert bindable(port)
+
+
+def test_a_fifo_for_a_statefile_ends_the_restore_within_its_deadline(
+    tcli: Cli, tmp_path: Path
+) -> None:
+    """The restoring sandbox blocks opening a FIFO named checkpoint.img (unless the
+    reader refuses it first): either way the CLI ends in one line, within the deadline,
+    and leaves nothing behind."""
+    web, image = sid("fifo"), tmp_path / "img"
+    tcli("--no-template", "run", web, "--workload", "http")
+    tcli("--no-template", "checkpoint", web, "--image-path", str(image))
+    (image / "checkpoint.img").unlink()
+    os.mkfifo(image / "checkpoint.img")
+    proc = tcli(
+        "--no-template",
+        "restore",
+        web,
+        "--image-path",
+        str(image),
+        check=False,
+        timeout=60,
+        env={"CKPT_RESTORE_TIMEOUT_S": "3"},
+    )
+    error_line(proc)
+    wait_for(lambda: sandbox_processes(tcli.root) == [], "the blocked sandbox to be gone")
+    assert cgroup_dirs(web) == [] and not (tcli.root / web).exists()
