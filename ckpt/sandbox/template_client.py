@@ -75,18 +75,8 @@ def spawn(
     except (FileNotFoundError, ConnectionRefusedError):
         _clear_dead(root)
         return 0, "the template was not running"
-    except TimeoutError:
-        holding = holds_sockets(root)
-        if holding:
-            return 0, (
-                f"the template did not answer within {timeout:g} s; left running, as it "
-                f"holds the sockets of {', '.join(holding)}"
-            )
-        kill(root)
-        return 0, "the template did not answer (wedged); it was killed"
     except (OSError, ValueError) as exc:
-        kill(root)
-        return 0, f"the template failed ({exc}); it was killed"
+        return 0, _gave_up(root, exc, timeout)
     result = reply.get("result")
     if reply.get("ok") and isinstance(result, dict) and isinstance(result.get("pid"), int):
         return result["pid"], ""
@@ -94,6 +84,20 @@ def spawn(
     if error.startswith(proto.VERSION_MISMATCH):
         return 0, "the template ran another version of ckpt; it exits"
     return 0, f"the template refused: {error}"
+
+
+def _gave_up(root: Path, exc: Exception, timeout: float) -> str:
+    """After a failed spawn request: kill the template, unless it may simply be slow and
+    holds sockets (killing it would lose them).  Says which, for the cold start's note."""
+    if isinstance(exc, TimeoutError):
+        what = f"did not answer within {timeout:g} s (wedged?)"
+    else:
+        what = f"failed ({exc})"
+    holding = holds_sockets(root) if isinstance(exc, OSError) else []
+    if holding:
+        return f"the template {what}; left running, as it holds the sockets of {', '.join(holding)}"
+    kill(root)
+    return f"the template {what}; it was killed"
 
 
 def _reply_timeout() -> float:
