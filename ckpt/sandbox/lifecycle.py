@@ -810,9 +810,10 @@ def _listener_notes(listener: str, handed_over: bool) -> list[str]:
     )
     if handed_over and lost:
         return [
-            "the template holding this sandbox's sockets since its checkpoint exited or let "
-            "them go (hold timeout): clients were refused and parked keep-alive connections "
-            "cut until this restore bound the port anew"
+            "the sockets this sandbox handed to the template at its checkpoint are gone "
+            "(the template exited, its hold timed out, or `ckpt kill` closed them): clients "
+            "were refused and parked keep-alive connections cut until this restore bound "
+            "the port anew"
         ]
     if lost and "(nothing held" not in listener:
         return [

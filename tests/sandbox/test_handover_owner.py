@@ -133,7 +133,7 @@ def test_a_template_killed_before_the_restore_is_noted_and_the_sandbox_serves(
     assert conn.closed_by_server()  # what it held went with it
     proc = tcli("restore", web, "--image-path", str(image))
     notes = _notes(proc)
-    lost = [n for n in notes if "template holding this sandbox's sockets" in n]
+    lost = [n for n in notes if "handed to the template at its checkpoint are gone" in n]
     assert len(lost) == 1 and "refused" in lost[0] and "cut" in lost[0], notes
     st = tcli.state(web)
     assert st["address"] == f"{HOST}:{port}"
