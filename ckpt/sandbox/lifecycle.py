@@ -753,7 +753,7 @@ def restore(
                 Path(st.socket), "restore", params, timeout=deadline, what=f"sandbox {sandbox_id}"
             )
         except SandboxError as exc:
-            if "did not answer" not in str(exc):
+            if not isinstance(exc.__cause__, TimeoutError):
                 raise
             raise SandboxError(
                 f"restore of {sandbox_id} did not finish within {deadline:g} s; the sandbox "
