@@ -766,6 +766,8 @@ def kill(root: Root, sandbox_id: str) -> SandboxState:
     group = _group(root, st, strict=True)
     _release_held(root, sandbox_id)
     _stop_all(root, st, group)
+    _clean_checkpoint(st)
+    st.extra.pop("checkpointing_to", None)
     st.status = STOPPED
     st.address = None
     st.extra.pop("creating_by", None)
@@ -784,7 +786,22 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
         )
     _release_held(root, sandbox_id)
     _stop_all(root, st, group)
+    _clean_checkpoint(st)
     _remove_files(root, sandbox_id)
+
+
+def _clean_checkpoint(st: SandboxState) -> None:
+    """Remove what a checkpoint cut short left beside its image (a CLI killed while the
+    sandbox wrote): ``statefile.clean_stale`` touches only leftovers of dead writers."""
+    image = st.extra.get("checkpointing_to")
+    if not isinstance(image, str) or not image:
+        return
+    from ckpt import statefile
+
+    if st.pid and st.pid_start:
+        _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
+    with contextlib.suppress(CkptError, OSError):
+        statefile.clean_stale(Path(image))
 
 
 def _image_identity(image: Path) -> tuple[int, int, int] | None:
@@ -868,6 +885,8 @@ def checkpoint(
         "drain_timeout": drain_timeout,
     }
     before = _image_identity(Path(params["image"]))
+    st.extra["checkpointing_to"] = params["image"]  # kill and delete clean its leftovers
+    root.write(st)
     pause_point("checkpoint:sending")
     try:
         with timings.phase(CHECKPOINT):
@@ -887,6 +906,9 @@ def checkpoint(
             ) from exc
         if was_paused and freezer is not None:
             freezer.freeze()
+        st.extra.pop("checkpointing_to", None)
+        with contextlib.suppress(CkptError):
+            root.write(st)
         raise
     pause_point("checkpoint:replied")
     if reply.get("stopping"):
@@ -908,6 +930,7 @@ def checkpoint(
     timings.counters = dict(reply.get("counters") or {})
     timings.counters["checkpoint_in_sandbox_ms"] = round(reply["checkpoint_ns"] / 1e6, 3)
     st.extra["last_checkpoint"] = params["image"]
+    st.extra.pop("checkpointing_to", None)
     root.write(st)
     return CheckpointResult(
         st, Path(params["image"]), timings, reply.get("stats"), reply.get("stats_text")
