@@ -450,12 +450,36 @@ def _is_ours(root: Root, st: SandboxState, group: str) -> bool:
     return _cmdline_is_sandbox(root, st.id, st.pid)
 
 
+def _in_other_group(root: Root, pid: int, group: str) -> bool:
+    """Is ``pid`` in a group of this root other than ``group`` (another sandbox's)?"""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            paths = {line.rstrip("\n").split(":", 2)[-1] for line in f}
+    except OSError:
+        return False
+    ours = f"/{root.cgroup_parent()}/"
+    return any(p.startswith(ours) and p != f"/{group}" for p in paths)
+
+
+def _socket_owner(root: Root, st: SandboxState, group: str) -> int | None:
+    """The process serving this sandbox's control socket, when it is this root's sandbox
+    process and not in another sandbox's group: how a sandbox whose record lost its pid
+    (or was given another) is still found."""
+    peer = _socket_peer(root, st.id)
+    if peer is None or peer == os.getpid() or not _cmdline_is_sandbox(root, st.id, peer):
+        return None
+    return None if _in_other_group(root, peer, group) else peer
+
+
 def _remains(root: Root, st: SandboxState, group: str) -> list[str]:
-    """What is left of the sandbox: its verified process, its cgroup's members, and the
-    cgroup itself; empty when nothing is."""
+    """What is left of the sandbox: its verified process, its cgroup's members, the
+    process serving its socket, and the cgroup itself; empty when nothing is."""
     left = [f"pid {st.pid}"] if _is_ours(root, st, group) else []
     procs = [p for p in _group_procs(group) if p != st.pid]
     left += [f"pid {p} (in cgroup {group})" for p in procs]
+    owner = _socket_owner(root, st, group)
+    if owner is not None and owner != st.pid and owner not in procs:
+        left.append(f"pid {owner} (serving {root.socket_path(st.id)})")
     if _open_cgroup(group) is not None:
         left.append(f"cgroup {group}")
     return left
@@ -465,6 +489,7 @@ def _stop_all(root: Root, st: SandboxState, group: str) -> None:
     """SIGKILL every process of the sandbox (its cgroup's members and its verified pid),
     remove the cgroup, and check that nothing is left: else one line saying what is."""
     pid_ours = _is_ours(root, st, group)
+    owner = _socket_owner(root, st, group)
     error: CgroupError | None = None
     try:
         _remove_cgroup(group)
@@ -472,6 +497,8 @@ def _stop_all(root: Root, st: SandboxState, group: str) -> None:
         error = exc
     if pid_ours:
         _kill_pid(st.pid, st.pid_start)
+    if owner is not None and owner != st.pid:
+        _kill_pid(owner, _create_time(owner))
     if error is not None:  # the cgroup may empty only once the verified pid is gone
         with contextlib.suppress(CgroupError):
             _remove_cgroup(group)
@@ -524,7 +551,7 @@ def refresh(root: Root, sandbox_id: str) -> SandboxState:
     if st.status == CREATING and _creator_alive(st):
         return st
     group = _group(root, st, strict=False)
-    if _is_ours(root, st, group) or _group_procs(group):
+    if _is_ours(root, st, group) or _group_procs(group) or _socket_owner(root, st, group):
         return st
     st.status = STOPPED
     st.address = None
