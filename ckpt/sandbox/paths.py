@@ -182,13 +182,7 @@ class Root:
         data = (json.dumps(st.to_json(), indent=2, sort_keys=True) + "\n").encode()
         try:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+            _write_new(tmp, data)
             os.replace(tmp, d / STATE_FILE)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -197,3 +191,14 @@ class Root:
                 f"cannot write {d / STATE_FILE}: {exc.strerror or exc}; "
                 f"free space or fix permissions under {self.path}"
             ) from exc
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (created or truncated; a symlink there is refused)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
