@@ -72,15 +72,21 @@ def new_id(tag: str) -> str:
 
 
 def fill(where: Path) -> Path:
-    """Write a file until the file system is full."""
+    """Write a file until the file system takes not one more byte (unbuffered, in
+    chunks that shrink to one byte, so no partial page is left free)."""
     path = where / "filler"
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 16))
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        chunk = 1 << 16
+        while chunk:
+            try:
+                os.write(fd, b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                chunk //= 2
+    finally:
+        os.close(fd)
+    assert os.statvfs(where).f_bavail == 0
     return path
 
 
