@@ -436,14 +436,26 @@ def _cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
     return False
 
 
+def _cgroups_of(pid: int) -> set[str]:
+    """The groups ``pid`` is in, one per hierarchy, as ``/proc/PID/cgroup`` names them
+    (read directly: cheaper than importing ``ckpt.cgroups`` for a ``ckpt state``)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return {line.rstrip("\n").split(":", 2)[-1] for line in f}
+    except OSError:
+        return set()
+
+
 def _is_ours(root: Root, st: SandboxState, group: str) -> bool:
     """Is the recorded pid alive and this sandbox's process?  Its start time must match,
-    and it must be in the sandbox's cgroup when that exists, else be the peer of its
+    and it must be in the sandbox's cgroup when it has one, else be the peer of its
     control socket (or, before the socket exists, carry this sandbox's command line)."""
     if not st.pid or not st.pid_start or not _alive(st.pid, st.pid_start):
         return False
-    if _open_cgroup(group) is not None:
-        return st.pid in _group_procs(group)
+    if f"/{group}" in _cgroups_of(st.pid):
+        return True
+    if st.cgroup is not None or _open_cgroup(group) is not None:
+        return False  # the sandbox has a group, and this process is not in it
     peer = _socket_peer(root, st.id)
     if peer is not None:
         return peer == st.pid
@@ -452,13 +464,8 @@ def _is_ours(root: Root, st: SandboxState, group: str) -> bool:
 
 def _in_other_group(root: Root, pid: int, group: str) -> bool:
     """Is ``pid`` in a group of this root other than ``group`` (another sandbox's)?"""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            paths = {line.rstrip("\n").split(":", 2)[-1] for line in f}
-    except OSError:
-        return False
     ours = f"/{root.cgroup_parent()}/"
-    return any(p.startswith(ours) and p != f"/{group}" for p in paths)
+    return any(p.startswith(ours) and p != f"/{group}" for p in _cgroups_of(pid))
 
 
 def _socket_owner(root: Root, st: SandboxState, group: str) -> int | None:
