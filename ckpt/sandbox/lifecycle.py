@@ -209,6 +209,12 @@ def _spawn(
                 )
             if not pid:
                 pid, via = _spawn_cold(root, sandbox_id, sock, log, w, procs_fds).pid, "cold"
+    except OSError as exc:  # the log file (a read-only or broken root), a pipe, a fork
+        os.close(r)
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise SandboxError(
+            f"cannot start sandbox {sandbox_id}: {where}{exc.strerror or exc}"
+        ) from exc
     except BaseException:
         os.close(r)
         raise
@@ -965,7 +971,13 @@ def checkpoint(
     timings.counters["checkpoint_in_sandbox_ms"] = round(reply["checkpoint_ns"] / 1e6, 3)
     st.extra["last_checkpoint"] = params["image"]
     st.extra.pop("checkpointing_to", None)
-    root.write(st)
+    try:
+        root.write(st)
+    except CkptError as exc:
+        raise SandboxError(
+            f"checkpoint of {sandbox_id} was written to {params['image']} (sandbox "
+            f"{st.status}), but its record was not updated: {exc}"
+        ) from exc
     return CheckpointResult(
         st, Path(params["image"]), timings, reply.get("stats"), reply.get("stats_text")
     )

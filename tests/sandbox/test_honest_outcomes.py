@@ -1,5 +1,7 @@
-"""A sandbox that dies after its image is committed, before it answers: the checkpoint
-says the image is in place and verifies, not that none was committed."""
+"""Outcomes reported as they are: a sandbox that dies after its image is committed is
+reported with the image in place and verifying (not "no image was committed"), and a
+kill that leaves something behind says what, instead of "stopped".
+"""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.errors import SandboxError, SandboxGone
+from ckpt.errors import CgroupError, SandboxError, SandboxGone
 from ckpt.sandbox import lifecycle, rpc
 from ckpt.sandbox.paths import Root
 
@@ -53,3 +55,29 @@ def test_death_after_commit_reports_the_image_in_place(
     )
     assert (image / "checkpoint.img").is_file()
     assert lifecycle.state(root, "died").status == "stopped"
+
+
+def test_kill_that_leaves_something_says_what_remains(
+    root: Root, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill succeeds only when nothing is left: here the SIGKILL and the cgroup removal
+    are made to fail (as a process stuck in the kernel, or a busy group, would)."""
+    st = lifecycle.run(root, "stuck", "http", template=False).state
+    with monkeypatch.context() as m:
+        m.setattr(lifecycle, "_kill_pid", lambda pid, start: None)
+
+        def busy(name: str | None) -> None:
+            raise CgroupError(f"cannot remove cgroup {name}: Device or resource busy")
+
+        m.setattr(lifecycle, "_remove_cgroup", busy)
+        with pytest.raises(SandboxError) as caught:
+            lifecycle.kill(root, "stuck")
+    message = str(caught.value)
+    assert message.startswith(f"sandbox stuck is not fully stopped: pid {st.pid}")
+    if st.cgroup:
+        assert f"cgroup {st.cgroup}" in message
+    assert "\n" not in message
+    assert not gone(st.pid)
+    assert lifecycle.state(root, "stuck").status == "running"  # and says so
+    lifecycle.kill(root, "stuck")
+    assert gone(st.pid)
