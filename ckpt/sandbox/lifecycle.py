@@ -811,7 +811,13 @@ def kill(root: Root, sandbox_id: str) -> SandboxState:
     st.status = STOPPED
     st.address = None
     st.extra.pop("creating_by", None)
-    root.write(st)
+    try:
+        root.write(st)
+    except CkptError as exc:
+        raise SandboxError(
+            f"sandbox {sandbox_id} was stopped, but its record was not updated ({exc}); "
+            f"`ckpt delete --force {sandbox_id}` removes it"
+        ) from exc
     return st
 
 

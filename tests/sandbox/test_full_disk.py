@@ -173,8 +173,11 @@ def test_full_root(small: Cli, tmp_path: Path) -> None:
     nothing_of(small, z, pid)
     assert temp_files(small.root) == []
 
-    # delete works on a full disk (it writes no record)
+    # kill stops it and says its record could not be updated; delete writes no record
     x_pid = json.loads(record)["pid"]
+    fill(small.root.parent)  # what z's discarded files freed
+    one_line(small("kill", x, check=False), f"sandbox {x} was stopped", "No space left")
+    assert gone(x_pid)
     small("delete", "--force", x)
     nothing_of(small, x, x_pid)
     assert temp_files(small.root) == []
