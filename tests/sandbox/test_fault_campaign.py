@@ -176,6 +176,12 @@ def mcli(request: pytest.FixtureRequest, tcli: Cli) -> Cli:
     return tcli
 
 
+@pytest.fixture(params=["cgroup", "no-cgroup"])
+def group_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """Sandboxes in their cgroup, or without one: found then by pid and socket only."""
+    return () if request.param == "cgroup" else ("--ignore-cgroups",)
+
+
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An http sandbox's image, restored (with --port 0) by the restore cases."""
@@ -194,17 +200,19 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("step", RUN_STEPS)
-def test_cli_killed_during_run(mcli: Cli, step: str) -> None:
+def test_cli_killed_during_run(mcli: Cli, group_args: tuple[str, ...], step: str) -> None:
     sandbox_id = new_id("run")
-    kill_cli(paused(mcli, f"run:{step}", "run", sandbox_id, "--workload", "http"))
+    kill_cli(paused(mcli, f"run:{step}", "run", sandbox_id, "--workload", "http", *group_args))
     settle(mcli, sandbox_id, step)
     assert_accounted(mcli, sandbox_id)
 
 
 @pytest.mark.parametrize("step", RUN_STEPS)
-def test_cli_killed_during_restore(mcli: Cli, image: Path, step: str) -> None:
+def test_cli_killed_during_restore(
+    mcli: Cli, group_args: tuple[str, ...], image: Path, step: str
+) -> None:
     sandbox_id = new_id("rst")
-    args = ("restore", sandbox_id, "--image-path", str(image), "--port", "0")
+    args = ("restore", sandbox_id, "--image-path", str(image), "--port", "0", *group_args)
     kill_cli(paused(mcli, f"restore:{step}", *args))
     settle(mcli, sandbox_id, step)
     assert_accounted(mcli, sandbox_id)
@@ -355,8 +363,8 @@ def test_template_killed_between_checkpoint_and_restore(tcli: Cli, tmp_path: Pat
 
 
 CASES = {
-    "cli killed during run": len(RUN_STEPS) * 2,
-    "cli killed during restore": len(RUN_STEPS) * 2,
+    "cli killed during run": len(RUN_STEPS) * 2 * 2,  # cold/template x cgroup/none
+    "cli killed during restore": len(RUN_STEPS) * 2 * 2,
     "cli killed during checkpoint": 4,
     "cli killed mid-checkpoint": 2,
     "sandbox killed during run/restore": 8,
