@@ -38,9 +38,18 @@ from typing import Any
 
 import psutil
 
-from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone
+from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
 from ckpt.sandbox import handover, rpc, template_proto
-from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
+from ckpt.sandbox.paths import (
+    CREATING,
+    PAUSED,
+    RUNNING,
+    STOPPED,
+    UNREADABLE,
+    Root,
+    SandboxState,
+    now_iso,
+)
 from ckpt.sandbox.timings import (
     CHECKPOINT,
     RESTORE,
@@ -572,13 +581,24 @@ def refresh(root: Root, sandbox_id: str) -> SandboxState:
 
 
 def list_sandboxes(root: Root) -> list[SandboxState]:
+    """Every sandbox under the root; one whose record cannot be read is listed as
+    ``unreadable`` (``delete --force`` removes it), never left out."""
     out = []
     for sandbox_id in root.ids():
         try:
             out.append(refresh(root, sandbox_id))
+        except SandboxNotFound:
+            continue  # deleted meanwhile
         except SandboxError:
-            continue
+            out.append(_unreadable(sandbox_id))
     return out
+
+
+def _unreadable(sandbox_id: str) -> SandboxState:
+    """A stand-in for a record that cannot be read: nothing in it is known."""
+    return SandboxState(
+        id=sandbox_id, pid=0, status=UNREADABLE, workload="?", cgroup=None, created=""
+    )
 
 
 def _running(root: Root, sandbox_id: str, verb: str) -> SandboxState:
@@ -823,8 +843,17 @@ def kill(root: Root, sandbox_id: str) -> SandboxState:
 
 def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
     """Remove a stopped sandbox's files (and, with ``force``, kill a running one first).
-    Writes no record on the way, so it works on a full disk."""
-    st = refresh(root, sandbox_id)
+    Writes no record on the way, so it works on a full disk.  With ``force``, a record
+    that cannot be read is removed too, after whatever of the sandbox can be found
+    without it (this root's group for the ID, the process serving its socket)."""
+    try:
+        st = refresh(root, sandbox_id)
+    except SandboxNotFound:
+        raise
+    except SandboxError:
+        if not force:
+            raise
+        st = _unreadable(sandbox_id)
     group = _group(root, st, strict=True)
     if st.status != STOPPED and not force:
         raise SandboxError(

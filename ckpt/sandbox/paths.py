@@ -37,6 +37,7 @@ RUNNING = "running"
 PAUSED = "paused"
 STOPPED = "stopped"
 CREATING = "creating"
+UNREADABLE = "unreadable"  # listed for a record that cannot be read
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 

@@ -1,6 +1,7 @@
 """Outcomes reported as they are: a sandbox that dies after its image is committed is
 reported with the image in place and verifying (not "no image was committed"), and a
-kill that leaves something behind says what, instead of "stopped".
+kill that leaves something behind says what, instead of "stopped"; an unreadable record
+is listed, and `delete --force` removes it with its sandbox.
 """
 
 from __future__ import annotations
@@ -81,3 +82,18 @@ def test_kill_that_leaves_something_says_what_remains(
     assert lifecycle.state(root, "stuck").status == "running"  # and says so
     lifecycle.kill(root, "stuck")
     assert gone(st.pid)
+
+
+def test_an_unreadable_record_is_listed_and_delete_force_removes_its_sandbox(
+    root: Root,
+) -> None:
+    st = lifecycle.run(root, "garbled", "http", template=False).state
+    (root.dir("garbled") / "state.json").write_text('{"id": "garbled", "pid"')  # cut short
+    listed = {s.id: s.status for s in lifecycle.list_sandboxes(root)}
+    assert listed == {"garbled": "unreadable"}
+    with pytest.raises(SandboxError, match="not JSON"):
+        lifecycle.delete(root, "garbled")
+    assert not gone(st.pid)
+    lifecycle.delete(root, "garbled", force=True)  # found by its group, else its socket
+    assert gone(st.pid)
+    assert not root.dir("garbled").exists()
