@@ -653,7 +653,7 @@ def bench_scale_cmd(
 def _sandbox_root() -> Any:
     from ckpt.sandbox import paths
 
-    return paths.Root(Globals.root or default_root())
+    return paths.Root(Globals.root or default_root()).check()
 
 
 def _lifecycle() -> Any:
@@ -708,7 +708,9 @@ def run_cmd(
         ),
     ],
     cpu: CpuOpt = None,
-    port: Annotated[int, typer.Option("--port", help="TCP port to serve on; 0 = free.")] = 0,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="TCP port to serve on; 0 = free.")
+    ] = 0,
     engine: Annotated[
         str | None,
         typer.Option(
@@ -887,7 +889,10 @@ def restore_cmd(
     ] = False,
     key_file: KeyOpt = None,
     port: Annotated[
-        int | None, typer.Option("--port", help="Listen here instead of the saved port.")
+        int | None,
+        typer.Option(
+            "--port", min=0, max=65535, help="Listen here instead of the saved port (0 = free)."
+        ),
     ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
     timings: TimingsOpt = False,

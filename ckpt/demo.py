@@ -100,7 +100,8 @@ def run(console: Console) -> None:
         cpus = DEMO_CPU if ok else None
         if ok:
             console.print(
-                f"restoring under a CPU quota of {DEMO_CPU} CPU (cgroup ckpt/{sandbox_id})"
+                f"restoring under a CPU quota of {DEMO_CPU} CPU "
+                f"(cgroup {root.cgroup_name(sandbox_id)})"
             )
         else:
             console.print(

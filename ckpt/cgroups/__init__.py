@@ -16,6 +16,7 @@ from ckpt.cgroups.manager import (
     available_for_quota,
     create,
     open_group,
+    remove_if_empty,
 )
 from ckpt.cgroups.stat import CgroupStat, StatReader, hugepage_sizes
 from ckpt.errors import CgroupError
@@ -38,4 +39,5 @@ __all__ = [
     "mode",
     "open_group",
     "parse_mountinfo",
+    "remove_if_empty",
 ]

@@ -382,3 +382,17 @@ def open_group(
     if unified_dir is None and not v1_dirs:
         raise CgroupError(f"no cgroup named {name!r} exists (mode {lay.mode.value})")
     return Manager(name, lay, unified=unified_dir, v1_dirs=v1_dirs, fsys=fsys)
+
+
+def remove_if_empty(
+    name: str, *, layout: Layout | None = None, fsys: fs.CgroupFS | None = None
+) -> None:
+    """rmdir group ``name`` in every hierarchy where it exists, quietly leaving it where
+    it still has children or processes (a parent such as ``ckpt/<root hash>``)."""
+    try:
+        mgr = open_group(name, layout=layout, fsys=fsys)
+    except CgroupError:
+        return
+    for d in mgr._dirs():
+        with contextlib.suppress(CgroupError):
+            mgr.fs.rmdir(d)

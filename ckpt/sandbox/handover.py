@@ -11,6 +11,22 @@ restore has succeeded (``release``), so a failed restore can be retried; ``ckpt
 delete`` and ``ckpt kill`` release them, and so does a timeout (``CKPT_HOLD_TIMEOUT_S``,
 default 600 s).
 
+Only a restore into the same sandbox ID adopts them: a copy of the image restored under
+another ID binds anew (the port is then in use until the owner's restore or release).
+A template that dies between the checkpoint and the restore takes them along: clients
+are refused and parked connections cut until the restore binds anew, which says so.
+
+A restore may follow a template that did not answer its spawn in time (a busy host):
+the command then starts the sandbox cold but leaves a template that holds sockets
+running, and the sandbox's ``adopt`` waits up to ADOPT_TIMEOUT_S for it, so the listen
+queue and parked connections are taken over rather than lost.
+
+A ``hold`` that gets no answer in time is ambiguous: the template may have the sockets
+already (it reads the descriptors before it acts on them).  The sandbox then only closes
+its descriptors and never shuts the sockets down, which would end them in the template
+too and hand a dead listener to the restore; ``adopt`` checks that a listener it gets
+still listens.
+
 The template's socket path reaches a sandbox in ``CKPT_TEMPLATE_SOCKET``.  Without a
 template there is nothing to hand over to: the restored sandbox binds its port anew.
 Stdlib only: the sandbox process imports this.
@@ -30,19 +46,33 @@ LISTEN = "listen"
 CONN = "conn"
 MAX_SOCKETS = 250  # below the kernel's SCM_MAX_FD (253) for one message
 TIMEOUT_S = 5.0
+TIMEOUT_ENV = "CKPT_HANDOVER_TIMEOUT_S"  # for hold and release; tests set it small
+NO_ANSWER = "the template did not answer in time"
+ADOPT_TIMEOUT_S = 20.0  # a template slow enough to miss a spawn is waited for this long
 
 
 def template_socket() -> str | None:
     return os.environ.get(ENV) or None
 
 
-def _exchange(path: str, request: dict[str, Any], fds: list[int] = ()) -> tuple[dict, list[int]]:
+def _timeout() -> float:
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV) or TIMEOUT_S)
+    except ValueError:
+        return TIMEOUT_S
+    return value if value > 0 else TIMEOUT_S
+
+
+def _exchange(
+    path: str, request: dict[str, Any], fds: list[int] = (), timeout: float | None = None
+) -> tuple[dict, list[int]]:
     """A request to the template; a reply that is not JSON counts as a refusal."""
     from ckpt.sandbox import template_proto
 
+    timeout = _timeout() if timeout is None else timeout
     try:
         return template_proto.exchange(
-            path, request, fds, timeout=TIMEOUT_S, connect_timeout=TIMEOUT_S, max_fds=MAX_SOCKETS
+            path, request, fds, timeout=timeout, connect_timeout=timeout, max_fds=MAX_SOCKETS
         )
     except ValueError:
         return {}, []
@@ -50,7 +80,8 @@ def _exchange(path: str, request: dict[str, Any], fds: list[int] = ()) -> tuple[
 
 def hold(sandbox_id: str, sockets: list[socket.socket]) -> str:
     """Give ``sockets`` (the listener first) to the template.  Returns "" when it took
-    them, else why not (the caller's sockets then simply close when it exits)."""
+    them, else why not (the caller's sockets then simply close when it exits); a reason
+    starting with NO_ANSWER means it may have them: never shut them down then."""
     path = template_socket()
     if path is None:
         return "no template"
@@ -63,6 +94,8 @@ def hold(sandbox_id: str, sockets: list[socket.socket]) -> str:
             {"op": "hold", "id": sandbox_id, "kinds": kinds},
             [s.fileno() for s in sockets],
         )
+    except TimeoutError:
+        return f"{NO_ANSWER}; it may hold them"
     except OSError as exc:
         return f"template unreachable ({exc})"
     for fd in extra:
@@ -77,7 +110,7 @@ def adopt(sandbox_id: str) -> tuple[socket.socket | None, list[socket.socket], s
     if path is None:
         return None, [], "no template"
     try:
-        reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id})
+        reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id}, timeout=ADOPT_TIMEOUT_S)
     except OSError as exc:
         return None, [], f"template unreachable ({exc})"
     kinds = (reply.get("result") or {}).get("kinds") if reply.get("ok") else None
@@ -87,6 +120,10 @@ def adopt(sandbox_id: str) -> tuple[socket.socket | None, list[socket.socket], s
         return None, [], "nothing held" if reply.get("ok") else str(reply.get("error"))
     listener = socket.socket(fileno=fds[0])
     conns = [socket.socket(fileno=fd) for fd in fds[1:]]
+    if not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        for s in (listener, *conns):
+            s.close()
+        return None, [], "the held listener no longer listens"
     return listener, conns, ""
 
 

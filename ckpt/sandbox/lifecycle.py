@@ -2,13 +2,24 @@
 checkpoint, restore.  They raise ``SandboxError`` (or another ``CkptError``) and never print.
 
 A sandbox is a detached process (its own session) running ``ckpt.sandbox.process``,
-placed in cgroup ``ckpt/ID`` *before it executes anything*: the parent opens each
+placed in cgroup ``ckpt/<root hash>/ID`` (``Root.cgroup_name``) *before it executes
+anything*: the parent opens each
 hierarchy's ``cgroup.procs`` and the child writes ``0`` (itself) into them in
 ``preexec_fn``, between fork and exec, so even interpreter start-up is charged to the
 cgroup and runs under its CPU quota.  The child signals readiness on a pipe.
 
 The rule for failures: a failed ``run`` or ``restore`` leaves no process, cgroup or
 state directory behind; a failed ``checkpoint`` leaves the sandbox as it was.
+
+Every sandbox stays accounted for: its record is written before anything else, then
+again as soon as its cgroup and then its process exist (``status: creating`` until the
+command ends, with the creating CLI's pid), so a CLI killed at any point leaves a record
+that ``list`` shows and ``delete --force`` cleans.  Nothing in a record is trusted: a
+cgroup must be this root's own name for the ID, a pid must match its start time and be in
+that cgroup (or be the peer of the sandbox's socket), and the socket must be a socket.
+
+Testing hook: ``CKPT_TEST_PAUSE_AT=VERB:STEP`` stops the CLI (SIGSTOP) at that step, so a
+test can SIGKILL it exactly there; the steps are ``pause_point``'s callers.
 """
 
 from __future__ import annotations
@@ -27,9 +38,18 @@ from typing import Any
 
 import psutil
 
-from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone
+from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
 from ckpt.sandbox import handover, rpc, template_proto
-from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
+from ckpt.sandbox.paths import (
+    CREATING,
+    PAUSED,
+    RUNNING,
+    STOPPED,
+    UNREADABLE,
+    Root,
+    SandboxState,
+    now_iso,
+)
 from ckpt.sandbox.timings import (
     CHECKPOINT,
     RESTORE,
@@ -40,6 +60,13 @@ from ckpt.sandbox.timings import (
 )
 
 READY_TIMEOUT_S = 30.0
+# The restore RPC: a fixed floor plus time for the image's bytes at a slow rate per CPU
+# of its quota, so a big image is never cut short while a hung restore (a FIFO for a
+# statefile, a wedged sandbox) still ends.  A files:100000 image (3.3 MB) restored in
+# 1.3 s on one uncapped CPU (2.6 MB/s); the rate below leaves five times that margin.
+RESTORE_TIMEOUT_S = 120.0
+RESTORE_BYTES_PER_S = 512 * 1024
+RESTORE_TIMEOUT_ENV = "CKPT_RESTORE_TIMEOUT_S"
 EXIT_TIMEOUT_S = 10.0
 REAP_TIMEOUT_S = 3.0
 ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
@@ -74,6 +101,21 @@ class RestoreResult:
 
 
 # -- processes -------------------------------------------------------------------------
+
+PAUSE_ENV = "CKPT_TEST_PAUSE_AT"
+
+
+def pause_point(step: str) -> None:
+    """Stop this process here when ``CKPT_TEST_PAUSE_AT`` names ``step`` (tests only)."""
+    if os.environ.get(PAUSE_ENV) == step:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
 
 
 def _alive(pid: int, start: float) -> bool:
@@ -158,10 +200,13 @@ class Spawned:
     why_cold: str = ""
 
 
-def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned:
+def _spawn(
+    root: Root, sandbox_id: str, mgr: Any, use_template: bool, on_pid: Any = None
+) -> Spawned:
     """Start the sandbox process inside ``mgr``'s cgroup, forked from the warm template
     when one serves this root, else as a fresh interpreter.  Either way the process is
-    in the cgroup before it runs a line of sandbox code, and it writes ``ready PID``."""
+    in the cgroup before it runs a line of sandbox code, and it writes ``ready PID``.
+    ``on_pid(pid, start)`` records the process the moment it exists."""
     sock = root.socket_path(sandbox_id)
     log_path = root.log_path(sandbox_id)
     procs_fds: list[int] = []
@@ -179,8 +224,18 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned
                 pid, why_cold = template_client.spawn(
                     root.path, sandbox_id, sock, log.fileno(), w, procs_fds
                 )
+                if not pid:  # a child it forked too late may still write to that pipe
+                    os.close(r)
+                    os.close(w)
+                    r, w = os.pipe()
             if not pid:
                 pid, via = _spawn_cold(root, sandbox_id, sock, log, w, procs_fds).pid, "cold"
+    except OSError as exc:  # the log file (a read-only or broken root), a pipe, a fork
+        os.close(r)
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise SandboxError(
+            f"cannot start sandbox {sandbox_id}: {where}{exc.strerror or exc}"
+        ) from exc
     except BaseException:
         os.close(r)
         raise
@@ -188,15 +243,17 @@ def _spawn(root: Root, sandbox_id: str, mgr: Any, use_template: bool) -> Spawned
         os.close(w)
         for fd in procs_fds:
             os.close(fd)
+    start = _create_time(pid)
     try:
+        if on_pid is not None:
+            on_pid(pid, start)
         line = _read_ready(r, READY_TIMEOUT_S)
+    except BaseException:
+        _kill_pid(pid, start)
+        raise
     finally:
         os.close(r)
     create_ns = time.perf_counter_ns() - t0
-    try:
-        start = psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        start = 0.0
     if not line.startswith(b"ready"):
         _kill_pid(pid, 0.0)
         raise SandboxError(
@@ -289,11 +346,9 @@ def _read_ready(fd: int, timeout: float) -> bytes:
 # -- cgroups ---------------------------------------------------------------------------
 
 
-def _cgroup_name(sandbox_id: str) -> str:
-    return f"ckpt/{sandbox_id}"
-
-
-def _make_cgroup(sandbox_id: str, cpus: float | None, ignore: bool, notes: list[str]) -> Any:
+def _make_cgroup(
+    root: Root, sandbox_id: str, cpus: float | None, ignore: bool, notes: list[str]
+) -> Any:
     """The sandbox's cgroup with its quota applied, or None when running without one."""
     if ignore:
         if cpus is not None:
@@ -301,16 +356,17 @@ def _make_cgroup(sandbox_id: str, cpus: float | None, ignore: bool, notes: list[
         return None
     from ckpt import cgroups
 
-    _remove_cgroup(_cgroup_name(sandbox_id))  # a stale group from a crashed run
+    name = root.cgroup_name(sandbox_id)
+    _remove_cgroup(name)  # a stale group of this root's, from a crashed run
     if cpus is not None:
         ok, reason = cgroups.available_for_quota()
         if not ok:
             raise CgroupError(
                 f"cannot apply a CPU quota: {reason}; run as root or pass --ignore-cgroups"
             )
-        return cgroups.create(_cgroup_name(sandbox_id), cpus=cpus)
+        return cgroups.create(name, cpus=cpus)
     try:
-        mgr = cgroups.create(_cgroup_name(sandbox_id))
+        mgr = cgroups.create(name)
     except CgroupError as exc:
         mgr, reason = None, str(exc)
     else:
@@ -333,7 +389,8 @@ def _open_cgroup(name: str | None) -> Any:
 
 
 def _remove_cgroup(name: str | None) -> None:
-    """Kill whatever is left in the group and delete it; quiet if it is already gone."""
+    """Kill whatever is left in the group and delete it (and this root's parent group
+    once it is empty); quiet if it is already gone."""
     mgr = _open_cgroup(name)
     if mgr is None:
         return
@@ -345,6 +402,147 @@ def _remove_cgroup(name: str | None) -> None:
         mgr.delete()
     except CgroupError as exc:
         raise CgroupError(f"cannot remove cgroup {name}: {exc}") from exc
+    from ckpt import cgroups
+
+    cgroups.remove_if_empty(str(Path(str(name)).parent))
+
+
+def _group(root: Root, st: SandboxState, *, strict: bool) -> str:
+    """This sandbox's cgroup name: always this root's own name for the ID.  A record
+    naming any other group was edited; ``strict`` refuses it, else it is ignored."""
+    mine = root.cgroup_name(st.id)
+    if st.cgroup not in (None, mine) and strict:
+        raise SandboxError(
+            f"sandbox {st.id}: its record names cgroup {st.cgroup!r}, not this root's "
+            f"{mine!r}; refusing to act on it (check who edited {root.dir(st.id)})"
+        )
+    return mine
+
+
+def _group_procs(group: str) -> list[int]:
+    mgr = _open_cgroup(group)
+    if mgr is None:
+        return []
+    try:
+        return list(mgr.procs())
+    except CgroupError:
+        return []
+
+
+def _socket_peer(root: Root, sandbox_id: str) -> int | None:
+    """The pid listening on the sandbox's control socket, if a real socket answers."""
+    import socket
+
+    path = root.socket_path(sandbox_id)
+    try:
+        rpc.check_socket_file(path, f"sandbox {sandbox_id}")
+    except SandboxError:
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(path))
+            return rpc.peer_of(sock)
+        except OSError:
+            return None
+
+
+def _cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
+    """Does ``pid``'s command line say it is this root's sandbox (cold: ``--socket`` is
+    ours; forked: the command line of this root's template)?"""
+    try:
+        cmd = psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    if "ckpt.sandbox.process" in cmd and "--socket" in cmd:
+        i = cmd.index("--socket") + 1
+        return i < len(cmd) and cmd[i] == str(root.socket_path(sandbox_id))
+    if "ckpt.sandbox.template" in cmd and "--root" in cmd:
+        i = cmd.index("--root") + 1
+        return i < len(cmd) and os.path.abspath(cmd[i]) == str(root.path)
+    return False
+
+
+def _cgroups_of(pid: int) -> set[str]:
+    """The groups ``pid`` is in, one per hierarchy, as ``/proc/PID/cgroup`` names them
+    (read directly: cheaper than importing ``ckpt.cgroups`` for a ``ckpt state``)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return {line.rstrip("\n").split(":", 2)[-1] for line in f}
+    except OSError:
+        return set()
+
+
+def _is_ours(root: Root, st: SandboxState, group: str) -> bool:
+    """Is the recorded pid alive and this sandbox's process?  Its start time must match,
+    and it must be in the sandbox's cgroup when it has one, else be the peer of its
+    control socket (or, before the socket exists, carry this sandbox's command line)."""
+    if not st.pid or not st.pid_start or not _alive(st.pid, st.pid_start):
+        return False
+    if f"/{group}" in _cgroups_of(st.pid):
+        return True
+    if st.cgroup is not None or _open_cgroup(group) is not None:
+        return False  # the sandbox has a group, and this process is not in it
+    peer = _socket_peer(root, st.id)
+    if peer is not None:
+        return peer == st.pid
+    return _cmdline_is_sandbox(root, st.id, st.pid)
+
+
+def _in_other_group(root: Root, pid: int, group: str) -> bool:
+    """Is ``pid`` in a group of this root other than ``group`` (another sandbox's)?"""
+    ours = f"/{root.cgroup_parent()}/"
+    return any(p.startswith(ours) and p != f"/{group}" for p in _cgroups_of(pid))
+
+
+def _socket_owner(root: Root, st: SandboxState, group: str) -> int | None:
+    """The process serving this sandbox's control socket, when it is this root's sandbox
+    process and not in another sandbox's group: how a sandbox whose record lost its pid
+    (or was given another) is still found."""
+    peer = _socket_peer(root, st.id)
+    if peer is None or peer == os.getpid() or not _cmdline_is_sandbox(root, st.id, peer):
+        return None
+    return None if _in_other_group(root, peer, group) else peer
+
+
+def _remains(root: Root, st: SandboxState, group: str) -> list[str]:
+    """What is left of the sandbox: its verified process, its cgroup's members, the
+    process serving its socket, and the cgroup itself; empty when nothing is."""
+    left = [f"pid {st.pid}"] if _is_ours(root, st, group) else []
+    procs = [p for p in _group_procs(group) if p != st.pid]
+    left += [f"pid {p} (in cgroup {group})" for p in procs]
+    owner = _socket_owner(root, st, group)
+    if owner is not None and owner != st.pid and owner not in procs:
+        left.append(f"pid {owner} (serving {root.socket_path(st.id)})")
+    if _open_cgroup(group) is not None:
+        left.append(f"cgroup {group}")
+    return left
+
+
+def _stop_all(root: Root, st: SandboxState, group: str) -> None:
+    """SIGKILL every process of the sandbox (its cgroup's members and its verified pid),
+    remove the cgroup, and check that nothing is left: else one line saying what is."""
+    pid_ours = _is_ours(root, st, group)
+    owner = _socket_owner(root, st, group)
+    error: CgroupError | None = None
+    try:
+        _remove_cgroup(group)
+    except CgroupError as exc:
+        error = exc
+    if pid_ours:
+        _kill_pid(st.pid, st.pid_start)
+    if owner is not None and owner != st.pid:
+        _kill_pid(owner, _create_time(owner))
+    if error is not None:  # the cgroup may empty only once the verified pid is gone
+        with contextlib.suppress(CgroupError):
+            _remove_cgroup(group)
+    left = _remains(root, st, group)
+    if left:
+        raise SandboxError(
+            f"sandbox {st.id} is not fully stopped: {', '.join(left)} remain"
+            + (f" ({error})" if error else "")
+            + "; try again, or kill them by hand"
+        )
 
 
 def _freezable(mgr: Any) -> Any:
@@ -366,44 +564,81 @@ def _cpu_usec(mgr: Any) -> int | None:
 # -- state -----------------------------------------------------------------------------
 
 
+def _creator_alive(st: SandboxState) -> bool:
+    """Is the CLI that is creating this sandbox still at work?"""
+    by = st.extra.get("creating_by")
+    if not (isinstance(by, list) and len(by) == 2):
+        return False
+    try:
+        return _alive(int(by[0]), float(by[1]))
+    except (TypeError, ValueError):
+        return False
+
+
 def refresh(root: Root, sandbox_id: str) -> SandboxState:
-    """Read a sandbox's state, marking it stopped (and freeing its cgroup) if it died."""
+    """A sandbox's state as it really is; writes nothing (``list`` and ``state`` are
+    read-only).  A sandbox none of whose processes is left shows as stopped; one whose
+    creating CLI died part-way shows as creating while any of it remains."""
     st = root.read(sandbox_id)
-    if st.status in (RUNNING, PAUSED, CREATING) and not _alive(st.pid, st.pid_start):
-        st.status = STOPPED
-        st.address = None
-        with contextlib.suppress(CgroupError):
-            _remove_cgroup(st.cgroup)
-        root.write(st)
+    if st.status not in (RUNNING, PAUSED, CREATING):
+        return st
+    if st.status == CREATING and _creator_alive(st):
+        return st
+    group = _group(root, st, strict=False)
+    if _is_ours(root, st, group) or _group_procs(group) or _socket_owner(root, st, group):
+        return st
+    st.status = STOPPED
+    st.address = None
     return st
 
 
 def list_sandboxes(root: Root) -> list[SandboxState]:
+    """Every sandbox under the root; one whose record cannot be read is listed as
+    ``unreadable`` (``delete --force`` removes it), never left out."""
     out = []
     for sandbox_id in root.ids():
         try:
             out.append(refresh(root, sandbox_id))
+        except SandboxNotFound:
+            continue  # deleted meanwhile
         except SandboxError:
-            continue
+            out.append(_unreadable(sandbox_id))
     return out
+
+
+def _unreadable(sandbox_id: str) -> SandboxState:
+    """A stand-in for a record that cannot be read: nothing in it is known."""
+    return SandboxState(
+        id=sandbox_id, pid=0, status=UNREADABLE, workload="?", cgroup=None, created=""
+    )
 
 
 def _running(root: Root, sandbox_id: str, verb: str) -> SandboxState:
     st = refresh(root, sandbox_id)
+    _group(root, st, strict=True)
     if st.status not in (RUNNING, PAUSED):
         raise SandboxError(f"cannot {verb} sandbox {sandbox_id}: it is {st.status}")
     return st
 
 
-def _discard(
-    root: Root, sandbox_id: str, pid: int | None, start: float, cgroup: str | None
-) -> None:
+def _call(root: Root, st: SandboxState, method: str, params: Any = None, **kw: Any) -> Any:
+    """An RPC to the sandbox on its own socket (this root's path for the ID, never the
+    record's), which must be a socket whose listener is the recorded pid."""
+    return rpc.call(
+        root.socket_path(st.id),
+        method,
+        params,
+        what=f"sandbox {st.id}",
+        peer_pid=st.pid,
+        **kw,
+    )
+
+
+def _discard(root: Root, st: SandboxState) -> None:
     """Best-effort removal of everything a failed run/restore made."""
-    if pid:
-        _kill_pid(pid, start)
-    with contextlib.suppress(CgroupError):
-        _remove_cgroup(cgroup)
-    _remove_files(root, sandbox_id)
+    with contextlib.suppress(CkptError):
+        _stop_all(root, st, root.cgroup_name(st.id))
+    _remove_files(root, st.id)
 
 
 def _remove_files(root: Root, sandbox_id: str) -> None:
@@ -430,8 +665,12 @@ def _start(
     workload: str,
     notes: list[str],
     template: bool | None,
+    verb: str,
 ) -> tuple[SandboxState, Any, Spawned]:
-    """Make the directory, cgroup and process; return (state, cgroup manager, spawn)."""
+    """Make the directory, cgroup and process; return (state, cgroup manager, spawn).
+
+    The record is written first and again as soon as the cgroup, then the process,
+    exists, so a CLI killed at any point leaves every part of the sandbox recorded."""
     from ckpt.sandbox import template_client
 
     use_template = not template_client.disabled() if template is None else template
@@ -446,22 +685,46 @@ def _start(
         engine=engine,
         cpu=None,
         socket=str(root.socket_path(sandbox_id)),
+        extra={"creating_by": [os.getpid(), _create_time(os.getpid())]},
     )
-    root.dir(sandbox_id).mkdir(mode=0o700, exist_ok=True)
-    root.write(st)
+
+    def record_pid(pid: int, start: float) -> None:
+        st.pid, st.pid_start = pid, start
+        root.write(st)
+        pause_point(f"{verb}:spawned")
+
+    try:
+        root.dir(sandbox_id).mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise SandboxError(f"cannot create {root.dir(sandbox_id)}: {exc.strerror}") from exc
     mgr = None
     try:
-        mgr = _make_cgroup(sandbox_id, cpus, ignore_cgroups, notes)
-        st.cgroup = mgr.name if mgr is not None else None
-        st.cpu = cpus if mgr is not None else None
-        spawned = _spawn(root, sandbox_id, mgr, use_template)
-        st.pid, st.pid_start = spawned.pid, spawned.start
+        root.write(st)
+        pause_point(f"{verb}:record")
+        mgr = _make_cgroup(root, sandbox_id, cpus, ignore_cgroups, notes)
+        if mgr is not None:
+            st.cgroup, st.cpu = mgr.name, cpus
+            root.write(st)
+        pause_point(f"{verb}:cgroup")
+        spawned = _spawn(root, sandbox_id, mgr, use_template, record_pid)
+        pause_point(f"{verb}:ready")
     except BaseException:
-        _discard(root, sandbox_id, st.pid, st.pid_start, _cgroup_name(sandbox_id) if mgr else None)
+        _discard(root, st)
         raise
     if use_template and spawned.via == "cold" and spawned.why_cold != "no template running":
         notes.append(f"started cold: {spawned.why_cold}")
     return st, mgr, spawned
+
+
+def _finish(root: Root, st: SandboxState, verb: str) -> None:
+    """Write the final record; if that fails, kill what was made (one line says why)."""
+    pause_point(f"{verb}:served")
+    st.extra.pop("creating_by", None)
+    try:
+        root.write(st)
+    except CkptError:
+        _discard(root, st)
+        raise
 
 
 def _note_start(timings: Timings, root: Root, spawned: Spawned) -> None:
@@ -500,24 +763,24 @@ def run(
     timings = Timings()
     t0 = time.perf_counter_ns()
     st, _mgr, spawned = _start(
-        root, sandbox_id, cpus, ignore_cgroups, engine, workload, notes, template
+        root, sandbox_id, cpus, ignore_cgroups, engine, workload, notes, template, "run"
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     try:
-        reply = rpc.call(
-            Path(st.socket),
+        reply = _call(
+            root,
+            st,
             "boot",
             {"workload": workload, "port": port, "options": options or {}},
             timeout=120,
-            what=f"sandbox {sandbox_id}",
         )
     except BaseException:
-        _discard(root, sandbox_id, st.pid, st.pid_start, st.cgroup)
+        _discard(root, st)
         raise
     timings.phases_ns["Run"] = time.perf_counter_ns() - t0
     st.address = reply.get("address")
     st.status = RUNNING
-    root.write(st)
+    _finish(root, st, "run")
     _note_start(timings, root, spawned)
     return RunResult(st, timings, notes)
 
@@ -531,15 +794,15 @@ def pause(root: Root, sandbox_id: str) -> SandboxState:
     st = _running(root, sandbox_id, "pause")
     if st.status == PAUSED:
         return st
-    rpc.call(Path(st.socket), "pause", what=f"sandbox {sandbox_id}")
-    mgr = _freezable(_open_cgroup(st.cgroup))
+    _call(root, st, "pause")
+    mgr = _freezable(_open_cgroup(st.cgroup and _group(root, st, strict=True)))
     if mgr is not None:
         try:
             mgr.freeze()
         except CgroupError:  # leave it as it was: thawed and running
             with contextlib.suppress(CgroupError):
                 mgr.thaw()
-            rpc.call(Path(st.socket), "resume", what=f"sandbox {sandbox_id}")
+            _call(root, st, "resume")
             raise
     st.status = PAUSED
     root.write(st)
@@ -551,10 +814,10 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
     st = _running(root, sandbox_id, "resume")
     if st.status == RUNNING:
         return st
-    mgr = _freezable(_open_cgroup(st.cgroup))
+    mgr = _freezable(_open_cgroup(st.cgroup and _group(root, st, strict=True)))
     if mgr is not None:
         mgr.thaw()
-    rpc.call(Path(st.socket), "resume", what=f"sandbox {sandbox_id}")
+    _call(root, st, "resume")
     st.status = RUNNING
     root.write(st)
     return st
@@ -568,33 +831,102 @@ def _release_held(root: Root, sandbox_id: str) -> None:
 
 
 def kill(root: Root, sandbox_id: str) -> SandboxState:
-    """SIGKILL the sandbox (through its cgroup when it has one) and free the cgroup; the
-    sockets a checkpoint handed to the template for it are closed too."""
+    """SIGKILL every process of the sandbox (its cgroup's members, its verified pid) and
+    free the cgroup; the sockets a checkpoint handed to the template for it are closed
+    too.  Succeeds only when nothing of it is left."""
     st = refresh(root, sandbox_id)
+    group = _group(root, st, strict=True)
     _release_held(root, sandbox_id)
-    if st.status in (RUNNING, PAUSED, CREATING):
-        _remove_cgroup(st.cgroup)
-        _kill_pid(st.pid, st.pid_start)
-    else:
-        _remove_cgroup(st.cgroup)
+    _stop_all(root, st, group)
+    _clean_checkpoint(st)
+    st.extra.pop("checkpointing_to", None)
     st.status = STOPPED
     st.address = None
-    root.write(st)
+    st.extra.pop("creating_by", None)
+    try:
+        root.write(st)
+    except CkptError as exc:
+        raise SandboxError(
+            f"sandbox {sandbox_id} was stopped, but its record was not updated ({exc}); "
+            f"`ckpt delete --force {sandbox_id}` removes it"
+        ) from exc
     return st
 
 
 def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
-    """Remove a stopped sandbox's files (and, with ``force``, kill a running one first)."""
-    st = refresh(root, sandbox_id)
-    if st.status != STOPPED:
+    """Remove a stopped sandbox's files (and, with ``force``, kill a running one first).
+    Writes no record on the way, so it works on a full disk.  With ``force``, a record
+    that cannot be read is removed too, after whatever of the sandbox can be found
+    without it (this root's group for the ID, the process serving its socket)."""
+    try:
+        st = refresh(root, sandbox_id)
+    except SandboxNotFound:
+        raise
+    except SandboxError:
         if not force:
-            raise SandboxError(
-                f"sandbox {sandbox_id} is {st.status}; `ckpt kill {sandbox_id}` first or pass --force"
-            )
-        kill(root, sandbox_id)
+            raise
+        st = _unreadable(sandbox_id)
+    group = _group(root, st, strict=True)
+    if st.status != STOPPED and not force:
+        raise SandboxError(
+            f"sandbox {sandbox_id} is {st.status}; `ckpt kill {sandbox_id}` first or pass --force"
+        )
     _release_held(root, sandbox_id)
-    _remove_cgroup(st.cgroup)
+    _stop_all(root, st, group)
+    _clean_checkpoint(st)
     _remove_files(root, sandbox_id)
+
+
+def _clean_checkpoint(st: SandboxState) -> None:
+    """Remove what a checkpoint cut short left beside its image (a CLI killed while the
+    sandbox wrote): ``statefile.clean_stale`` touches only leftovers of dead writers."""
+    image = st.extra.get("checkpointing_to")
+    if not isinstance(image, str) or not image:
+        return
+    from ckpt import statefile
+
+    if st.pid and st.pid_start:
+        _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
+    with contextlib.suppress(CkptError, OSError):
+        statefile.clean_stale(Path(image))
+
+
+def _image_identity(image: Path) -> tuple[int, int, int] | None:
+    """Which file ``image/checkpoint.img`` is now (device, inode, mtime), or None."""
+    try:
+        info = os.stat(Path(image) / "checkpoint.img")
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_mtime_ns)
+
+
+def _died_message(
+    sandbox_id: str, image: Path, before: Any, key: bytes | None, exc: BaseException
+) -> str:
+    """What a checkpoint whose sandbox died left at ``image``, said as it is: a new image
+    in place (and whether it verifies), or none, the previous one (if any) unchanged."""
+    head = f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc})"
+    if _image_identity(image) in (None, before):
+        kept = "; the previous image there is unchanged" if before is not None else ""
+        return f"{head}; no image was committed at {image}{kept}"
+    from ckpt import statefile
+    from ckpt.statefile.inspect import report_failed
+
+    try:
+        report = statefile.inspect_image(image, key, verify=True)
+        ok = not report_failed(report)
+        owner = (report.get("metadata") or {}).get("sandbox_id")
+    except CkptError:
+        ok, owner = False, None
+    if ok and owner == sandbox_id:
+        return (
+            f"{head} after committing its image: {image} holds the new checkpoint and it "
+            "verifies; restore from it"
+        )
+    return (
+        f"{head} while committing its image: {image} holds a new image that does not "
+        "verify; checkpoint again with --force, or remove it"
+    )
 
 
 def checkpoint(
@@ -622,7 +954,7 @@ def checkpoint(
     t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
     engine = engine or st.engine
-    mgr = _open_cgroup(st.cgroup)
+    mgr = _open_cgroup(_group(root, st, strict=True))
     was_paused = st.status == PAUSED
     freezer = _freezable(mgr)
     if was_paused and freezer is not None:
@@ -641,32 +973,38 @@ def checkpoint(
         "drain_timeout": drain_timeout,
         **(options or {}),  # pre_dump, parent, pre_copy: see precopy.py
     }
+    before = _image_identity(Path(params["image"]))
+    st.extra["checkpointing_to"] = params["image"]  # kill and delete clean its leftovers
+    root.write(st)
+    pause_point("checkpoint:sending")
     try:
         with timings.phase(CHECKPOINT):
-            reply = rpc.call(
-                Path(st.socket), "checkpoint", params, timeout=None, what=f"sandbox {sandbox_id}"
-            )
+            reply = _call(root, st, "checkpoint", params, timeout=None)
     except CkptError as exc:
         if isinstance(exc, SandboxGone):  # EOF can come a moment before the exit shows
             _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S)
         if not _alive(st.pid, st.pid_start):
-            refresh(root, sandbox_id)
             from ckpt import statefile
 
+            with contextlib.suppress(CkptError):
+                _stop_all(root, st, root.cgroup_name(sandbox_id))
             _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
             statefile.clean_stale(Path(params["image"]))
             raise SandboxError(
-                f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc}); "
-                f"no image was committed at {image}"
+                _died_message(sandbox_id, Path(params["image"]), before, key, exc)
             ) from exc
         if was_paused and freezer is not None:
             freezer.freeze()
+        st.extra.pop("checkpointing_to", None)
+        with contextlib.suppress(CkptError):
+            root.write(st)
         raise
+    pause_point("checkpoint:replied")
     if reply.get("stopping"):
         if not _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S):
             _kill_pid(st.pid, st.pid_start)
         cpu1 = _cpu_usec(mgr)
-        _remove_cgroup(st.cgroup)
+        _remove_cgroup(root.cgroup_name(sandbox_id))
         st.status = STOPPED
         st.address = None
     else:
@@ -681,7 +1019,15 @@ def checkpoint(
     timings.counters = dict(reply.get("counters") or {})
     timings.counters["checkpoint_in_sandbox_ms"] = round(reply["checkpoint_ns"] / 1e6, 3)
     st.extra["last_checkpoint"] = params["image"]
-    root.write(st)
+    st.extra["handover"] = "template" if timings.counters.get("handover") == "template" else ""
+    st.extra.pop("checkpointing_to", None)
+    try:
+        root.write(st)
+    except CkptError as exc:
+        raise SandboxError(
+            f"checkpoint of {sandbox_id} was written to {params['image']} (sandbox "
+            f"{st.status}), but its record was not updated: {exc}"
+        ) from exc
     return CheckpointResult(
         st,
         Path(params["image"]),
@@ -723,12 +1069,15 @@ def restore(
                 f"sandbox {sandbox_id} is {old.status}; restore into a new ID, or kill and "
                 f"delete it first"
             )
-        _remove_cgroup(old.cgroup)
+        handed_over = old.extra.get("handover") == "template"
+        _stop_all(root, old, _group(root, old, strict=True))
         _remove_files(root, sandbox_id)
+    else:
+        handed_over = False
     notes: list[str] = []
     timings = Timings()
     st, mgr, spawned = _start(
-        root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template
+        root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template, "restore"
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     params = {
@@ -739,13 +1088,20 @@ def restore(
         "key_hex": key.hex() if key else None,
         "port": port,
     }
+    deadline = restore_timeout(image, cpus if mgr is not None else None)
     try:
-        reply = rpc.call(
-            Path(st.socket), "restore", params, timeout=None, what=f"sandbox {sandbox_id}"
-        )
+        try:
+            reply = _call(root, st, "restore", params, timeout=deadline)
+        except SandboxError as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise
+            raise SandboxError(
+                f"restore of {sandbox_id} did not finish within {deadline:g} s; the sandbox "
+                f"was removed (set {RESTORE_TIMEOUT_ENV} for a slower restore)"
+            ) from exc
         cpu = _cpu_usec(mgr)
     except BaseException:
-        _discard(root, sandbox_id, st.pid, st.pid_start, st.cgroup)
+        _discard(root, st)
         raise
     timings.phases_ns[RESTORE] = int(reply["restore_ns"])
     timings.phases_ns[RESUME_TOTAL] = time.perf_counter_ns() - t0
@@ -758,18 +1114,53 @@ def restore(
     st.address = reply.get("address")
     st.status = RUNNING
     st.restored_from = str(image)
-    root.write(st)
+    _finish(root, st, "restore")
     _note_start(timings, root, spawned)
-    if reply.get("held_for"):  # serving on the handed-over sockets: the template lets go
-        _release_held(root, str(reply["held_for"]))
-    elif str(timings.counters.get("listener", "")).startswith(
-        ("bound anew (no template", "bound anew (template unreachable")
-    ):
-        notes.append(
+    if reply.get("held_for") == sandbox_id:  # on the handed-over sockets: the template lets go
+        _release_held(root, sandbox_id)
+    else:
+        notes.extend(_listener_notes(str(timings.counters.get("listener", "")), handed_over))
+    return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
+
+
+def restore_timeout(image: Path, cpus: float | None = None) -> float:
+    """How long the restore RPC may take: ``CKPT_RESTORE_TIMEOUT_S`` if set, else
+    RESTORE_TIMEOUT_S plus the image's size at RESTORE_BYTES_PER_S per CPU of the
+    quota (``cpus``; no quota counts as one CPU)."""
+    with contextlib.suppress(ValueError):
+        given = float(os.environ.get(RESTORE_TIMEOUT_ENV) or 0)
+        if given > 0:
+            return given
+    size = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(image):
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    size += entry.stat(follow_symlinks=False).st_size
+    share = min(cpus, 1.0) if cpus else 1.0
+    return RESTORE_TIMEOUT_S + size / (RESTORE_BYTES_PER_S * share)
+
+
+def _listener_notes(listener: str, handed_over: bool) -> list[str]:
+    """One line when a restore bound its port anew although clients may have waited."""
+    if not listener.startswith("bound anew"):
+        return []
+    lost = any(
+        why in listener for why in ("(no template", "(template unreachable", "(nothing held")
+    )
+    if handed_over and lost:
+        return [
+            "the sockets this sandbox handed to the template at its checkpoint are gone "
+            "(the template exited, its hold timed out, or `ckpt kill` closed them): clients "
+            "were refused and parked keep-alive connections cut until this restore bound "
+            "the port anew"
+        ]
+    if lost and "(nothing held" not in listener:
+        return [
             "no template held the listening socket: it was bound anew, and clients were "
             "refused between the checkpoint and this restore"
-        )
-    return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
+        ]
+    return []
 
 
 def _image_workload(image: Path) -> str | None:
@@ -784,7 +1175,7 @@ def _image_workload(image: Path) -> str | None:
 def fingerprint(root: Root, sandbox_id: str) -> dict[str, str]:
     """The kernel's fingerprint and description (for before/after comparisons)."""
     st = _running(root, sandbox_id, "fingerprint")
-    return rpc.call(Path(st.socket), "fingerprint", what=f"sandbox {sandbox_id}")
+    return _call(root, st, "fingerprint")
 
 
 def read_key(path: Path | None) -> bytes | None:

@@ -15,6 +15,7 @@ JSON records where.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ RUNNING = "running"
 PAUSED = "paused"
 STOPPED = "stopped"
 CREATING = "creating"
+UNREADABLE = "unreadable"  # listed for a record that cannot be read
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -95,7 +97,28 @@ class Root:
         # path derived from it, sockets included, is spelled the same by every process
         self.path = Path(os.path.abspath(path))
 
+    def check(self) -> Root:
+        """Refuse a root that exists but is not a directory (a file given as --root)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise SandboxError(
+                f"--root {self.path} is not a directory: pass a directory (or set CKPT_ROOT)"
+            )
+        return self
+
+    def cgroup_name(self, sandbox_id: str) -> str:
+        """The sandbox's cgroup, scoped to this root: ``ckpt/<hash of the root>/ID``.
+
+        Two roots holding the same ID never share (or adopt, or remove) a group.  The hash
+        is of the root's real path, so every spelling of one root names the same group."""
+        return f"{self.cgroup_parent()}/{check_id(sandbox_id)}"
+
+    def cgroup_parent(self) -> str:
+        """``ckpt/<12 hex digits of sha256(realpath of the root)>``: this root's groups."""
+        real = os.fsencode(os.path.realpath(self.path))
+        return f"ckpt/{hashlib.sha256(real).hexdigest()[:12]}"
+
     def ensure(self) -> None:
+        self.check()
         try:
             self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
@@ -111,6 +134,7 @@ class Root:
         return (self.dir(sandbox_id) / STATE_FILE).exists()
 
     def ids(self) -> list[str]:
+        self.check()
         if not self.path.is_dir():
             return []
         return sorted(
@@ -150,9 +174,32 @@ class Root:
         return SandboxState.from_json(data, path)
 
     def write(self, st: SandboxState) -> None:
-        """Atomically replace ``state.json`` (temp file in the same dir, then rename)."""
+        """Atomically replace ``state.json`` (temp file in the same dir, then rename).
+
+        A failed write (a full disk, a read-only root) removes its temp file and is one
+        ``SandboxError`` line; the previous record stays as it was."""
         d = self.dir(st.id)
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = d / f".{STATE_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(st.to_json(), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, d / STATE_FILE)
+        data = (json.dumps(st.to_json(), indent=2, sort_keys=True) + "\n").encode()
+        try:
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _write_new(tmp, data)
+            os.replace(tmp, d / STATE_FILE)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise SandboxError(
+                f"cannot write {d / STATE_FILE}: {exc.strerror or exc}; "
+                f"free space or fix permissions under {self.path}"
+            ) from exc
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (created or truncated; a symlink there is refused)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

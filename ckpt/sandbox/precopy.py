@@ -33,7 +33,6 @@ BATCH = 256  # pages read under the kernel lock at once (1 MiB)
 MAX_ROUNDS = 8
 FEW_DIRTY = 64  # pages: stop pre-copying once so few are dirty
 GROWTH = 1.10  # stop once a round writes over 10% more pages than the one before
-ROUNDS_DIR = "rounds"
 
 
 def _batched(host: Any, frames: list[int], timer: list[int]) -> Iterator[tuple[int, bytes]]:
@@ -129,14 +128,16 @@ class Rounds:
     """Pre-copy rounds written into a working directory beside the target image."""
 
     def __init__(self, host: Any, params: dict[str, Any]) -> None:
-        from ckpt.statefile.image import _make_temp_dir, _Target
+        from ckpt.statefile.image import ROUNDS_DIR, _make_temp_dir, _Target
 
         self.host = host
         self.params = params
         t = _Target(params["image"])
         os.makedirs(t.parent, exist_ok=True)
         # named as an image writer's temporary directory: swept if this process dies
-        self.work = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
+        self.top = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
+        self.work = os.path.join(self.top, ROUNDS_DIR)  # as it will sit in the image
+        os.mkdir(self.work, 0o700)
         self.results: list[dict[str, Any]] = []
         self.last: str | None = None
 
@@ -171,6 +172,7 @@ class Rounds:
     def parent_metadata(self, key: bytes | None) -> dict[str, Any]:
         """The final image's link to the last round, as it will be once moved inside."""
         from ckpt.statefile import open_image
+        from ckpt.statefile.image import ROUNDS_DIR
 
         assert self.last is not None
         link = dict(self.host_link(open_image(self.last, key)))
@@ -188,15 +190,19 @@ class Rounds:
 
     def adopt(self, image_temp_dir: Any) -> None:
         """Move the rounds into the final image's temporary directory before commit."""
+        from ckpt.statefile.image import ROUNDS_DIR
+
         os.rename(self.work, os.path.join(image_temp_dir, ROUNDS_DIR))
-        self.work = ""
+        os.rmdir(self.top)
+        self.top = ""
 
     def discard(self) -> None:
-        if self.work:
-            from ckpt.statefile.image import _rmtree
+        """Remove the rounds (a failed or refused checkpoint leaves nothing)."""
+        if self.top:
+            from ckpt.statefile.image import _remove_image_dir
 
-            _rmtree(self.work)
-            self.work = ""
+            _remove_image_dir(*os.path.split(self.top))
+            self.top = ""
 
     def counters(self) -> dict[str, Any]:
         return {

@@ -19,6 +19,8 @@ written and before the image is committed, so tests can kill a sandbox mid-check
 ``CKPT_FAULT=checkpoint-stall:SECONDS:PATH`` ends that stall as soon as file PATH exists
 (SECONDS stays the upper bound), so a test can hold a checkpoint open for exactly as long
 as it needs, whatever the machine's load, and then let it finish.
+``CKPT_FAULT=restore-stall:SECONDS`` sleeps at the start of a restore, so tests can see
+the restore's deadline end the wait and clean up.
 
 Stdlib and ``ckpt`` only; no typer, rich, argparse or typing, so start-up stays fast.
 """
@@ -78,11 +80,11 @@ def log(msg: str) -> None:
     sys.stderr.flush()
 
 
-def _fault_stall() -> tuple[float, str | None]:
-    """``CKPT_FAULT=checkpoint-stall:SECONDS[:PATH]`` as (seconds, release file or None)."""
+def _fault_stall(which: str = "checkpoint-stall") -> tuple[float, str | None]:
+    """``CKPT_FAULT=WHICH:SECONDS[:PATH]`` as (seconds, release file or None)."""
     spec = os.environ.get("CKPT_FAULT", "")
     name, _, rest = spec.partition(":")
-    if name != "checkpoint-stall":
+    if name != which:
         return 0.0, None
     value, _, release = rest.partition(":")
     try:
@@ -179,6 +181,21 @@ def _serves_http(k: Any) -> bool:
     return k.http_listen_address() is not None or getattr(k, "http", None) is not None
 
 
+def _bind_error(port: int, exc: OSError, why: str) -> str:
+    """Why a restore could not bind its port, and what to do, in one line."""
+    import errno
+
+    msg = f"cannot listen on {HOST}:{port}: {exc.strerror}"
+    if exc.errno == errno.EADDRINUSE and why.startswith("template unreachable"):
+        return (
+            f"{msg}: the template holding it does not answer ({why}); `ckpt template stop` "
+            "(what it holds is lost) and restore again, or pass --port 0 for a free port"
+        )
+    if exc.errno == errno.EADDRINUSE and why.startswith("the held sockets are "):
+        return f"{msg} ({why}, kept for its restore); pass --port 0 for a free port"
+    return f"{msg}; pass --port 0 for a free port"
+
+
 class Host:
     """The kernel and everything serving it inside this process."""
 
@@ -238,10 +255,12 @@ class Host:
                     quiet = time.monotonic() - self.last_request > QUIET_AFTER_S
                     ticks = ticks_to_sleep(k.now, k.next_event_ns(), quiet)
 
-    def _listen(self, port: int, adopted: tuple[Any, list[Any]] | None = None) -> str | None:
+    def _listen(
+        self, port: int, adopted: tuple[Any, list[Any]] | None = None, why: str = ""
+    ) -> str | None:
         """Serve the workload's listening socket for real: the one handed over by the
         previous sandbox when there is one (with its parked connections), else one
-        bound now.  Returns ``host:port``."""
+        bound now (``why`` says why it was not handed over).  Returns ``host:port``."""
         if not _serves_http(self.kernel):
             return None
         if adopted is not None:
@@ -251,9 +270,7 @@ class Host:
             try:
                 sock = bind(HOST, port)
             except OSError as exc:
-                raise SandboxError(
-                    f"cannot listen on {HOST}:{port}: {exc.strerror}; pass --port 0 for a free port"
-                ) from exc
+                raise SandboxError(_bind_error(port, exc, why)) from exc
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
         self.http = HttpServer(sock, self.respond, conns)
@@ -270,6 +287,11 @@ class Host:
         held_for = image_metadata.get("sandbox_id")
         if not isinstance(held_for, str) or not _serves_http(self.kernel):
             return None, "", "the image names no sandbox"
+        if held_for != self.id:
+            # What the template holds belongs to sandbox ``held_for``, whose own restore
+            # may come at any moment: a copy of its image restored elsewhere never
+            # takes (or releases) them.
+            return None, "", f"the held sockets are {held_for}'s"
         listener, conns, why = handover.adopt(held_for)
         if listener is None:
             return None, "", why
@@ -326,6 +348,10 @@ class Host:
         """Load an image into this (empty) process and resume it."""
         if self.kernel is not None:
             raise SandboxError("sandbox already has a kernel")
+        seconds, release = _fault_stall("restore-stall")
+        if seconds:
+            log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
+            _stall(seconds, release)
         t0 = time.perf_counter_ns()
         from ckpt import kernel, state, statefile  # kernel: registers its savable types
 
@@ -349,10 +375,17 @@ class Host:
             if close is not None:
                 close()
         t_state = time.perf_counter_ns()
+        # The page map is checked against what the kernel state declares before any
+        # page is read: its address space, and one recorded page per allocated frame.
+        mf = k.memory_file
         pages = chain.open_pages(
-            images, lazy=bool(params.get("background")), on_error=self._pages_failed
+            images,
+            lazy=bool(params.get("background")),
+            on_error=self._pages_failed,
+            limit=mf.next_frame,
+            frames=len(mf.refs),
         )
-        k.memory_file.restore_pages(pages)
+        mf.restore_pages(pages)
         t_pages = time.perf_counter_ns()
         k.note_restored()
         port = params.get("port")
@@ -364,7 +397,7 @@ class Host:
             self.frozen = True
             adopted, held_for, why = self._adopt(image.metadata, int(port))
             try:
-                address = self._listen(int(port), adopted)
+                address = self._listen(int(port), adopted, why)
             except BaseException:
                 self.kernel = None
                 raise
@@ -634,6 +667,10 @@ class Host:
         if self.http is None:
             return "none"
         why = handover.hold(self.id, self.http.handover())
+        if why.startswith(handover.NO_ANSWER):
+            log(f"sockets perhaps handed over ({why}): closing without shutting them down")
+            self.handed_over = True  # _exit then closes our descriptors only
+            return f"unknown ({why})"
         if why:
             log(f"sockets not handed over ({why}): clients are refused until the restore")
             return f"none ({why})"

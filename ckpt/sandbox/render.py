@@ -16,7 +16,7 @@ from ckpt.sandbox.timings import Timings
 
 def sandboxes_table(states: list[SandboxState]) -> Table:
     """One row per sandbox; long values fold onto a second line rather than being cut,
-    so the table stays readable in 80 columns (the cgroup is always ``ckpt/ID``)."""
+    so the table stays readable in 80 columns (the cgroup is always ``Root.cgroup_name(ID)``)."""
     table = Table(title="sandboxes", title_justify="left")
     for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CREATED (UTC)"):
         table.add_column(col, overflow="fold")

@@ -189,8 +189,15 @@ def call(
     *,
     timeout: float | None = 30.0,
     what: str = "sandbox",
+    peer_pid: int | None = None,
 ) -> Any:
-    """Send one request and return its result, re-raising the sandbox's error class."""
+    """Send one request and return its result, re-raising the sandbox's error class.
+
+    With ``peer_pid``, ``path`` must be a socket itself (not a symlink to one) whose
+    listening process is ``peer_pid`` (``SO_PEERCRED``), so a planted link or a stale
+    file never sends the request to another sandbox."""
+    if peer_pid is not None:
+        check_socket_file(path, what)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -201,6 +208,11 @@ def call(
                 f"{what} is not answering on {path} ({exc.strerror}); "
                 "it may have exited: see `ckpt state`"
             ) from exc
+        if peer_pid is not None and (got := peer_of(sock)) != peer_pid:
+            raise SandboxError(
+                f"{path} is served by pid {got}, not by {what} (pid {peer_pid}); "
+                "refusing to talk to it: remove the stray socket"
+            )
         try:
             sock.sendall(json.dumps({"method": method, "params": params or {}}).encode() + b"\n")
             line = _read_line(sock)
@@ -226,4 +238,31 @@ def call(
     raise kind(str(reply.get("error")))
 
 
-__all__ = ["SandboxBusy", "SandboxGone", "Server", "call"]
+def check_socket_file(path: Path, what: str) -> None:
+    """``path`` is a Unix socket itself: ``lstat``, so a symlink is refused, not followed."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise SandboxError(
+            f"{what} is not answering on {path} (no socket); it may have exited: see `ckpt state`"
+        ) from None
+    except OSError as exc:
+        raise SandboxError(f"{what}: cannot check its socket {path}: {exc.strerror}") from exc
+    if not stat.S_ISSOCK(mode):
+        kind = "a symlink" if stat.S_ISLNK(mode) else "not a socket"
+        raise SandboxError(
+            f"{what}: control socket {path} is {kind}; refusing to use it: remove it"
+        )
+
+
+def peer_of(sock: socket.socket) -> int:
+    """The pid of the process that listens on the other end (``SO_PEERCRED``)."""
+    import struct
+
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", raw)[0]
+
+
+__all__ = ["SandboxBusy", "SandboxGone", "Server", "call", "check_socket_file", "peer_of"]

@@ -25,6 +25,19 @@ without a request.  Killing it never touches a sandbox: each runs in its own ses
 (a sandbox is the template's child, reaped by it, and reparented if it dies; one fork
 rather than two, since forking the warm 47 MiB template costs 2-18 ms on this VM).
 
+Every wait has a deadline: a forked child that has not joined its cgroup within
+JOIN_TIMEOUT_S is killed and the spawn refused (below the client's reply timeout, so the
+client hears a refusal and leaves the template, with any sockets it holds, alone); a
+spawn whose reply cannot be sent (the client gave up) kills the child it made.
+``template.json`` lists the IDs whose sockets are held, so a client that times out
+knows not to kill a template that holds them.
+
+Testing hooks, in the template's environment: ``CKPT_TEMPLATE_FAULT=spawn-reply-delay:S``
+sleeps S seconds after a spawn's fork and before its reply, as a template slowed by a
+busy host would; ``CKPT_TEMPLATE_FAULT=join-stall:S`` has the forked child sleep S
+seconds before it reports that it joined its cgroup; ``CKPT_TEMPLATE_FAULT=hold-delay:S``
+sleeps S seconds before acting on a ``hold`` whose descriptors it has received.
+
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
 """
@@ -37,6 +50,7 @@ import fcntl
 import gc
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -57,6 +71,7 @@ IDLE_DEFAULT_S = 1800.0
 HOLD_DEFAULT_S = 600.0
 LOCK_WAIT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
+JOIN_TIMEOUT_S = 5.0  # below template_client.REPLY_TIMEOUT_S: see the module docstring
 MAX_INCOMING = 64  # requests still arriving, read side by side; past it the oldest goes
 
 
@@ -242,6 +257,9 @@ def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
     try:
         for fd in spec["cgroup_fds"]:  # first of all: every instruction from here is charged
             os.write(fd, b"0")
+        stall = _fault_delay("join-stall")
+        if stall:
+            time.sleep(stall)
         os.setsid()  # its own session: a signal to the template's group never reaches it
         os.write(spec["joined_w"], b"joined")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -307,6 +325,9 @@ class Template:
         self.after_send: list[str] = []
         self.lock_fd: int | None = None
         self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
+        self.info: dict[str, Any] = {}  # template.json while serving
+        self.reply_delay = _fault_delay("spawn-reply-delay")
+        self.hold_delay = _fault_delay("hold-delay")
 
     def take_over(self) -> None:
         """Collect the held sockets of a stale template still serving our socket path."""
@@ -515,6 +536,9 @@ class Template:
                 self.running = False
                 reply = {"stopping": True}
             elif op == "hold":
+                if self.hold_delay:
+                    log(f"hold: delaying {self.hold_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                    time.sleep(self.hold_delay)
                 reply = self._hold(req, fds)
                 fds = []  # kept, not closed
             elif op == "adopt":
@@ -525,7 +549,15 @@ class Template:
                 reply = {"released": self._release(_checked_id(req))}
             else:
                 raise Refused(f"unknown op {op!r}")
-            _send(conn, {"ok": True, "result": reply}, send)
+            if op == "spawn" and self.reply_delay:
+                log(f"spawn: delaying the reply {self.reply_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                time.sleep(self.reply_delay)
+            if not _send(conn, {"ok": True, "result": reply}, send) and op == "spawn":
+                # the client gave up waiting and starts the sandbox another way: the
+                # child we forked for it is nobody's, so it goes
+                log(f"spawn: the client left before the reply; killing pid {reply['pid']}")
+                with contextlib.suppress(OSError):
+                    os.kill(reply["pid"], signal.SIGKILL)
             for sandbox_id in self.after_send:
                 self._release(sandbox_id)
             self.after_send = []
@@ -561,6 +593,7 @@ class Template:
                 raise Refused("the first socket to hold must be listening")
         self._release(sandbox_id)
         self.held[sandbox_id] = (list(fds), list(kinds), time.monotonic())
+        self.publish()
         log(f"holding {len(fds)} socket(s) for {sandbox_id}")
         return {"held": len(fds)}
 
@@ -584,8 +617,16 @@ class Template:
         entry = self.held.pop(sandbox_id, None)
         if entry is not None:
             _close_all(entry[0])
+            self.publish()
             log(f"released the sockets held for {sandbox_id}")
         return entry is not None
+
+    def publish(self) -> None:
+        """Rewrite template.json (while serving) with the IDs whose sockets we hold."""
+        if not self.info or not self.running:
+            return
+        with contextlib.suppress(OSError):
+            proto.write_info(self.root, {**self.info, "held": sorted(self.held)})
 
     def _go_stale(self) -> None:
         """A newer ckpt asked: fork no more, and let a fresh template take the lock; it
@@ -635,12 +676,20 @@ class Template:
             _become_sandbox(spec, keep_out)
         os.close(spec["joined_w"])  # once, so no later descriptor of that number is hit
         try:
-            joined = os.read(joined_r, 32)  # "joined", or nothing if the child died first
+            # "joined", or nothing if the child died first, or no answer in time
+            ready = select.select([joined_r], [], [], JOIN_TIMEOUT_S)[0]
+            joined = os.read(joined_r, 32) if ready else b""
         finally:
             os.close(joined_r)
         if joined != b"joined":
-            os.waitpid(pid, 0)
-            raise Refused("the forked sandbox could not join its cgroup or detach")
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            if ready:  # it exited (or is exiting): reap it now; else _reap will
+                os.waitpid(pid, 0)
+            raise Refused(
+                "the forked sandbox could not join its cgroup or detach"
+                + ("" if ready else f" within {JOIN_TIMEOUT_S:g} s; it was killed")
+            )
         self.spawned += 1
         return {"pid": pid}  # our child: reaped by _reap when it exits
 
@@ -680,13 +729,28 @@ class Template:
                 os.unlink(proto.info_path(self.root))
 
 
-def _send(conn: socket.socket, reply: dict[str, Any], fds: list[int] = ()) -> None:
+def _send(conn: socket.socket, reply: dict[str, Any], fds: list[int] = ()) -> bool:
+    """Send a reply; False if the client is gone (or does not read within the timeout)."""
     data = json.dumps(reply).encode() + b"\n"
-    with contextlib.suppress(OSError):
+    try:
         if fds:
             socket.send_fds(conn, [data], list(fds))
         else:
             conn.sendall(data)
+    except OSError:
+        return False
+    return True
+
+
+def _fault_delay(which: str) -> float:
+    """``CKPT_TEMPLATE_FAULT=WHICH:SECONDS``: the test hook's delay, or 0."""
+    name, _, value = os.environ.get("CKPT_TEMPLATE_FAULT", "").partition(":")
+    if name != which:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 0.0
 
 
 def _checked_id(req: dict[str, Any]) -> str:
@@ -761,7 +825,8 @@ def main(argv: list[str] | None = None) -> None:
         gc.freeze()  # children's collections skip the template's objects: see README
     t.take_over()
     t.bind()
-    proto.write_info(opts["root"], {**info, "state": "serving"})
+    t.info = {**info, "state": "serving"}
+    proto.write_info(opts["root"], {**t.info, "held": sorted(t.held)})
     log(f"warm ({t.warm_info}); serving on {t.sock_path}")
     try:
         t.serve()

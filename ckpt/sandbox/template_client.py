@@ -3,7 +3,11 @@
 ``spawn`` never fails a command: whatever is wrong with the template (none, dead,
 wedged, another code version, a refusal) comes back as a reason string, and the caller
 starts the sandbox cold instead; a dead or wedged template is cleared away so the next
-command can start a fresh one (``start``, in the background).
+command can start a fresh one (``start``, in the background).  One exception: a template
+that does not answer in time but holds a checkpointed sandbox's sockets (template.json
+lists them) is left running, since killing it would reset every connection waiting in
+the held listen queue and cut the parked ones; the cold sandbox's ``adopt`` waits for it
+(``handover.ADOPT_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ckpt.sandbox import template_proto as proto
 
 CONNECT_TIMEOUT_S = 1.0
 REPLY_TIMEOUT_S = 10.0  # a warm template answers in milliseconds; this only catches a wedge
+REPLY_TIMEOUT_ENV = "CKPT_TEMPLATE_REPLY_TIMEOUT_S"  # tests set it small
 START_TIMEOUT_S = 60.0
 ENV_PREFIX = "CKPT_"
 
@@ -64,17 +69,14 @@ def spawn(
         "cgroup_fds": len(cgroup_fds),
         "env": _child_env(),
     }
+    timeout = _reply_timeout()
     try:
-        reply = _request(root, request, [log_fd, ready_fd, *cgroup_fds])
+        reply = _request(root, request, [log_fd, ready_fd, *cgroup_fds], timeout=timeout)
     except (FileNotFoundError, ConnectionRefusedError):
         _clear_dead(root)
         return 0, "the template was not running"
-    except TimeoutError:
-        kill(root)
-        return 0, "the template did not answer (wedged); it was killed"
     except (OSError, ValueError) as exc:
-        kill(root)
-        return 0, f"the template failed ({exc}); it was killed"
+        return 0, _gave_up(root, exc, timeout)
     result = reply.get("result")
     if reply.get("ok") and isinstance(result, dict) and isinstance(result.get("pid"), int):
         return result["pid"], ""
@@ -82,6 +84,38 @@ def spawn(
     if error.startswith(proto.VERSION_MISMATCH):
         return 0, "the template ran another version of ckpt; it exits"
     return 0, f"the template refused: {error}"
+
+
+def _gave_up(root: Path, exc: Exception, timeout: float) -> str:
+    """After a failed spawn request: kill the template, unless it may simply be slow and
+    holds sockets (killing it would lose them).  Says which, for the cold start's note."""
+    if isinstance(exc, TimeoutError):
+        what = f"did not answer within {timeout:g} s (wedged?)"
+    else:
+        what = f"failed ({exc})"
+    holding = holds_sockets(root) if isinstance(exc, OSError) else []
+    if holding:
+        return f"the template {what}; left running, as it holds the sockets of {', '.join(holding)}"
+    kill(root)
+    return f"the template {what}; it was killed"
+
+
+def _reply_timeout() -> float:
+    try:
+        value = float(os.environ.get(REPLY_TIMEOUT_ENV) or REPLY_TIMEOUT_S)
+    except ValueError:
+        return REPLY_TIMEOUT_S
+    return value if value > 0 else REPLY_TIMEOUT_S
+
+
+def holds_sockets(root: Path) -> list[str]:
+    """The sandbox IDs whose sockets the running template of ``root`` holds, as its
+    template.json says (read without asking it: it may be the one not answering)."""
+    info = proto.read_info(str(root)) or {}
+    held = info.get("held")
+    if _template_pid(root) != info.get("pid") or not isinstance(held, list):
+        return []
+    return [str(x) for x in held]
 
 
 def _clear_dead(root: Path) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.errors import CkptError, IntegrityError, StatefileError
+from ckpt.statefile.format import MAX_PAGES
 from ckpt.statefile.image import Image, open_image, open_image_unverified
 from ckpt.statefile.pages import LoadedPages
 
@@ -116,15 +117,29 @@ def open_pages(
     chain: list[Image],
     lazy: bool = False,
     on_error: Callable[[BaseException], None] | None = None,
+    *,
+    limit: int = MAX_PAGES,
+    frames: int = -1,
 ) -> Any:
-    """The chain's pages: the image's own ``LoadedPages`` if it has no parent."""
+    """The chain's pages: the image's own ``LoadedPages`` if it has no parent.
+
+    ``limit`` (the address space in pages) bounds every image's page map; ``frames``
+    (the frames allocated) only the newest one's: a parent may record frames freed
+    since."""
     if len(chain) == 1:
-        return chain[0].open_pages(lazy=lazy, on_error=on_error)
+        return chain[0].open_pages(lazy=lazy, on_error=on_error, limit=limit, frames=frames)
     layers: list[LoadedPages] = []
     try:
         for img in chain:
             try:
-                layers.append(img.open_pages(lazy=lazy, on_error=on_error))
+                layers.append(
+                    img.open_pages(
+                        lazy=lazy,
+                        on_error=on_error,
+                        limit=limit,
+                        frames=frames if img is chain[0] else -1,
+                    )
+                )
             except CkptError as exc:
                 if img is chain[0]:
                     raise

@@ -185,8 +185,17 @@ def decompress_chunk(stored: bytes | bytearray | memoryview, codec: int, raw_len
         size = zstandard.frame_content_size(stored)
     except zstandard.ZstdError as exc:
         raise StatefileError(f"{where}: not a zstd frame ({exc})") from exc
+    if size < 0:  # frame_content_size answers -1 for a frame without one
+        raise StatefileError(
+            f"{where}: the zstd frame does not declare its decompressed size; ckpt's "
+            f"frames do, and this one may hold at most {raw_len} bytes"
+        )
     if size != raw_len:
-        raise StatefileError(f"{where}: zstd frame holds {size} bytes, frame says {raw_len}")
+        more = "more than" if size > raw_len else "not"
+        raise StatefileError(
+            f"{where}: the zstd frame declares {size} bytes, {more} the {raw_len} "
+            "its table entry allows"
+        )
     try:
         out = _decompressor().decompress(stored)
     except zstandard.ZstdError as exc:

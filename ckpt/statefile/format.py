@@ -60,6 +60,12 @@ pages_meta.img — which pages exist, where each stored run lives, and totals::
 A stored run covers at most ``PAGES_PER_CHUNK`` contiguous non-zero pages and is
 compressed on its own, so runs can be fetched independently (lazy loading).  All-zero
 pages cost nothing in pages.img: they are only listed as zero runs.
+
+A reader refuses a page map (``pages.check_page_map``) unless its stored and zero runs
+are sorted, disjoint and below ``MAX_PAGES``, and the header totals are their sums; a
+restore checks it again against its kernel state (every page below the frames the state
+declares, no more pages than frames it allocated) before reading any page.  Every file
+is opened without following a link and read only if it is a regular file.
 """
 
 from __future__ import annotations
@@ -90,6 +96,15 @@ TAG_SIZE_PLAIN = 4  # CRC-32
 MAX_CHUNK_SIZE = 64 << 20  # largest chunk_size a reader accepts before allocating
 MAX_METADATA_LEN = 16 << 20  # largest metadata JSON a reader accepts
 IMAGE_ID_SIZE = 16
+# Page indices (and so page totals) an image may record: below 2^32, 16 TiB of 4 KiB
+# pages, far beyond what one host's sandbox holds.  A restore checks them again against
+# the frames its kernel state declares.
+MAX_PAGES = 1 << 32
+# Largest pages_meta.img a reader accepts (every run parsed costs ~150 bytes of Python
+# objects): alternating zero and stored pages, the worst layout, take under 80 bytes per
+# two pages, so 256 MiB still describes 25 GiB of memory; runs of 256 pages, 500 times
+# more.
+MAX_PAGES_META_LEN = 256 << 20
 
 # checkpoint.img
 HEADER = struct.Struct("<8sHBBIII16s")  # magic, version, flags, codec, chunk_size, 0, 0, id

@@ -4,8 +4,9 @@ An image is written into a temporary directory beside the target (same filesyste
 every file and the directory itself are fsynced (at once), and only then is it renamed
 into place.  A replaced image (``force=True``) is swapped in one ``renameat2(RENAME_EXCHANGE)``
 where the kernel offers it, else renamed aside first; the old one is removed only after
-the new one is in place.  A crash therefore leaves either the old image or the new one
-under the target name, plus at most a dot-named leftover that the next writer for the
+the new one is in place, through directory descriptors and only its own files (the
+parent may be writable by others).  A crash therefore leaves either the old image or the
+new one under the target name, plus at most a dot-named leftover that the next writer for the
 same target sweeps away (or restores, if the crash hit between the two renames).
 """
 
@@ -27,6 +28,7 @@ from typing import Any, BinaryIO
 from ckpt import __version__
 from ckpt.errors import ImageExistsError, StatefileError
 from ckpt.statefile import chunks
+from ckpt.statefile.files import check_image_dir, read_regular
 from ckpt.statefile.format import (
     CHECKPOINT_IMG,
     CHUNK_SIZE,
@@ -35,18 +37,29 @@ from ckpt.statefile.format import (
     DEFAULT_LEVEL,
     IMAGE_ID_SIZE,
     MAX_CHUNK_SIZE,
+    MAX_METADATA_LEN,
+    MAX_PAGES,
     PAGES_IMG,
     PAGES_META_IMG,
     STATS_JSON,
     ZSTD_LEVELS,
 )
 from ckpt.statefile.integrity import Sealer
-from ckpt.statefile.pages import LoadedPages, PagesMeta, PageSummary, PageWriter, read_pages_meta
+from ckpt.statefile.pages import (
+    LoadedPages,
+    PagesMeta,
+    PageSummary,
+    PageWriter,
+    check_runs,
+    read_pages_meta,
+)
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
 # "rounds": the pre-copy rounds a final image keeps inside (sandbox/precopy.py)
-IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON, "rounds"))
+ROUNDS_DIR = "rounds"
+_ROUND = re.compile(r"^r[0-9]{1,3}$")
+IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON, ROUNDS_DIR))
 WRITE_BUFFER = 1 << 20  # small frame headers and tags coalesce; big chunks go straight out
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
@@ -126,23 +139,102 @@ def _make_temp_dir(parent: str, prefix: str) -> str:
     raise FileExistsError(errno.EEXIST, "no unused temporary directory name", parent)
 
 
-def _rmtree(path: str) -> None:
-    """Remove a directory tree, ignoring errors (leftovers are swept by the next writer)."""
-    import shutil  # only on abort and sweep paths: not every checkpoint
-
-    shutil.rmtree(path, ignore_errors=True)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _remove_image_dir(path: str) -> None:
-    """Remove a replaced image: unlink its files and the directory; a tree that holds
-    more than an image's flat files goes to ``_rmtree``.  (One listdir and a few
-    unlinks: ``shutil.rmtree``'s fd walk costs more than the rest of a replace.)"""
+def _open_own_dir(path: str) -> int:
+    """A descriptor of the directory this process just made at ``path``.  Another user
+    who can write the parent may have swapped it since the mkdir: a link is refused
+    (O_NOFOLLOW), and so is a directory this user does not own or others may write."""
     try:
-        for name in os.listdir(path):
-            os.unlink(os.path.join(path, name))
-        os.rmdir(path)
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        raise StatefileError(
+            f"{path}: the temporary directory was replaced as it was made ({exc.strerror}); "
+            "is another user writing to its parent?"
+        ) from exc
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        raise StatefileError(
+            f"{path}: the temporary directory was replaced as it was made; "
+            "is another user writing to its parent?"
+        )
+    return fd
+
+
+def _remove_image_dir(parent: str, name: str) -> list[str]:
+    """Remove the image directory ``parent/name`` (a replaced image or a dead writer's
+    temporary one) through directory descriptors; return what was left in place.
+
+    The parent is writable by others (``/tmp``): between the rename and this call
+    the entry may have been swapped for a symlink to any directory.  So the directory
+    is opened without following a link, listed and emptied through its descriptor,
+    and only an image's own files are unlinked; anything else (a symlink in place of
+    the directory, a subdirectory, a foreign name) is left and reported.
+    """
+    entry = os.path.join(parent, name)
+    try:
+        pfd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        _rmtree(path)
+        return [entry]
+    try:
+        try:
+            dfd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except FileNotFoundError:
+            return []
+        except OSError:  # ELOOP or ENOTDIR: a symlink or a file; never followed
+            return [entry]
+        try:
+            left = _empty_image_dir(dfd, entry, 0)
+        finally:
+            os.close(dfd)
+        if not left:
+            try:
+                os.rmdir(name, dir_fd=pfd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(entry)
+        return left
+    finally:
+        os.close(pfd)
+
+
+def _empty_image_dir(dfd: int, entry: str, level: int) -> list[str]:
+    """Unlink an image's own files in the open directory ``dfd`` (``entry``); return what
+    was left.  A pre-copy image keeps its rounds as ``rounds/rN`` image directories
+    (``sandbox/precopy.py``): level 0 is the image, 1 its ``rounds``, 2 one round."""
+    left: list[str] = []
+    for file in os.listdir(dfd):
+        path = os.path.join(entry, file)
+        if (level == 0 and file == ROUNDS_DIR) or (level == 1 and _ROUND.match(file)):
+            try:
+                sub = os.open(file, _DIR_FLAGS, dir_fd=dfd)
+            except OSError:
+                left.append(path)
+                continue
+            try:
+                below = _empty_image_dir(sub, path, level + 1)
+            finally:
+                os.close(sub)
+            if not below:
+                try:
+                    os.rmdir(file, dir_fd=dfd)
+                except OSError:
+                    below = [path]
+            left += below
+            continue
+        if level == 1 or file not in IMAGE_FILES:
+            left.append(path)
+            continue
+        try:  # unlink never follows a link; a directory fails with EISDIR
+            os.unlink(file, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            left.append(path)
+    return left
 
 
 @functools.cache
@@ -192,30 +284,46 @@ class _Target:
 def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
     """Remove leftovers of writers to ``image_dir`` that died; return what was removed.
 
-    A dead writer's temporary directory is deleted.  If the target is missing and a
-    dead writer had renamed the previous image aside, that image is renamed back.
+    A dead writer's temporary directory is emptied of an image's own files and removed
+    (anything else in it, or a symlink in its place, is left: see ``_remove_image_dir``).
+    If the target is missing and a dead writer had renamed the previous image aside,
+    that image is renamed back, provided it is still a real directory.
     """
-    return [Path(p) for p in _clean_stale(_Target(image_dir))]
+    removed, _left = _clean_stale(_Target(image_dir))
+    return [Path(p) for p in removed]
 
 
-def _clean_stale(t: _Target) -> list[str]:
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _clean_stale(t: _Target) -> tuple[list[str], list[str]]:
+    """(entries removed, entries left in place) for ``t``'s dead writers."""
     removed: list[str] = []
+    left: list[str] = []
     try:
         names = sorted(os.listdir(t.parent))
     except (FileNotFoundError, NotADirectoryError):
-        return removed
+        return removed, left
     ours = f".{t.name}."  # every leftover of this target's writers starts so
     for name in names:
         m = _LEFTOVER.match(name) if name.startswith(ours) else None
         if not m or m["name"] != t.name or _pid_alive(int(m["pid"])):
             continue
         entry = os.path.join(t.parent, name)
-        if m["kind"] == "old" and not os.path.exists(t.target):
+        if m["kind"] == "old" and not os.path.lexists(t.target) and _is_real_dir(entry):
+            # rename(2) moves the entry itself, never what a link points to.
             os.rename(entry, t.target)
             continue
-        _rmtree(entry)
-        removed.append(entry)
-    return removed
+        kept = _remove_image_dir(t.parent, name)
+        if kept:
+            left.extend(kept)
+        else:
+            removed.append(entry)
+    return removed, left
 
 
 class ImageWriter:
@@ -268,6 +376,7 @@ class ImageWriter:
         }
         self.metadata.update(metadata or {})
         self._tmp: str | None = None
+        self._tmp_fd = -1  # the temporary directory, opened once: files are made in it
         self._state_f: BinaryIO | None = None
         self._pages_f: BinaryIO | None = None
         self._stream: StateStreamWriter | None = None
@@ -275,6 +384,9 @@ class ImageWriter:
         self._header_tag = b""
         self.page_summary: PageSummary | None = None
         self.committed = False
+        # What removing a replaced image or a dead writer's leftovers did not delete,
+        # as it was not an image's own file (or was a link in place of a directory).
+        self.left_behind: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -320,12 +432,14 @@ class ImageWriter:
                 os.makedirs(t.parent, exist_ok=True)
         except OSError as exc:
             raise StatefileError(f"{t.parent}: cannot create: {exc.strerror}") from exc
-        _clean_stale(t)  # first: it may put back an image a dead writer moved aside
+        # First: it may put back an image a dead writer moved aside.
+        self.left_behind.extend(_clean_stale(t)[1])
         self._check_target()
         self._tmp = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
         try:
+            self._tmp_fd = _open_own_dir(self._tmp)
             self._state_f = open(  # noqa: SIM115
-                os.path.join(self._tmp, CHECKPOINT_IMG), "wb", buffering=WRITE_BUFFER
+                CHECKPOINT_IMG, "wb", buffering=WRITE_BUFFER, opener=self._create
             )
             self._header_tag = write_header(
                 self._state_f, self._sealer, self._codec, self._chunk_size, self.image_id
@@ -339,7 +453,7 @@ class ImageWriter:
                 self._chunk_size,
             )
             self._pages_f = open(  # noqa: SIM115
-                os.path.join(self._tmp, PAGES_IMG), "wb", buffering=WRITE_BUFFER
+                PAGES_IMG, "wb", buffering=WRITE_BUFFER, opener=self._create
             )
             self._pages = PageWriter(
                 self._pages_f, self._sealer, self.image_id, self._codec, self._level
@@ -375,7 +489,7 @@ class ImageWriter:
             data = json.dumps(stats, indent=2, sort_keys=True, default=str)
         except (TypeError, ValueError) as exc:
             raise StatefileError(f"stats are not JSON-able: {exc}") from exc
-        with open(os.path.join(self._tmp, STATS_JSON), "w") as f:
+        with open(STATS_JSON, "w", opener=self._create) as f:
             f.write(data + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -422,16 +536,13 @@ class ImageWriter:
                 self._stream.stream_len,
                 encode_metadata(meta),
             )
-            with open(os.path.join(self._tmp, PAGES_META_IMG), "wb") as mf:
+            with open(PAGES_META_IMG, "wb", opener=self._create) as mf:
                 mf.write(self._pages.meta_bytes())
                 files = (self._state_f, self._pages_f, mf)
                 for fh in files:
                     fh.flush()
-                tmp_fd = os.open(self._tmp, os.O_RDONLY | os.O_DIRECTORY)
-                try:  # the files and their directory, before the rename installs them
-                    _fsync_together([fh.fileno() for fh in files] + [tmp_fd])
-                finally:
-                    os.close(tmp_fd)
+                # The files and their directory, before the rename installs them.
+                _fsync_together([fh.fileno() for fh in files] + [self._tmp_fd])
             for fh in (self._state_f, self._pages_f):
                 fh.close()
             self._install()
@@ -440,6 +551,17 @@ class ImageWriter:
             raise
         self.committed = True
         return self.path
+
+    def _create(self, name: str, flags: int) -> int:
+        """``open``'s opener: a new file in the temporary directory, made through its
+        descriptor, never through a link and never an existing file (O_EXCL)."""
+        extra = os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags | extra, 0o666, dir_fd=self._tmp_fd)
+
+    def _close_tmp_fd(self) -> None:
+        fd, self._tmp_fd = self._tmp_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def _install(self) -> None:
         """Rename the finished temporary directory to the target, atomically.
@@ -459,9 +581,10 @@ class ImageWriter:
             os.rename(t, old)  # replaces the empty placeholder directory
             os.rename(self._tmp, t)
         self._tmp = None
+        self._close_tmp_fd()
         _fsync_dir(parent)
         if old is not None:
-            _remove_image_dir(old)
+            self.left_behind.extend(_remove_image_dir(parent, os.path.basename(old)))
 
     def abort(self) -> None:
         """Throw the unfinished image away; the target is untouched."""
@@ -473,9 +596,10 @@ class ImageWriter:
             if fh is not None:
                 with contextlib.suppress(OSError):
                     fh.close()
+        self._close_tmp_fd()
         if self._tmp is not None:
-            _rmtree(self._tmp)
-            self._tmp = None
+            tmp, self._tmp = self._tmp, None
+            self.left_behind.extend(_remove_image_dir(self._t.parent, os.path.basename(tmp)))
 
 
 # -- reading -----------------------------------------------------------------------
@@ -486,16 +610,14 @@ class Image:
 
     def __init__(self, path: str | os.PathLike[str], key: bytes | None, *, verify: bool) -> None:
         p = Path(path)
-        if p.is_dir():
+        if check_image_dir(p):  # a symlink is refused, the files are read under it
             self.dir = p
             self.statefile = p / CHECKPOINT_IMG
-            if not self.statefile.exists():
+            if not os.path.lexists(self.statefile):
                 raise StatefileError(f"{p}: no {CHECKPOINT_IMG} here; not an image directory")
-        elif p.exists():
+        else:  # the statefile itself: opened as a regular file or refused
             self.dir = p.parent
             self.statefile = p
-        else:
-            raise StatefileError(f"{p}: no such image directory or file")
         self.verified = verify
         self._reader = StatefileReader(self.statefile, key, verify=verify)
         self._sealer = self._reader.sealer
@@ -521,10 +643,22 @@ class Image:
         """The object stream as a readable binary file (verified chunk by chunk)."""
         return ChunkStream(self._reader)
 
-    def pages_meta(self) -> PagesMeta:
-        """pages_meta.img, checked, without loading any page."""
+    def pages_meta(self, *, limit: int = MAX_PAGES, frames: int = -1) -> PagesMeta:
+        """pages_meta.img, checked (``check_page_map``), without loading any page."""
         return read_pages_meta(
             self.dir / PAGES_META_IMG,
+            self.dir / PAGES_IMG,
+            self._sealer,
+            self.header.image_id,
+            verify=self.verified,
+            limit=limit,
+            frames=frames,
+        )
+
+    def check_pages(self) -> int:
+        """Read and check every stored page, holding none (``inspect --verify``)."""
+        return check_runs(
+            self.pages_meta(),
             self.dir / PAGES_IMG,
             self._sealer,
             self.header.image_id,
@@ -532,12 +666,21 @@ class Image:
         )
 
     def open_pages(
-        self, lazy: bool = False, on_error: Callable[[BaseException], None] | None = None
+        self,
+        lazy: bool = False,
+        on_error: Callable[[BaseException], None] | None = None,
+        *,
+        limit: int = MAX_PAGES,
+        frames: int = -1,
     ) -> LoadedPages:
         """Load the pages (eager), or return at once and fill them in the background;
-        ``on_error`` hears once of a run found truncated or corrupt while filling."""
+        ``on_error`` hears once of a run found truncated or corrupt while filling.
+
+        A restore passes what its kernel state declares: ``limit``, the size of the
+        address space in pages, and ``frames``, how many frames are allocated; a page map
+        outside them is refused (``check_page_map``) before any page is read."""
         return LoadedPages(
-            self.pages_meta(),
+            self.pages_meta(limit=limit, frames=frames),
             self.dir / PAGES_IMG,
             self._sealer,
             self.header.image_id,
@@ -549,11 +692,12 @@ class Image:
     def stats(self) -> dict[str, Any] | None:
         """stats.json, if the image has one."""
         p = self.dir / STATS_JSON
-        if not p.exists():
+        if not os.path.lexists(p):
             return None
+        raw = read_regular(p, "the stats", MAX_METADATA_LEN)
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
             raise StatefileError(f"{p}: unreadable stats: {exc}") from exc
         return data if isinstance(data, dict) else None
 

@@ -31,10 +31,13 @@ from typing import Any, BinaryIO, NamedTuple
 
 from ckpt.errors import IntegrityError, StatefileError
 from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
+from ckpt.statefile.files import open_regular, read_regular
 from ckpt.statefile.format import (
     CODEC_NAMES,
     FLAG_KEYED,
     FORMAT_VERSION,
+    MAX_PAGES,
+    MAX_PAGES_META_LEN,
     PAGE_SIZE,
     PAGES_HEADER,
     PAGES_MAGIC,
@@ -259,20 +262,77 @@ class PagesMeta:
     compression: str
 
 
-def _read_file(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError as exc:
-        raise StatefileError(f"{path}: {what} is missing from the image") from exc
-    except OSError as exc:
-        raise StatefileError(f"{path}: cannot read {what}: {exc.strerror}") from exc
+class PageMapError(IntegrityError):
+    """pages_meta.img describes pages that cannot be this image's: runs that overlap or
+    are out of order, pages outside the address space, totals that do not add up."""
+
+
+def _check_page_count(where: str | os.PathLike[str], scanned: int, frames: int) -> None:
+    if 0 <= frames < scanned:
+        raise PageMapError(
+            f"{where}: records {scanned} pages, but the kernel state has only "
+            f"{frames} frames; the page file is not this image's"
+        )
+
+
+def check_page_map(
+    meta: PagesMeta, where: str | os.PathLike[str], *, limit: int = MAX_PAGES, frames: int = -1
+) -> None:
+    """Refuse a page map before anything is sized from it.  Restore and
+    ``inspect --verify`` both call it (through ``read_pages_meta``), restore a second
+    time with the bounds its kernel state declares.
+
+    Every stored and zero run must lie in ``[0, limit)``, all of them sorted and
+    disjoint; the header totals must equal the runs' sums; and with ``frames`` given
+    (the frames the kernel allocated, each recorded once by a checkpoint) no more
+    pages than that may be recorded, so what a restore allocates for stored pages is
+    bounded by what the kernel state holds, not by what the page map claims.
+    """
+    s = meta.summary
+    stored = sum(r.npages for r in meta.runs)
+    zero = sum(n for _, n in meta.zero_runs)
+    if stored != s.stored or zero != s.zero or s.scanned != stored + zero:
+        raise PageMapError(
+            f"{where}: totals (scanned {s.scanned}, stored {s.stored}, zero {s.zero}) "
+            f"are not the sums of the runs ({stored} stored, {zero} zero)"
+        )
+    _check_page_count(where, s.scanned, frames)
+    end = 0  # where the previous run ended: runs must start at or after it
+    spans = sorted(
+        [(r.first_page, r.npages, "stored") for r in meta.runs]
+        + [(first, n, "zero") for first, n in meta.zero_runs]
+    )
+    for first, n, kind in spans:
+        if n <= 0 or first < end:
+            raise PageMapError(
+                f"{where}: {kind} run of {n} pages at page {first} overlaps the run "
+                f"before it (which ends at page {end})"
+            )
+        end = first + n
+        if end > limit:
+            raise PageMapError(
+                f"{where}: {kind} run of {n} pages at page {first} lies outside the "
+                f"{limit} pages of the address space"
+            )
 
 
 def read_pages_meta(
-    meta_path: Path, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+    meta_path: Path,
+    pages_path: Path,
+    sealer: Sealer,
+    image_id: bytes,
+    *,
+    verify: bool = True,
+    limit: int = MAX_PAGES,
+    frames: int = -1,
 ) -> PagesMeta:
-    """Parse and check pages_meta.img (and pages.img's header) before trusting any of it."""
-    raw = _read_file(meta_path, "the page metadata")
+    """Parse and check pages_meta.img (and pages.img's header) before trusting any of it.
+
+    ``limit`` and ``frames`` bound the page map as ``check_page_map`` says; the run
+    counts are checked against them before the runs are parsed (each run holds a page
+    at least), so a restore parses no more runs than its kernel has frames.
+    """
+    raw = read_regular(meta_path, "the page metadata", MAX_PAGES_META_LEN)
     if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
         raise StatefileError(f"{meta_path}: not a ckpt page metadata file (bad magic at offset 0)")
     (_, version, flags, codec, nstored, meta_id, scanned, zero, stored, pages_size, nzero, _r) = (
@@ -287,6 +347,12 @@ def read_pages_meta(
         raise IntegrityError(
             f"{meta_path}: page metadata is {'' if flags & FLAG_KEYED else 'not '}signed, "
             "unlike checkpoint.img: the files do not belong together"
+        )
+    _check_page_count(meta_path, scanned, frames)
+    if not nstored + nzero <= scanned <= min(limit, MAX_PAGES):
+        raise PageMapError(
+            f"{meta_path}: its header records {scanned} pages in {nstored + nzero} runs; "
+            f"at most {min(limit, MAX_PAGES)} pages fit the address space"
         )
     run_size = STORED_RUN.size + tsize
     expect = PAGES_META_HEADER.size + nstored * run_size + nzero * ZERO_RUN.size + tsize
@@ -304,17 +370,19 @@ def read_pages_meta(
             f"{meta_path}: belongs to another image (image id {meta_id.hex()} at offset 16, "
             f"checkpoint.img has {image_id.hex()})"
         )
+    fd = open_regular(pages_path, "the page file")
     try:
-        pages_actual = os.stat(pages_path).st_size
-    except FileNotFoundError as exc:
-        raise StatefileError(f"{pages_path}: the page file is missing from the image") from exc
-    if pages_actual != pages_size:
-        raise IntegrityError(
-            f"{pages_path}: {pages_actual} bytes, page metadata says {pages_size} "
-            "(truncated, or from another image)"
-        )
-    with open(pages_path, "rb") as f:
-        head = f.read(PAGES_HEADER.size)
+        pages_actual = os.fstat(fd).st_size
+        if pages_actual != pages_size:
+            raise IntegrityError(
+                f"{pages_path}: {pages_actual} bytes, page metadata says {pages_size} "
+                "(truncated, or from another image)"
+            )
+        head = os.pread(fd, PAGES_HEADER.size, 0)
+    except OSError as exc:
+        raise StatefileError(f"{pages_path}: cannot read the page file: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
     if len(head) != PAGES_HEADER.size or head[:8] != PAGES_MAGIC:
         raise StatefileError(f"{pages_path}: not a ckpt page file (bad magic at offset 0)")
     _, version, pid = PAGES_HEADER.unpack(head)
@@ -365,7 +433,9 @@ def read_pages_meta(
         stored_bytes=pages_size - PAGES_HEADER.size,
         pages_img_bytes=pages_size,
     )
-    return PagesMeta(summary, tuple(runs), tuple(zero_runs), CODEC_NAMES[codec])
+    meta = PagesMeta(summary, tuple(runs), tuple(zero_runs), CODEC_NAMES[codec])
+    check_page_map(meta, meta_path, limit=limit, frames=frames)
+    return meta
 
 
 class _Indices(Sequence[int]):
@@ -417,6 +487,42 @@ def _fill_delay() -> float:
         return 0.0
 
 
+def _fetch_run(
+    fd: int, path: Path, r: StoredRun, i: int, sealer: Sealer, image_id: bytes, verify: bool
+) -> bytes:
+    """Read, check and decompress stored run ``i`` from descriptor ``fd`` (any thread)."""
+    where = f"{path}: run {i} (pages {r.first_page}..) at offset {r.offset}"
+    try:
+        raw = os.pread(fd, r.stored_len, r.offset)
+    except OSError as exc:
+        raise StatefileError(f"{where}: cannot read: {exc.strerror}") from exc
+    if len(raw) != r.stored_len:
+        raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
+    if verify:
+        expected = _run_tag(sealer, image_id, r.first_page, r.npages, r.codec, raw)
+        sealer.check(expected, r.tag, where)
+    data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
+    return bytes(data)
+
+
+def check_runs(
+    meta: PagesMeta, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+) -> int:
+    """Read, check and decompress every stored run, keeping none of them: what
+    ``inspect --verify`` does, in memory bounded by the runs in flight whatever the
+    page map claims.  Returns the pages checked."""
+    fd = open_regular(pages_path, "the page file")
+    try:
+        jobs = enumerate(meta.runs)
+        for _ in map_ordered(
+            lambda job: _fetch_run(fd, pages_path, job[1], job[0], sealer, image_id, verify), jobs
+        ):
+            pass
+    finally:
+        os.close(fd)
+    return meta.summary.stored
+
+
 class LoadedPages:
     """The pages of an image, loaded eagerly or filled lazily in the background."""
 
@@ -450,7 +556,7 @@ class LoadedPages:
         self._closed = False
         ranges = sorted([(r.first_page, r.npages) for r in runs] + list(meta.zero_runs))
         self.indices: Sequence[int] = _Indices(ranges)
-        self._fd = os.open(pages_path, os.O_RDONLY)
+        self._fd = open_regular(pages_path, "the page file")
         self._thread: threading.Thread | None = None
         if not runs:
             self._close_fd()
@@ -466,19 +572,11 @@ class LoadedPages:
 
     def _fetch(self, i: int) -> bytes:
         """Read, check and decompress stored run ``i`` (any thread)."""
-        r = self._meta.runs[i]
         if self._fd < 0:
             raise StatefileError(f"{self._path}: pages were closed before run {i} was loaded")
-        raw = os.pread(self._fd, r.stored_len, r.offset)
-        where = f"{self._path}: run {i} (pages {r.first_page}..) at offset {r.offset}"
-        if len(raw) != r.stored_len:
-            raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
-        if self._verify:
-            s = self._sealer
-            expected = _run_tag(s, self._image_id, r.first_page, r.npages, r.codec, raw)
-            s.check(expected, r.tag, where)
-        data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
-        return bytes(data)
+        return _fetch_run(
+            self._fd, self._path, self._meta.runs[i], i, self._sealer, self._image_id, self._verify
+        )
 
     def _load(self, i: int) -> bytes:
         data = self._data[i]

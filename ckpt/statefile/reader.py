@@ -21,6 +21,7 @@ from typing import Any
 
 from ckpt.errors import IntegrityError, StatefileError
 from ckpt.statefile.chunks import decompress_chunk, map_ordered
+from ckpt.statefile.files import open_regular
 from ckpt.statefile.format import (
     CHUNK_FRAME,
     CODEC_NAMES,
@@ -39,6 +40,24 @@ from ckpt.statefile.format import (
     tag_size,
 )
 from ckpt.statefile.integrity import Sealer
+
+MAX_METADATA_DEPTH = 64  # an image's own metadata nests 3 deep; printing recurses
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in decoded JSON (iteratively: no recursion)."""
+    deepest = 0
+    todo = [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        if d <= MAX_METADATA_DEPTH:
+            todo.extend((item, d + 1) for item in v)
+    return deepest
 
 
 @dataclass(frozen=True)
@@ -89,16 +108,15 @@ class StatefileReader:
     def __init__(self, path: Path, key: bytes | None, *, verify: bool = True) -> None:
         self.path = Path(path)
         self.verify = verify
-        try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError as exc:
-            raise StatefileError(f"{self.path}: no such file") from exc
-        except IsADirectoryError as exc:
-            raise StatefileError(f"{self.path}: is a directory, not a statefile") from exc
-        except OSError as exc:
-            raise StatefileError(f"{self.path}: cannot open: {exc.strerror}") from exc
-        with f:
-            self._open(f, key)
+        with self._file() as f:
+            try:
+                self._open(f, key)
+            except OSError as exc:  # EIO and kin: a file that is there but cannot be read
+                raise StatefileError(f"{self.path}: cannot read: {exc.strerror}") from exc
+
+    def _file(self, buffering: int = -1) -> Any:
+        """The statefile, opened as a regular file (never a link, FIFO or device)."""
+        return open(open_regular(self.path, "the statefile"), "rb", buffering=buffering)
 
     def _open(self, f: Any, key: bytes | None) -> None:
         p = self.path
@@ -210,8 +228,18 @@ class StatefileReader:
             raise StatefileError(
                 f"{p}: metadata at offset {metadata_offset} is not valid JSON: {exc}"
             ) from exc
+        except RecursionError as exc:
+            raise StatefileError(
+                f"{p}: metadata at offset {metadata_offset} is nested too deeply "
+                "for an image's metadata (corrupt or hostile)"
+            ) from exc
         if not isinstance(metadata, dict):
             raise StatefileError(f"{p}: metadata at offset {metadata_offset} is not an object")
+        if _depth(metadata) > MAX_METADATA_DEPTH:
+            raise StatefileError(
+                f"{p}: metadata at offset {metadata_offset} is nested deeper than "
+                f"{MAX_METADATA_DEPTH} levels (corrupt or hostile)"
+            )
         self.metadata: dict[str, Any] = metadata
         self.metadata_json = meta_json
         self.header = Header(
@@ -284,34 +312,73 @@ class StatefileReader:
 
     def chunks(self) -> Iterator[bytes]:
         """The stream's chunks in order, each verified before it is yielded."""
-        with open(self.path, "rb", buffering=0) as f:
-            if len(self.chunks_table) == 1:  # nothing to overlap: no pool handoff
-                for item in self._stored(f):
-                    yield self._open_chunk(*item)
-                return
-            yield from map_ordered(lambda item: self._open_chunk(*item), self._stored(f))
+        with self._file(buffering=0) as f:
+            try:
+                if len(self.chunks_table) == 1:  # nothing to overlap: no pool handoff
+                    for item in self._stored(f):
+                        yield self._open_chunk(*item)
+                    return
+                yield from map_ordered(lambda item: self._open_chunk(*item), self._stored(f))
+            except OSError as exc:
+                raise StatefileError(f"{self.path}: cannot read: {exc.strerror}") from exc
 
     def read_all(self) -> bytes:
         """The whole verified stream as one ``bytes`` object, read the fastest way.
+
+        Refused before anything is read when the stream declares more bytes than this
+        host could hold: a few MiB of honest zstd frames can declare hundreds of GiB.
 
         When every chunk is stored raw (compression none, or data zstd cannot shrink),
         the chunks are one contiguous run of the file: it is read with one large read
         into the result itself and verified in place on the pool, with no copy beyond
         the read.  Otherwise chunks are verified and decompressed on the pool and joined.
         """
+        self._check_fits(self.header.stream_len)
         table = self.chunks_table
         if not table or any(fr.codec != CODEC_NONE or fr.stored_len != fr.raw_len for fr in table):
             return b"".join(self.chunks())
-        with open(self.path, "rb", buffering=0) as f:
+        with self._file(buffering=0) as f:
             f.seek(self.data_offset)
             n = self.header.stream_len
-            data = read_exact(f, n, self.path, self.data_offset, "chunk data")
+            try:
+                data = read_exact(f, n, self.path, self.data_offset, "chunk data")
+            except OSError as exc:
+                raise StatefileError(f"{self.path}: cannot read: {exc.strerror}") from exc
         view = memoryview(data)
         base = self.data_offset
         items = ((fr, view[fr.offset - base : fr.offset - base + fr.stored_len]) for fr in table)
         for _ in map_ordered(lambda item: self._open_chunk(*item), items):
             pass
         return data
+
+    def _check_fits(self, n: int) -> None:
+        room = memory_available()
+        if room is not None and n > room:
+            raise StatefileError(
+                f"{self.path}: the state stream declares {n:,} bytes, more than the "
+                f"{room:,} this host has available (a corrupt or hostile image, or a host "
+                "too small for it)"
+            )
+
+
+def memory_available() -> int | None:
+    """What this process could still allocate: the kernel's MemAvailable, lowered by an
+    address-space limit if one is set; None where neither can be read."""
+    import resource
+
+    room = None
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    room = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        room = soft if room is None else min(room, soft)
+    return room
 
 
 class ChunkStream(io.RawIOBase):

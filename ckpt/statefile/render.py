@@ -30,6 +30,9 @@ def _integrity(report: dict[str, Any]) -> Text:
         return Text(f"integrity: OK ({i['algorithm']}: {i['detail']})", style="green")
     if i["ok"] is False:
         return Text(f"integrity: FAILED ({i['algorithm']}): {i['detail']}", style="bold red")
+    wanted = report.get("verify", {})
+    if wanted.get("requested") and not wanted.get("complete") and wanted.get("detail"):
+        return Text(f"integrity: NOT VERIFIED: {wanted['detail']}", style="bold red")
     return Text(f"integrity: not verified: {i['detail']}", style="yellow")
 
 
@@ -60,6 +63,15 @@ def _types(report: dict[str, Any]) -> RenderableType:
     return t
 
 
+def _pages_verified(report: dict[str, Any]) -> str:
+    """Yes only when every page's tag was checked; otherwise, why not."""
+    if report["pages"]["verified"]:
+        return "yes"
+    if report.get("verify", {}).get("requested"):
+        return "no (read, but the image is signed: pass --key-file)"
+    return "no (use --verify)"
+
+
 def _pages(report: dict[str, Any]) -> RenderableType:
     p = report["pages"]
     if p is None:
@@ -72,7 +84,7 @@ def _pages(report: dict[str, Any]) -> RenderableType:
         ("stored", f"{p['stored']:,} pages in {p['stored_runs']:,} runs"),
         ("pages.img", f"{p['pages_img_bytes']:,} bytes ({p['compression']})"),
         ("compression ratio", f"{p['compression_ratio']:.2f}x"),
-        ("verified", "yes" if p["verified"] else "no (use --verify)"),
+        ("verified", _pages_verified(report)),
     ]
     return _kv_table("pages", rows)
 

@@ -23,13 +23,15 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def cgroup_dirs(sandbox_id: str) -> list[Path]:
-    """Every hierarchy's directory for cgroup ckpt/ID that exists."""
+    """Every hierarchy's directory for a cgroup of sandbox ID that exists, under any root:
+    ``ckpt/<root hash>/ID`` (``Root.cgroup_name``), and the older ``ckpt/ID`` too."""
     if not CGROUP_ROOT.is_dir():
         return []
-    found = [p for p in CGROUP_ROOT.glob(f"*/ckpt/{sandbox_id}") if p.is_dir()]
-    if (CGROUP_ROOT / "ckpt" / sandbox_id).is_dir():
-        found.append(CGROUP_ROOT / "ckpt" / sandbox_id)
-    return found
+    found: list[Path] = []
+    for pattern in (f"ckpt/{sandbox_id}", f"ckpt/*/{sandbox_id}"):
+        found += [p for p in CGROUP_ROOT.glob(f"*/{pattern}") if p.is_dir()]
+        found += [p for p in CGROUP_ROOT.glob(pattern) if p.is_dir()]
+    return sorted(set(found))
 
 
 def sandbox_processes(root: Path) -> list[psutil.Process]:

@@ -139,24 +139,6 @@ def test_an_idle_keepalive_connection_survives_two_cycles(
         assert tcp_sockets(pid) == [(port, "ESTABLISHED"), (port, "LISTEN")]
 
 
-def test_a_restore_into_another_id_takes_the_held_socket(
-    tcli: Cli, tmp_path: Path, clients: Any
-) -> None:
-    tpl = start_template(tcli)
-    port, web, other, image = free_port(), sid("from"), sid("into"), tmp_path / "img"
-    run_http(tcli, web, port)
-    conn = clients(port)
-    conn.get()
-    checkpoint(tcli, web, image)
-    r = restore(tcli, other, image)
-    assert r["listener"] == "handed over" and r["connections_adopted"] == 1, r
-    assert tcli.state(other)["address"] == f"{HOST}:{port}"
-    assert conn.get()["restores"] == 1
-    assert held(tcli) == {} and tcp_sockets(tpl) == []
-    tcli("delete", web)  # nothing held for it any more: deleting it changes nothing
-    assert conn.get()["requests"] == 3
-
-
 def test_a_restore_on_another_port_serves_there_and_lets_the_old_port_go(
     tcli: Cli, tmp_path: Path
 ) -> None:

@@ -88,7 +88,9 @@ def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: 
     assert body["restores"] == 1
     if ok:
         assert restored["cpu"] == 0.5
-        cpu_dir = [d for d in cgroup_dirs(WEB) if d.parts[-3] in ("cpu", "cpu,cpuacct")]
+        cpu_dir = [
+            d for d in cgroup_dirs(WEB) if d.parts[-4] in ("cpu", "cpu,cpuacct")
+        ]  # ckpt/HASH/ID
         if cpu_dir:
             assert (cpu_dir[0] / "cpu.cfs_quota_us").read_text().strip() == "50000"
             procs = (cpu_dir[0] / "cgroup.procs").read_text().split()

@@ -26,6 +26,7 @@ import pytest
 from ckpt.sandbox import handover, lifecycle, template_client
 from ckpt.sandbox import template_proto as proto
 from ckpt.sandbox.http import get_json
+from ckpt.sandbox.paths import Root
 
 from .conftest import CGROUP_ROOT, Cli, cgroup_dirs, quota_allowed, sandbox_processes
 from .waiting import gone, wait_for
@@ -345,7 +346,8 @@ def test_forked_sandbox_is_in_its_cgroup_under_its_quota(tcli: Cli, tmp_path: Pa
     how, _, data = restore(tcli, b, image, "--cpu", "0.25")
     assert how == "template" and data["cpu"] == 0.25
     pid, group = data["pid"], data["cgroup"]
-    assert group == f"ckpt/{b}"
+    assert group == Root(tcli.root).cgroup_name(b)
+    depth = len(group.split("/"))  # the group's directory is this far below its mount
 
     dirs = cgroup_dirs(b)
     assert dirs, "no cgroup directory for the sandbox"
@@ -355,7 +357,7 @@ def test_forked_sandbox_is_in_its_cgroup_under_its_quota(tcli: Cli, tmp_path: Pa
     lines = {("unified" if k == "" else k): v for k, v in _cgroup_lines(pid).items()}
     for d in dirs:
         real = d.resolve()  # "cpu" may be a link to "cpu,cpuacct"
-        hierarchy = "unified" if real.parents[1] == CGROUP_ROOT else real.parts[-3]
+        hierarchy = "unified" if real.parents[depth - 1] == CGROUP_ROOT else real.parts[-depth - 1]
         assert lines.get(hierarchy) == f"/{group}", (d, lines)
     assert all(path != f"/{group}" for path in _cgroup_lines(tpl).values())  # not the template
     assert _quota(dirs) == pytest.approx(0.25)

@@ -184,13 +184,16 @@ def test_dotted_names_sweep_only_their_own_leftovers(tmp_path: Path) -> None:
     assert longer.exists()
 
 
-def test_a_replaced_image_that_gained_a_subdirectory_is_still_removed(tmp_path: Path) -> None:
+def test_a_replaced_image_that_gained_a_subdirectory_keeps_only_that(tmp_path: Path) -> None:
+    """Only an image's own files are removed: a subdirectory is not one of them, so it
+    stays and is reported (the parent may be writable by someone else)."""
     old = tmp_path / ".img.tmp-1-xyz"
     (old / "deeper").mkdir(parents=True)
     (old / "checkpoint.img").write_bytes(OLD)
     (old / "deeper" / "file").write_bytes(OLD)
-    image_mod._remove_image_dir(old)
-    assert not old.exists()
+    assert image_mod._remove_image_dir(str(tmp_path), old.name) == [str(old / "deeper")]
+    assert [p.name for p in old.iterdir()] == ["deeper"]
+    assert (old / "deeper" / "file").read_bytes() == OLD
 
 
 @pytest.mark.parametrize("how", ["new", "renameat2", "two-renames"])
