@@ -569,6 +569,47 @@ def bench_lifecycle_cmd(
         say(line)
 
 
+@bench_app.command("frozen")
+def bench_frozen_cmd(
+    sizes: Annotated[
+        str, typer.Option("--sizes", help="Comma-separated MiB sizes.")
+    ] = "64,256,1024",
+    kinds: Annotated[str, typer.Option("--workloads", help="memory, kv or both.")] = "memory,kv",
+    modes: Annotated[
+        str, typer.Option("--modes", help="stop, leave-running, pre-copy, chain.")
+    ] = "stop,leave-running,pre-copy,chain",
+    rate: Annotated[
+        int, typer.Option("--rate", min=4096, help="kv write load, bytes a second.")
+    ] = 2 << 20,
+    json_out: JsonDocOpt = False,
+) -> None:
+    """Frozen time, longest request, total time, image size and lost writes per mode.
+
+    memory:N and kv:N at each size, loaded by a client on 127.0.0.1 while the
+    checkpoint runs; each image is restored and every acknowledged write read back.
+    """
+    from ckpt.bench import frozen
+    from ckpt.bench.harness import BenchError
+
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s]
+    except ValueError:
+        raise BenchError(f"bad --sizes {sizes!r}: give MiB counts such as 64,256") from None
+    report = frozen.run(
+        size_list,
+        [k for k in kinds.split(",") if k],
+        [m for m in modes.split(",") if m],
+        rate,
+        progress=None if json_out else (lambda text: say(f"  {text}")),
+    )
+    if json_out:
+        _print_json(report)
+        return
+    out.print(frozen.render(report))
+    for line in frozen.go_lines(report):
+        say(line)
+
+
 @bench_app.command("load")
 def bench_load_cmd(
     clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent clients.")] = 8,
