@@ -1,0 +1,89 @@
+"""Prune removes unreferenced, old chunks, and never one a live upload counts on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ckpt.storage import lease as leases
+from ckpt.storage.errors import StoreBusy
+from ckpt.storage.repository import CHUNKS, Repository
+
+from .test_repository import CHUNK, payload, upload
+
+
+def chunk_keys(repo: Repository) -> set[str]:
+    return {info.key for info in repo.store.list(CHUNKS)}
+
+
+def test_prune_keeps_referenced_and_young_chunks(repo_url: str) -> None:
+    repo = Repository.open(repo_url)
+    upload(repo, "keep", {"pages.img": payload(2 * CHUNK, 1)})
+    upload(repo, "gone", {"pages.img": payload(3 * CHUNK, 2)})
+    kept = chunk_keys(repo)
+    assert len(kept) == 5
+    repo.remove("gone")
+    young = repo.prune(grace=3600)
+    assert young.removed_chunks == 0 and young.kept_young == 3 and young.kept_referenced == 2
+    assert chunk_keys(repo) == kept
+    old = repo.prune(grace=0)
+    assert old.removed_chunks == 3 and old.removed_bytes == 3 * CHUNK
+    assert len(chunk_keys(repo)) == 2
+    assert repo.open_image("keep").read_file("pages.img") == payload(2 * CHUNK, 1)
+
+
+def test_prune_never_removes_a_chunk_a_live_upload_reuses(s3_repo: Repository) -> None:
+    """The upload finds the chunks of a removed image present and does not send them;
+    a prune meanwhile must not remove them (it refuses while the upload's lease lives),
+    and after the commit they are referenced."""
+    data = payload(4 * CHUNK, 3)
+    upload(s3_repo, "old", {"pages.img": data})
+    s3_repo.remove("old")  # its chunks are now unreferenced, and grace=0 makes them old
+    with s3_repo.upload("new", sandbox_id="s") as up:
+        up.add_file("pages.img", data)
+        for writer in up._files.values():
+            for future in writer.futures:
+                future.result()
+        assert up.stats.bytes_uploaded == 0  # it counts on the old chunks
+        with pytest.raises(StoreBusy) as err:
+            s3_repo.prune(grace=0)
+        assert "upload is in progress" in str(err.value)
+        up.commit()
+    result = s3_repo.prune(grace=0)
+    assert result.removed_chunks == 0 and result.kept_referenced == 4
+    assert s3_repo.open_image("new").read_file("pages.img") == data
+
+
+def test_upload_waits_for_a_live_prune_then_gives_up(s3_repo: Repository) -> None:
+    held = leases.Lease(s3_repo.store, leases.PRUNE, ttl=60)
+    held.acquire(excludes=leases.UPLOAD)
+    try:
+        with pytest.raises(StoreBusy) as err:
+            s3_repo.upload("img", sandbox_id="s", wait=1.0).start()
+        assert "prune is in progress" in str(err.value)
+    finally:
+        held.release()
+    upload(s3_repo, "img", {"a": b"x"})  # the prune is over: uploads proceed
+    assert [i.name for i in s3_repo.images()] == ["img"]
+    assert not list(s3_repo.store.list(leases.PREFIX))  # both leases are gone
+
+
+def test_a_dead_upload_lease_expires_and_prune_removes_its_chunks(s3_url: str) -> None:
+    repo = Repository.open(s3_url, lease_ttl=1.0)
+    up = repo.upload("dead", sandbox_id="s")
+    up.start()
+    up.add_file("pages.img", payload(2 * CHUNK, 4))
+    for future in up._files["pages.img"].futures:
+        future.result()
+    up._lease._stop.set()  # as if its process were killed: no more renewals, no release
+    up._pool.shutdown()
+    with pytest.raises(StoreBusy):
+        repo.prune(grace=0)
+    time.sleep(2.5)  # the store's clock moves past the lease's ttl
+    result = repo.prune(grace=0)
+    assert result.removed_leases == 1 and result.removed_chunks == 2
+    assert chunk_keys(repo) == set()
+    with pytest.raises(StoreBusy):  # the stalled upload must not publish now
+        up.commit()
+    assert repo.images() == []
