@@ -171,11 +171,18 @@ class Repository:
 
     # ls, rm, prune
 
+    def names(self) -> list[str]:
+        """The names of the repository's images (one delimited list, not every chunk)."""
+        names = [n for n in self.store.children("") if _NAME.fullmatch(n)]
+        return sorted(n for n in names if self.store.head(self.manifest_key(n)) is not None)
+
     def _manifests_unverified(self) -> Iterator[Manifest]:
-        for info in self.store.list(""):
-            parts = info.key.split("/")
-            if len(parts) == 2 and parts[1] == MANIFEST and _NAME.fullmatch(parts[0]):
-                yield decode_unverified(self._read_manifest_bytes(parts[0]), info.key)
+        for name in self.names():
+            try:
+                data = self._read_manifest_bytes(name)
+            except ObjectMissing:
+                continue  # removed since it was listed
+            yield decode_unverified(data, self.image_url(name))
 
     def images(self) -> list[ImageInfo]:
         """Every image of the repository, oldest first (manifests are parsed, not

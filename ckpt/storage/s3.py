@@ -242,6 +242,15 @@ class S3Store:
         except Exception as exc:
             raise _error(exc, self.url, prefix) from None
 
+    def children(self, prefix: str) -> list[str]:
+        import obstore
+
+        try:
+            result = obstore.list_with_delimiter(self._store, prefix.rstrip("/") or None)
+        except Exception as exc:
+            raise _error(exc, self.url, prefix) from None
+        return [p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"]]
+
     def delete(self, key: str) -> None:
         import obstore
 

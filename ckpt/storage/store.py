@@ -57,6 +57,10 @@ class Store(Protocol):
         """Every object under ``prefix`` ("" or a key prefix ending in "/"), in no
         particular order."""
 
+    def children(self, prefix: str) -> list[str]:
+        """Names one level below ``prefix`` ("" or ending in "/") that hold objects,
+        without listing what is under them (a repository's images, not its chunks)."""
+
     def delete(self, key: str) -> None:
         """Remove ``key``; an absent key is not an error."""
 
@@ -148,6 +152,14 @@ class LocalStore:
                 info = self.head(key)
                 if info is not None:
                     yield info
+
+    def children(self, prefix: str) -> list[str]:
+        base = self.root / prefix if prefix else self.root
+        try:
+            with os.scandir(base) as entries:
+                return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

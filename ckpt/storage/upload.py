@@ -131,6 +131,7 @@ class ImageUpload:
         self._lease: leases.Lease | None = None
         self._parent_id: str | None = None
         self._started = 0.0
+        self._failure: BaseException | None = None
         self.manifest: Manifest | None = None
 
     def __enter__(self) -> ImageUpload:
@@ -190,6 +191,8 @@ class ImageUpload:
     def _submit(self, data: bytes) -> Future[ChunkRef]:
         if self._pool is None:
             raise RuntimeError("upload not started")
+        if self._failure is not None:  # fail fast: the store went away mid-upload
+            raise self._failure
         self._slots.acquire()
         try:
             return self._pool.submit(self._put_chunk, data)
@@ -209,6 +212,9 @@ class ImageUpload:
                 self.store.put(key, data)
             self.stats.add(len(data), uploaded)
             return ref
+        except BaseException as exc:
+            self._failure = exc
+            raise
         finally:
             self._slots.release()
 
