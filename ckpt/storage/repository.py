@@ -55,6 +55,7 @@ class ImageInfo(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_id: str
     created: float
     parent: str | None
+    parent_id: str | None
     size: int
     stored: int
     unique: int
@@ -202,6 +203,7 @@ class Repository:
                     sandbox_id=m.sandbox_id,
                     created=m.created,
                     parent=m.parent,
+                    parent_id=m.parent_id,
                     size=m.size,
                     stored=sum(refs.values()),
                     unique=sum(size for d, size in refs.items() if users[d] == 1),
@@ -271,7 +273,7 @@ class ImageReader:
         """One chunk, verified; ObjectMissing if it was removed behind ckpt's back."""
         key = self.repo.chunk_key(ref.digest)
         try:
-            data = self.repo.store.get(key)
+            data = self.repo.store.get(key, 0, ref.size)  # never more than the manifest says
         except ObjectMissing:
             raise ObjectMissing(
                 f"{self._where()}: chunk {ref.hex[:16]} is missing from the store"
@@ -328,6 +330,12 @@ class ImageReader:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for name in self.manifest.files:
-            with open(directory / name, "xb") as out:
+            try:
+                out = open(directory / name, "xb")  # noqa: SIM115
+            except FileExistsError:
+                raise StorageError(
+                    f"{directory / name} exists; download into an empty directory"
+                ) from None
+            with out:
                 for data in self.iter_file(name):
                     out.write(data)

