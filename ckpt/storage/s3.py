@@ -102,7 +102,10 @@ def parse_s3_url(url: str) -> tuple[str, str]:
         raise BadStoreURL(f"{url}: bad bucket name {bucket!r} (3-63 of a-z 0-9 . -)")
     prefix = prefix.strip("/")
     if prefix:
-        check_key(prefix)
+        try:
+            check_key(prefix)
+        except StorageError:
+            raise BadStoreURL(f"{url}: bad prefix {prefix!r}") from None
     return bucket, prefix
 
 

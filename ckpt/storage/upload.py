@@ -7,7 +7,8 @@ holds a chunk with that SHA-256, PUT to ``.chunks/XX/DIGEST``, on a pool of
 are queued or in flight, so the upload holds at most ``2 * parallel`` chunks plus one
 partial chunk per open file: 8 MiB + 512 KiB per open file with the defaults (8 threads,
 512 KiB).  Measured: a 256 MiB upload to a local SeaweedFS raised the process's peak RSS
-by 45 MiB, most of it the S3 client's runtime and thread stacks.  Nothing is staged on local disk.
+by 45 MiB, most of it the S3 client's runtime and thread stacks.  Nothing is staged on
+local disk.
 
 The manifest goes last, with a create-if-absent (or, with ``force``, one atomic PUT that
 replaces the old one): until then no reader sees the image, so a failed or killed upload

@@ -17,6 +17,7 @@ from ckpt.storage.errors import (
     ChunkIntegrityError,
     ImageExists,
     ObjectMissing,
+    StorageError,
 )
 from ckpt.storage.manifest import ManifestError
 from ckpt.storage.repository import CHUNKS, Repository
@@ -210,3 +211,20 @@ def test_ls_sizes_unique_bytes_and_rm(repo_url: str) -> None:
     assert repo.images()[0].unique == 6 * CHUNK
     with pytest.raises(ObjectMissing):
         repo.remove("a")
+
+
+def test_upload_a_local_image_directory_and_download_it(repo_url: str, tmp_path: Path) -> None:
+    source = tmp_path / "image"
+    source.mkdir()
+    files = {"checkpoint.img": payload(7000, 11), "pages.img": payload(CHUNK + 9, 12)}
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    (source / "link").symlink_to(source / "pages.img")  # not a file of the image
+    repo = Repository.open(repo_url)
+    up = repo.upload_directory("img", source, sandbox_id="sb")
+    assert set(up.manifest.files) == set(files)
+    repo.open_image("img").download(tmp_path / "back")
+    for name, data in files.items():
+        assert (tmp_path / "back" / name).read_bytes() == data
+    with pytest.raises(StorageError):  # never over files already there
+        repo.open_image("img").download(tmp_path / "back")
