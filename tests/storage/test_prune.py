@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 
 import pytest
@@ -100,4 +102,45 @@ def test_prune_refuses_when_a_manifest_cannot_be_read(s3_repo: Repository) -> No
         s3_repo.prune(grace=0)
     assert "\n" not in str(err.value)
     assert chunk_keys(s3_repo) == before
+    assert not list(s3_repo.store.list(leases.PREFIX))
+
+
+def _race(repo: Repository, name: str, data: bytes) -> tuple[bool, bool]:
+    """One upload and one prune started together; whether each went through."""
+    barrier = threading.Barrier(2, timeout=30)
+    done = {"upload": False, "prune": False}
+
+    def do_upload() -> None:
+        barrier.wait()
+        with contextlib.suppress(StoreBusy):
+            upload(repo, name, {"pages.img": data}, wait=0.0)
+            done["upload"] = True
+
+    def do_prune() -> None:
+        barrier.wait()
+        with contextlib.suppress(StoreBusy):
+            repo.prune(grace=0)
+            done["prune"] = True
+
+    threads = [threading.Thread(target=do_upload), threading.Thread(target=do_prune)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    return done["upload"], done["prune"]
+
+
+def test_prune_racing_uploads_never_breaks_a_published_image(s3_repo: Repository) -> None:
+    """Uploads that reuse unreferenced chunks and prunes start together, round after
+    round: either may be refused (StoreBusy), but an image that was published always
+    reads back whole."""
+    data = payload(64 * CHUNK, 7)
+    for round_ in range(4):
+        upload(s3_repo, "old", {"pages.img": data})
+        s3_repo.remove("old")
+        uploaded, _ = _race(s3_repo, "new", data)
+        if uploaded:
+            assert s3_repo.open_image("new").read_file("pages.img") == data, round_
+            s3_repo.remove("new")
     assert not list(s3_repo.store.list(leases.PREFIX))
