@@ -2,7 +2,8 @@
 
 ``python3 -m ckpt.storage.clientbench [--mib 256] [--repeat 3]`` starts a server on free
 loopback ports, runs each measurement ``--repeat`` times per client and prints medians:
-parallel multipart PUT of one large object, 1 MiB object PUTs and GETs from 8 threads,
+parallel multipart PUT of one large object, small (1 MiB) object PUTs and GETs from 8 threads
+(64 MiB in all),
 a whole-object GET, a 4 KiB range GET, conditional create, and the time a fresh
 interpreter takes to import the client and build one (ckpt imports it lazily).  The
 figures chose the client of :mod:`ckpt.storage.s3`.
@@ -162,8 +163,8 @@ def one_round(
         "put 1 stream MB/s": mib / timed(lambda: client.put_large(key, large, 1)),
         "put 8 streams MB/s": mib / timed(lambda: client.put_large(key, large, THREADS)),
         "get whole MB/s": mib / timed(lambda: client.get(key)),
-        "1 MiB puts x8 MB/s": len(small) / timed(lambda: list(pool.map(client.put, keys, small))),
-        "1 MiB gets x8 MB/s": len(small) / timed(lambda: list(pool.map(client.get, keys))),
+        "small puts x8 MB/s": SMALL_COUNT / timed(lambda: list(pool.map(client.put, keys, small))),
+        "small gets x8 MB/s": SMALL_COUNT / timed(lambda: list(pool.map(client.get, keys))),
     }
     starts = [12345 * i for i in range(1, 41)]
     lat = [timed(lambda s=s: client.get_range(key, s, 4096)) for s in starts]
@@ -171,10 +172,10 @@ def one_round(
     return out
 
 
-def measure(client: Any, mib: int, repeat: int) -> dict[str, float]:
+def measure(client: Any, mib: int, repeat: int, small_kib: int = 1024) -> dict[str, float]:
     """Medians over ``repeat`` rounds, and whether a conditional create is refused."""
     large = os.urandom(mib * MIB)
-    small = [os.urandom(MIB) for _ in range(SMALL_COUNT)]
+    small = [os.urandom(small_kib << 10) for _ in range(SMALL_COUNT * 1024 // small_kib)]
     with ThreadPoolExecutor(THREADS) as pool:
         rounds = [one_round(client, rep, large, small, pool) for rep in range(repeat)]
     result = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
@@ -188,11 +189,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--small-kib", type=int, default=1024, help="size of the small objects")
     args = parser.parse_args(argv)
     rows: dict[str, dict[str, float]] = {}
     with seaweed.start(buckets=(BUCKET,)) as server:
         for cls in (Obstore, Boto3):
-            rows[cls.name] = measure(cls(server), args.mib, args.repeat)
+            rows[cls.name] = measure(cls(server), args.mib, args.repeat, args.small_kib)
     for name in IMPORTS:
         rows[name]["import + client ms"] = import_seconds(name) * 1000
     names = list(rows["obstore"])

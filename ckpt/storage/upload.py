@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -42,22 +42,22 @@ READ_SIZE = 1 << 20
 
 @dataclass
 class UploadStats:
-    """What an upload sent: ``bytes_uploaded`` counts only chunks the store lacked."""
+    """What an upload sent: ``bytes_uploaded`` counts only chunks the store lacked.
+    (A dataclass of numbers: ``msgspec.json.encode`` renders it for ``--json``.)"""
 
     bytes_total: int = 0
     bytes_uploaded: int = 0
     chunks_total: int = 0
     chunks_uploaded: int = 0
     seconds: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, size: int, uploaded: bool) -> None:
-        with self._lock:
-            self.chunks_total += 1
-            self.bytes_total += size
-            if uploaded:
-                self.chunks_uploaded += 1
-                self.bytes_uploaded += size
+        """Count one chunk; the caller holds the upload's lock."""
+        self.chunks_total += 1
+        self.bytes_total += size
+        if uploaded:
+            self.chunks_uploaded += 1
+            self.bytes_uploaded += size
 
 
 class ChunkWriter(io.RawIOBase):
@@ -212,7 +212,8 @@ class ImageUpload:
             uploaded = first and self.store.head(key) is None
             if uploaded:
                 self.store.put(key, data)
-            self.stats.add(len(data), uploaded)
+            with self._seen_lock:
+                self.stats.add(len(data), uploaded)
             return ref
         except BaseException as exc:
             self._failure = exc
