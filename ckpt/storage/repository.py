@@ -108,6 +108,14 @@ class Repository:
         """The repository at ``url`` (``s3://BUCKET/PREFIX``, ``file:///DIR`` or a path)."""
         return cls(open_store(url), key, **options)
 
+    @classmethod
+    def for_image(
+        cls, url: str, key: bytes | None = None, **options: Any
+    ) -> tuple[Repository, str]:
+        """The repository holding image ``url`` (``s3://BUCKET/PREFIX/NAME``) and NAME."""
+        repo_url, name = split_image_url(url)
+        return cls.open(repo_url, key, **options), name
+
     # names and keys
 
     def check_name(self, name: str) -> str:

@@ -90,6 +90,8 @@ def test_other_schemes_and_image_urls(tmp_path: object) -> None:
     assert isinstance(open_store(f"file://{tmp_path}"), LocalStore)
     assert split_image_url("s3://bucket/team/img1") == ("s3://bucket/team", "img1")
     assert split_image_url("/srv/images/a.b-c") == ("/srv/images", "a.b-c")
+    repo, name = Repository.for_image(f"{tmp_path}/repo/img")
+    assert name == "img" and repo.image_url(name) == f"{tmp_path}/repo/img"
     for bad in ("s3://bucket", "img", "s3://bucket/.chunks", "/srv/x y"):
         with pytest.raises(BadStoreURL):
             split_image_url(bad)
