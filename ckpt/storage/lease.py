@@ -97,10 +97,11 @@ class Lease:
             except BaseException as exc:  # reported by check_held
                 self.error = exc
 
-    def check_held(self) -> None:
-        """Raise StoreBusy unless the lease was renewed within ttl/2 and still exists."""
+    def check_held(self, *, ask_store: bool = True) -> None:
+        """Raise StoreBusy unless the lease was renewed within ttl/2 and (``ask_store``)
+        is still in the store (a prune removes leases it found dead)."""
         stale = time.monotonic() - self.renewed
-        if stale > self.ttl / 2 or self.store.head(self.key) is None:
+        if stale > self.ttl / 2 or (ask_store and self.store.head(self.key) is None):
             why = f" ({self.error})" if self.error else ""
             raise StoreBusy(
                 f"{self.store.url}: this {self.kind} lost its lease (not renewed for"

@@ -161,7 +161,7 @@ class Repository:
         if info.size > MAX_BODY + 64:
             raise StorageError(f"{self.image_url(name)}: manifest of {info.size} bytes, too big")
         try:
-            return self.store.get(key)
+            return self.store.get(key, 0, info.size)  # bounded even if replaced meanwhile
         except ObjectMissing:
             raise ObjectMissing(f"{self.image_url(name)}: no such image") from None
 
@@ -250,7 +250,7 @@ class Repository:
                 elif now - obj.modified < grace:
                     kept_young += 1
                 else:
-                    lease.check_held()
+                    lease.check_held(ask_store=False)
                     self.store.delete(obj.key)
                     removed += 1
                     removed_bytes += obj.size
