@@ -228,3 +228,14 @@ def test_upload_a_local_image_directory_and_download_it(repo_url: str, tmp_path:
         assert (tmp_path / "back" / name).read_bytes() == data
     with pytest.raises(StorageError):  # never over files already there
         repo.open_image("img").download(tmp_path / "back")
+
+
+def test_a_manifest_copied_to_another_name_is_refused(s3_url: str) -> None:
+    """A sealed manifest copied under another name still passes its HMAC: the name it
+    carries must match where it was found."""
+    repo = Repository.open(s3_url, KEY)
+    upload(repo, "real", {"a": b"data"})
+    repo.store.put(repo.manifest_key("copy"), repo.store.get(repo.manifest_key("real")))
+    with pytest.raises(StorageError) as err:
+        repo.open_image("copy")
+    assert "names image 'real'" in str(err.value)
