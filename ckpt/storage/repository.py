@@ -43,6 +43,8 @@ CHUNK_SIZE = 512 << 10
 CHUNKS = ".chunks/"
 MANIFEST = "manifest"
 DEFAULT_GRACE = 3600.0  # s
+PRUNE_PARALLEL = 16  # deletes in flight: each is one small request
+PRUNE_BATCH = 256  # deletes between two checks of the prune's lease
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -239,21 +241,26 @@ class Repository:
             referenced: set[bytes] = set()
             for manifest in self._manifests_unverified():
                 referenced.update(manifest.chunk_refs())
-            removed = removed_bytes = kept_ref = kept_young = 0
+            victims, kept_ref, kept_young = [], 0, 0
             for obj in self.store.list(CHUNKS):
                 try:
                     digest = bytes.fromhex(obj.key.rsplit("/", 1)[-1])
                 except ValueError:
+                    continue
+                if len(digest) != 32 or obj.key != self.chunk_key(digest):
                     continue  # not a name ckpt writes: not ours to remove
                 if digest in referenced:
                     kept_ref += 1
                 elif now - obj.modified < grace:
                     kept_young += 1
                 else:
-                    lease.check_held(ask_store=False)
-                    self.store.delete(obj.key)
-                    removed += 1
-                    removed_bytes += obj.size
+                    victims.append(obj)
+            with ThreadPoolExecutor(PRUNE_PARALLEL, thread_name_prefix="ckpt-prune") as pool:
+                for start in range(0, len(victims), PRUNE_BATCH):
+                    lease.check_held(ask_store=False)  # stalled past ttl/2: stop deleting
+                    batch = [obj.key for obj in victims[start : start + PRUNE_BATCH]]
+                    list(pool.map(self.store.delete, batch))
+            removed, removed_bytes = len(victims), sum(obj.size for obj in victims)
         finally:
             lease.release()
         return PruneResult(

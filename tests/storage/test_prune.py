@@ -30,8 +30,13 @@ def test_prune_keeps_referenced_and_young_chunks(repo_url: str) -> None:
     young = repo.prune(grace=3600)
     assert young.removed_chunks == 0 and young.kept_young == 3 and young.kept_referenced == 2
     assert chunk_keys(repo) == kept
+    repo.store.put(CHUNKS + "ab/not-a-chunk", b"x")  # not a name ckpt writes
+    repo.store.put(CHUNKS + "ab/abcd", b"x")
     old = repo.prune(grace=0)
     assert old.removed_chunks == 3 and old.removed_bytes == 3 * CHUNK
+    assert repo.store.head(CHUNKS + "ab/abcd") is not None
+    repo.store.delete(CHUNKS + "ab/not-a-chunk")
+    repo.store.delete(CHUNKS + "ab/abcd")
     assert len(chunk_keys(repo)) == 2
     assert repo.open_image("keep").read_file("pages.img") == payload(2 * CHUNK, 1)
 
