@@ -142,10 +142,12 @@ class Repository:
         up.commit()``.  Options: ``parent``, ``force``, ``parallel``, ``wait``."""
         return ImageUpload(self, name, sandbox_id=sandbox_id, **options)
 
-    def upload_directory(self, name: str, directory: Path, **options: Any) -> ImageUpload:
+    def upload_directory(
+        self, name: str, directory: Path, *, sandbox_id: str, **options: Any
+    ) -> ImageUpload:
         """Upload every regular file of a local image directory; returns the committed
         upload (its ``manifest`` and ``stats``)."""
-        up = self.upload(name, **options)
+        up = self.upload(name, sandbox_id=sandbox_id, **options)
         with up:
             for path in sorted(Path(directory).iterdir()):
                 if path.is_file() and not path.is_symlink():
