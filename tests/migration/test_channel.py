@@ -331,3 +331,28 @@ def test_stats_count_frames_and_bytes(pair) -> None:
     server.recv()
     assert client.frames_sent == 1 and server.frames_received == 1
     assert client.bytes_sent > 100 and server.bytes_received > 100
+
+
+def test_a_peer_that_echoes_the_opening_is_refused(watchdog) -> None:
+    """A reflector (a server that sends back what it gets) must not pass as a peer."""
+    import socket
+
+    from ckpt.migration import connect
+
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+
+        def echo() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                conn.settimeout(10)
+                try:
+                    while data := conn.recv(65536):
+                        conn.sendall(data)
+                except OSError:
+                    pass
+
+        t = threading.Thread(target=echo)
+        t.start()
+        with pytest.raises(HandshakeError, match="reflected"):
+            connect(*srv.getsockname()[:2], SECRET)
+        t.join(15)
