@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -80,7 +81,7 @@ def seal(ch: Channel, msg) -> bytes:  # type: ignore[no-untyped-def]
     return ch._sealer.seal(msg.KIND, messages.encode(msg))
 
 
-def key_file(tmp_path, data: bytes = SECRET, mode: int = 0o600) -> str:  # type: ignore[no-untyped-def]
+def key_file(tmp_path: Path, data: bytes = SECRET, mode: int = 0o600) -> str:
     path = tmp_path / "key"
     path.write_bytes(data)
     os.chmod(path, mode)

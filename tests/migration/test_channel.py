@@ -356,3 +356,11 @@ def test_a_peer_that_echoes_the_opening_is_refused(watchdog) -> None:
         with pytest.raises(HandshakeError, match="reflected"):
             connect(*srv.getsockname()[:2], SECRET)
         t.join(15)
+
+
+def test_peer_that_stops_reading_makes_send_hit_the_deadline(pair_factory) -> None:
+    client, _server = pair_factory(client_options={"io_timeout": 0.5})
+    chunk = StateChunk(offset=0, data=bytes(1 << 20))
+    with pytest.raises(DeadlineExceeded):
+        for _ in range(256):  # far more than the socket buffers hold
+            client.send(chunk)
