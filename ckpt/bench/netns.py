@@ -27,6 +27,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,7 @@ SUBNET = "198.18.0.{}/24"
 STOP_TIMEOUT = 5.0
 IP_TIMEOUT = 15.0
 _counter = itertools.count()
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-\d+-(?:h\d+|sw)")  # what host_network() names
 
 
 class NetnsError(CkptError):
@@ -81,9 +83,17 @@ def stale_namespaces() -> list[str]:
     """Namespaces named by this module whose creating process is gone (a SIGKILLed run)."""
     stale = []
     for name in list_namespaces():
-        pid = name.removeprefix(PREFIX).split("-")[0]
-        if name.startswith(PREFIX) and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        match = _NAME.fullmatch(name)
+        if match is not None and not Path(f"/proc/{match[1]}").exists():
             stale.append(name)
+    return stale
+
+
+def remove_stale() -> list[str]:
+    """Delete ``stale_namespaces()`` (what a SIGKILLed run left); returns their names."""
+    stale = stale_namespaces()
+    for name in stale:
+        _ip("ip", "netns", "del", name)
     return stale
 
 

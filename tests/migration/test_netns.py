@@ -182,3 +182,26 @@ def test_relay_stops_at_its_lifetime(watchdog) -> None:
             assert not relay._thread.is_alive()
             with pytest.raises(OSError):
                 socket.create_connection(relay.address, timeout=2).close()
+
+
+@needs_netns
+def test_what_a_killed_holder_left_is_found_and_removed(watchdog) -> None:
+    """SIGKILL skips every ``finally``: the pid in the names lets a later run clean up."""
+    from ckpt.bench.netns import child_env, remove_stale, stale_namespaces
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, env=child_env())
+    names: list[str] = []
+    try:
+        names = read_line(proc, 30).split()
+        assert not set(names) & set(stale_namespaces())  # its holder is alive
+        proc.kill()
+        proc.wait(10)
+        assert set(names) <= set(stale_namespaces())
+        assert set(names) <= set(remove_stale())
+        assert not set(names) & set(list_namespaces())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for name in set(names) & set(list_namespaces()):
+            subprocess.run(["ip", "netns", "del", name], timeout=15, check=False)
