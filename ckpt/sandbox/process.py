@@ -479,7 +479,7 @@ class Host:
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
         from ckpt import state, statefile
-        from ckpt.sandbox import precopy
+        from ckpt.sandbox import precopy, snapshot
 
         if params.get("pre_dump"):
             return self._pre_dump(params)
@@ -521,74 +521,110 @@ class Host:
         dirty = mf.take_dirty()  # a dump resets tracking; a child writes only these
         self.last_dump = None
         frames = dirty if link else None
+        use_fork = bool(
+            leave_running
+            and was_running
+            and rounds is None
+            and params.get("snapshot", "fork") == "fork"
+            and not self.stall
+            and snapshot.usable(k)
+        )
+
+        def write_image() -> dict[str, Any]:
+            """Write the image of the frozen kernel (here, or in a forked child)."""
+            try:
+                with statefile.ImageWriter(
+                    params["image"],
+                    force=bool(params.get("force")),
+                    compression=params.get("compression") or "zstd",
+                    level=params.get("level"),
+                    key=_key(params),
+                    metadata=metadata,
+                ) as img:
+                    t_state0 = time.perf_counter_ns()
+                    result = state.save(k, img.state_file, engine=engine, stats=stats)
+                    img.note_save(result, engine)
+                    t_state = time.perf_counter_ns()
+                    dump = _TimedPages(mf.pages(frames)) if stats is not None else None
+                    summary = _summary_dict(img.write_pages(dump or mf.pages(frames)))
+                    t_pages = time.perf_counter_ns()
+                    if rounds is not None:
+                        rounds.adopt(img.temp_dir)
+                    fingerprint_ms = None
+                    if stats is not None:
+                        # Only with --stats: the digest of everything observable (~10 ms
+                        # on http), so the image can be checked against a restore; no
+                        # plain checkpoint needs it.  Timed apart; the kernel is frozen.
+                        img.metadata["fingerprint"] = k.fingerprint()
+                        fingerprint_ms = round((time.perf_counter_ns() - t_pages) / 1e6, 3)
+                    if self.stall:
+                        log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
+                        _stall(self.stall, self.stall_release)
+                    counters: dict[str, Any] = {
+                        "objects": getattr(result, "objects", None),
+                        "types": getattr(result, "types", None),
+                        "state_bytes": getattr(result, "bytes", None),
+                        "freezing_time_ms": round((t_frozen - t0_final) / 1e6, 3),
+                        "state_dump_time_ms": round((t_state - t_state0) / 1e6, 3),
+                        "memdump_memwrite_time_ms": round((t_pages - t_state) / 1e6, 3),
+                        **(
+                            {
+                                "memdump_time_ms": round(dump.ns / 1e6, 3),
+                                "memwrite_time_ms": round((t_pages - t_state - dump.ns) / 1e6, 3),
+                            }
+                            if dump is not None
+                            else {}
+                        ),
+                        **{
+                            f"pages_{k_}" if not k_.startswith("pages") else k_: v
+                            for k_, v in summary.items()
+                            if isinstance(v, int | float)
+                        },
+                    }
+                    if fingerprint_ms is not None:
+                        counters["fingerprint_time_ms"] = fingerprint_ms
+                    if "pages_stored" in counters:
+                        counters["pages_written"] = counters["pages_stored"]
+                    counters["pages_skipped_parent"] = allocated - len(dirty) if link else 0
+                    counters["rounds"] = 0
+                    if rounds is not None:
+                        counters.update(rounds.counters())
+                    if stats is not None:
+                        img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
+                    t_commit = time.perf_counter_ns()
+                t_end = time.perf_counter_ns()
+                counters["commit_time_ms"] = round((t_end - t_commit) / 1e6, 3)
+                counters["frozen_time_ms"] = round((t_end - t_frozen) / 1e6, 3)
+            except OSError as exc:
+                raise _image_write_error(exc, params["image"]) from exc
+            return {
+                "counters": counters,
+                "image_id": img.image_id.hex(),
+                "t_end": t_end,
+                "stats": stats.as_dict() if stats is not None else None,
+                "stats_text": str(stats) if stats is not None else None,
+            }
+
+        thawed = False
         try:
-            with statefile.ImageWriter(
-                params["image"],
-                force=bool(params.get("force")),
-                compression=params.get("compression") or "zstd",
-                level=params.get("level"),
-                key=_key(params),
-                metadata=metadata,
-            ) as img:
-                t_state0 = time.perf_counter_ns()
-                result = state.save(k, img.state_file, engine=engine, stats=stats)
-                img.note_save(result, engine)
-                t_state = time.perf_counter_ns()
-                dump = _TimedPages(mf.pages(frames)) if stats is not None else None
-                summary = _summary_dict(img.write_pages(dump or mf.pages(frames)))
-                t_pages = time.perf_counter_ns()
-                if rounds is not None:
-                    rounds.adopt(img.temp_dir)
-                fingerprint_ms = None
-                if stats is not None:
-                    # Only with --stats: the digest of everything observable (~10 ms
-                    # on http), so the image can be checked against a restore; no
-                    # plain checkpoint needs it.  Timed apart; the kernel is frozen.
-                    img.metadata["fingerprint"] = k.fingerprint()
-                    fingerprint_ms = round((time.perf_counter_ns() - t_pages) / 1e6, 3)
-                if self.stall:
-                    log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
-                    _stall(self.stall, self.stall_release)
-                counters: dict[str, Any] = {
-                    "objects": getattr(result, "objects", None),
-                    "types": getattr(result, "types", None),
-                    "state_bytes": getattr(result, "bytes", None),
-                    "freezing_time_ms": round((t_frozen - t0_final) / 1e6, 3),
-                    "state_dump_time_ms": round((t_state - t_state0) / 1e6, 3),
-                    "memdump_memwrite_time_ms": round((t_pages - t_state) / 1e6, 3),
-                    **(
-                        {
-                            "memdump_time_ms": round(dump.ns / 1e6, 3),
-                            "memwrite_time_ms": round((t_pages - t_state - dump.ns) / 1e6, 3),
-                        }
-                        if dump is not None
-                        else {}
-                    ),
-                    **{
-                        f"pages_{k_}" if not k_.startswith("pages") else k_: v
-                        for k_, v in summary.items()
-                        if isinstance(v, int | float)
-                    },
-                }
-                if fingerprint_ms is not None:
-                    counters["fingerprint_time_ms"] = fingerprint_ms
-                if "pages_stored" in counters:
-                    counters["pages_written"] = counters["pages_stored"]
-                counters["pages_skipped_parent"] = allocated - len(dirty) if link else 0
-                counters["rounds"] = 0
-                if rounds is not None:
-                    counters.update(rounds.counters())
-                if stats is not None:
-                    img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
-                t_commit = time.perf_counter_ns()
-            t_end = time.perf_counter_ns()
-            counters["commit_time_ms"] = round((t_end - t_commit) / 1e6, 3)
-            counters["frozen_time_ms"] = round((t_end - t_frozen) / 1e6, 3)
-            self.last_dump = img.image_id.hex()
+            if use_fork:
+                pid, fd = snapshot.start(write_image)
+                self._thaw()  # the child holds a copy-on-write image of the frozen kernel
+                thawed = True
+                t_thawed = time.perf_counter_ns()
+                written = snapshot.collect(pid, fd)
+                counters = written["counters"]
+                counters["frozen_time_ms"] = round((t_thawed - t_frozen) / 1e6, 3)
+                counters["snapshot"] = "fork"
+                t_end = time.perf_counter_ns()
+            else:
+                written = write_image()
+                counters, t_end = written["counters"], written["t_end"]
+            self.last_dump = written["image_id"]
         except BaseException as exc:
             if rounds is not None:
                 rounds.discard()
-            if was_running:
+            if was_running and not thawed:
                 self._thaw()
             if drained is not None and self.http is not None:
                 self.http.undrain()
@@ -601,7 +637,7 @@ class Host:
             counters["connections_parked"] = drained
             counters["handover"] = self._hand_over()
         if leave_running:
-            if was_running:
+            if was_running and not thawed:
                 self._thaw()
         else:
             self.server.after_reply(self._exit)
@@ -610,8 +646,8 @@ class Host:
             "checkpoint_ns": t_end - t0,
             "counters": counters,
             "rounds": rounds.results if rounds is not None else None,
-            "stats": stats.as_dict() if stats is not None else None,
-            "stats_text": str(stats) if stats is not None else None,
+            "stats": written["stats"],
+            "stats_text": written["stats_text"],
             "cpu_usec": self_cpu_usec() - cpu0,
             "stopping": not leave_running,
         }

@@ -103,6 +103,8 @@ def test_every_mode_round_trips_digest_and_values(
         counters = reply["timings"]["counters"]
         for name in ("freezing_time_ms", "frozen_time_ms", "pages_scanned", "pages_written"):
             assert name in counters, name
+        if mode == "leave-running":  # a copy-on-write child wrote it (snapshot.py)
+            assert counters["snapshot"] == "fork"
         if "pre-copy" in mode:
             assert counters["rounds"] == len(reply["rounds"]) >= 1
             assert (image / "rounds" / "r0").is_dir()  # self-contained: the rounds inside
@@ -249,3 +251,25 @@ def test_parent_must_be_the_last_image_of_this_sandbox(cli: Cli, tmp_path: Path)
     cli("delete", OTHER, "--force", timeout=60)
     proc = cli("restore", OTHER, "--image-path", str(tmp_path / "p1"), check=False)
     assert proc.returncode != 0 and "pre-dump" in proc.stderr
+
+
+def test_a_failed_snapshot_writer_is_one_line_and_the_sandbox_serves_on(
+    cli: Cli, tmp_path: Path
+) -> None:
+    _run(cli, "kv:4")
+    acked = _put(cli, 0, 40)
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "checkpoint.img").write_bytes(b"taken")
+    proc = cli(
+        "checkpoint", SID, "--image-path", str(tmp_path / "img"), "--leave-running",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "already holds an image" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == [
+        "img",
+        "root",
+    ]  # the child's temporary directory is gone
+    _check_values(cli, acked)
+    acked.update(_put(cli, 40, 10))  # thawed: it takes writes again
+    _check_values(cli, acked)
