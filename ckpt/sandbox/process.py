@@ -529,7 +529,6 @@ class Host:
         use_fork = bool(
             leave_running
             and was_running
-            and rounds is None
             and params.get("snapshot", "fork") == "fork"
             and not self.stall
             and snapshot.usable(k)
