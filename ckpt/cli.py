@@ -581,6 +581,10 @@ def bench_frozen_cmd(
     rate: Annotated[
         int, typer.Option("--rate", min=4096, help="kv write load, bytes a second.")
     ] = 2 << 20,
+    plot_path: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also draw frozen time against size to FILE.png."),
+    ] = None,
     json_out: JsonDocOpt = False,
 ) -> None:
     """Frozen time, longest request, total time, image size and lost writes per mode.
@@ -588,9 +592,10 @@ def bench_frozen_cmd(
     memory:N and kv:N at each size, loaded by a client on 127.0.0.1 while the
     checkpoint runs; each image is restored and every acknowledged write read back.
     """
-    from ckpt.bench import frozen
+    from ckpt.bench import frozen, scale
     from ckpt.bench.harness import BenchError
 
+    plot_to = scale.check_plot(plot_path) if plot_path is not None else None
     try:
         size_list = [int(s) for s in sizes.split(",") if s]
     except ValueError:
@@ -602,6 +607,8 @@ def bench_frozen_cmd(
         rate,
         progress=None if json_out else (lambda text: say(f"  {text}")),
     )
+    if plot_to is not None:
+        frozen.plot(report, plot_to)
     if json_out:
         _print_json(report)
         return

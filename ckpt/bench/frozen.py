@@ -291,3 +291,36 @@ def go_lines(report: dict[str, Any]) -> list[str]:
             )
         )
     return lines
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Frozen time and longest request against memory size, one line per workload kind
+    and mode, on log axes; written as a PNG.  Check the path first with
+    ``scale.check_plot`` so a long run never ends in a failed plot."""
+    from ckpt.bench.scale import _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in report["cells"]:
+        series.setdefault((c["workload"].split(":")[0], c["mode"]), []).append(c)
+    for ax, attr, title in (
+        (axes[0], "frozen_ms", "frozen time"),
+        (axes[1], "max_req_ms", "longest client request"),
+    ):
+        for (kind, mode), cells in sorted(series.items()):
+            cells.sort(key=lambda c: int(c["workload"].split(":")[1]))
+            ax.plot(
+                [int(c["workload"].split(":")[1]) for c in cells],
+                [max(c[attr], 0.01) for c in cells],
+                marker="o" if kind == "kv" else "s",
+                label=f"{kind} {mode}",
+            )
+        ax.set(xscale="log", yscale="log", xlabel="memory (MiB)", ylabel="ms")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"ckpt bench frozen — {report['machine'].get('cpu', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+    return path

@@ -38,3 +38,15 @@ def test_table_fits_80_columns() -> None:
 def test_bad_options_are_refused_before_starting(kwargs: dict) -> None:
     with pytest.raises(BenchError):
         frozen.run(**{"sizes": [4], "kinds": ["kv"], "modes": ["stop"], **kwargs})
+
+
+def test_plot_writes_a_png(tmp_path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the [plot] extra)")
+    cells = [
+        vars(frozen.Cell(f"{kind}:{size}", mode, size / 10, size / 20, size, size << 20))
+        for kind in ("kv", "memory")
+        for size in (64, 256)
+        for mode in ("stop", "pre-copy")
+    ]
+    out = frozen.plot({"cells": cells, "machine": {"cpu": "test"}}, tmp_path / "f.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
