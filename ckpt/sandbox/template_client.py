@@ -200,7 +200,7 @@ def start(root: Path, *, wait: bool = False) -> None:
     """Start a template for ``root`` in the background, detached (its own session).
 
     With ``wait``, return once it answers, raising SandboxError if it does not."""
-    from ckpt.sandbox.lifecycle import child_env
+    from ckpt.sandbox.childenv import child_env
 
     info = proto.read_info(str(root)) or {}
     if _template_pid(root) is not None and info.get("version") == proto.version():

@@ -463,7 +463,7 @@ def test_a_held_listener_is_lent_to_one_restore_at_a_time(
     tcli("checkpoint", a, "--image-path", str(image))
     assert template_client.status(tcli.root)["held"].get(a, {}).get("sockets") == 1
     monkeypatch.setenv(handover.ENV, info["socket"])
-    first, conns, why = handover.adopt(a)  # what the first restored sandbox does
+    first, conns, _, why = handover.adopt(a)  # what the first restored sandbox does
     assert first is not None, why
     try:
         _, _, data = restore(tcli, c, image)
