@@ -299,6 +299,8 @@ def _spawn_cold(
                 str(sock),
                 "--ready-fd",
                 str(ready_w),
+                "--root",
+                str(root.path),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -434,12 +436,18 @@ def _socket_peer(root: Root, sandbox_id: str) -> int | None:
 
 
 def _cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
-    """Does ``pid``'s command line say it is this root's sandbox (cold: ``--socket`` is
-    ours; forked: the command line of this root's template)?"""
+    """Does ``pid``'s command line say it is this root's sandbox: its title (``ckpt
+    sandbox ID (ROOT)``), or before it has one, a cold start's whose ``--socket`` is
+    ours, or the command line of this root's template (a sandbox forked by a template
+    that names no sandboxes)?"""
+    from ckpt.sandbox import title
+
     try:
         cmd = psutil.Process(pid).cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+    if title.shows(cmd, title.sandbox_title(sandbox_id, str(root.path))):
+        return True
     if "ckpt.sandbox.process" in cmd and "--socket" in cmd:
         i = cmd.index("--socket") + 1
         return i < len(cmd) and cmd[i] == str(root.socket_path(sandbox_id))

@@ -143,13 +143,18 @@ def _summary_dict(summary: Any) -> dict[str, Any]:
     return {name: getattr(summary, name) for name in fields if hasattr(summary, name)}
 
 
-def _warm_imports() -> None:
-    """Import the kernel, state engine and statefile once the process is ready.
+def _warm_imports(sandbox_id: str, root: str | None) -> None:
+    """Name the process (``ckpt sandbox ID (ROOT)``) and import the kernel, state engine
+    and statefile once the process is ready.
 
-    They are needed by the first ``boot`` or ``restore``; importing them after the
-    ready handshake keeps SandboxCreate the cost of the process alone, and any import
-    still running when the request arrives is waited for and counted as ``import_ms``.
+    They are needed by the first ``boot`` or ``restore``; doing this after the ready
+    handshake keeps SandboxCreate the cost of the process alone, and any import still
+    running when the request arrives is waited for and counted as ``import_ms``.
     """
+    if root is not None:
+        from ckpt.sandbox import title
+
+        title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
 
 
@@ -228,6 +233,7 @@ class Host:
         self.frozen = False
         self.http: HttpServer | None = None
         self.handed_over = False
+        self.title_root: str | None = None  # set by a cold start: see ``serve``
         self.exiting = threading.Event()
         self.last_request = 0.0  # monotonic time of the last HTTP request
         self.stall, self.stall_release = _fault_stall()
@@ -675,11 +681,13 @@ class Host:
             os.write(ready_fd, f"ready {os.getpid()}\n".encode())
             os.close(ready_fd)
         log(f"sandbox {self.id} ready on {self.server.path}")
-        threading.Thread(target=_warm_imports, name="warm-imports", daemon=True).start()
+        threading.Thread(
+            target=_warm_imports, args=(self.id, self.title_root), name="warm-imports", daemon=True
+        ).start()
         self.exiting.wait()
 
 
-USAGE = "usage: python -m ckpt.sandbox.process --id ID --socket PATH [--ready-fd N]"
+USAGE = "usage: python -m ckpt.sandbox.process --id ID --socket PATH [--ready-fd N] [--root ROOT]"
 
 
 def _usage_error(msg: str) -> SystemExit:
@@ -687,8 +695,9 @@ def _usage_error(msg: str) -> SystemExit:
     return SystemExit(2)
 
 
-def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
-    """``(id, socket, ready_fd)`` from ``--id ID --socket PATH [--ready-fd N]``.
+def parse_args(argv: list[str]) -> tuple[str, str, int | None, str | None]:
+    """``(id, socket, ready_fd, root)`` from ``--id ID --socket PATH [--ready-fd N]
+    [--root ROOT]`` (the root only names the process in ``ps``).
 
     Parsed by hand rather than with argparse, which (with ``re`` and ``gettext``) costs
     a fifth of this process's start-up.  Accepts ``--opt value`` and ``--opt=value``;
@@ -702,7 +711,7 @@ def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
-        if name not in ("--id", "--socket", "--ready-fd"):
+        if name not in ("--id", "--socket", "--ready-fd", "--root"):
             raise _usage_error(f"unrecognized argument: {arg}")
         if not eq:
             if i + 1 >= len(argv):
@@ -722,14 +731,16 @@ def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
             raise _usage_error(
                 f"argument --ready-fd: invalid int value: {opts['--ready-fd']!r}"
             ) from None
-    return opts["--id"], opts["--socket"], ready_fd
+    return opts["--id"], opts["--socket"], ready_fd, opts.get("--root")
 
 
-def serve(sandbox_id: str, socket_path: str, ready_fd: int | None) -> None:
+def serve(sandbox_id: str, socket_path: str, ready_fd: int | None, root: str | None = None) -> None:
     """Be sandbox ``sandbox_id`` until told to exit: the cold start's ``main`` and the
-    template's forked child both end here."""
+    template's forked child both end here.  With ``root`` (a cold start), the process
+    names itself in ``ps`` once it is ready (a forked one was named by the template)."""
     host = Host(sandbox_id, socket_path)
     signal.signal(signal.SIGTERM, lambda *_: host._exit())
+    host.title_root = root
     host.serve_forever(ready_fd)
 
 
