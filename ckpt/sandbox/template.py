@@ -94,7 +94,7 @@ def warm() -> dict[str, Any]:
     """
     t0 = time.perf_counter_ns()
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import http, process, rpc  # noqa: F401
+    from ckpt.sandbox import http, process, protocol, rpc  # noqa: F401
 
     t_import = time.perf_counter_ns()
     for workload in proto.WARM_WORKLOADS:
