@@ -993,5 +993,9 @@ def demo_cmd() -> None:
     demo.run(out.real())
 
 
+from ckpt.cli_image import image_app  # noqa: E402  (ckpt image ls|rm|prune)
+
+app.add_typer(image_app, name="image")
+
 if __name__ == "__main__":
     main()
