@@ -791,7 +791,9 @@ def delete_cmd(
 @app.command("checkpoint")
 def checkpoint_cmd(
     sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
-    image_path: Annotated[Path, typer.Option("--image-path", help="Image directory to write.")],
+    image_path: Annotated[
+        str, typer.Option("--image-path", help="Image directory, or s3://BUCKET/PREFIX/NAME.")
+    ],
     leave_running: Annotated[
         bool, typer.Option("--leave-running", help="Keep the sandbox running afterwards.")
     ] = False,
@@ -852,7 +854,9 @@ def checkpoint_cmd(
 @app.command("restore")
 def restore_cmd(
     sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
-    image_path: Annotated[Path, typer.Option("--image-path", help="Image directory to load.")],
+    image_path: Annotated[
+        str, typer.Option("--image-path", help="Image directory, or s3://BUCKET/PREFIX/NAME.")
+    ],
     cpu: CpuOpt = None,
     engine: EngineOpt = None,
     stats: StatsOpt = False,

@@ -84,7 +84,7 @@ class RunResult:
 @dataclass
 class CheckpointResult:
     state: SandboxState
-    image: Path
+    image: Path | str  # str: an s3:// URL
     timings: Timings
     stats: dict[str, Any] | None = None
     stats_text: str | None = None
@@ -931,7 +931,7 @@ def _died_message(
 def checkpoint(
     root: Root,
     sandbox_id: str,
-    image: Path,
+    image: Path | str,
     *,
     leave_running: bool = False,
     compression: str = "zstd",
@@ -949,6 +949,9 @@ def checkpoint(
     serving), and hands its listening socket and idle connections to the template for
     the restore (``handover.py``)."""
     _check_engine(engine)
+    from ckpt.sandbox.remote_image import request_fields  # s3:// images: the store's settings
+
+    remote = request_fields(image)
     t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
     engine = engine or st.engine
@@ -969,6 +972,7 @@ def checkpoint(
         "key_hex": key.hex() if key else None,
         "force": force,
         "drain_timeout": drain_timeout,
+        **remote,
     }
     before = _image_identity(Path(params["image"]))
     st.extra["checkpointing_to"] = params["image"]  # kill and delete clean its leftovers
@@ -1025,15 +1029,14 @@ def checkpoint(
             f"checkpoint of {sandbox_id} was written to {params['image']} (sandbox "
             f"{st.status}), but its record was not updated: {exc}"
         ) from exc
-    return CheckpointResult(
-        st, Path(params["image"]), timings, reply.get("stats"), reply.get("stats_text")
-    )
+    image_out = params["image"] if remote else Path(params["image"])
+    return CheckpointResult(st, image_out, timings, reply.get("stats"), reply.get("stats_text"))
 
 
 def restore(
     root: Root,
     sandbox_id: str,
-    image: Path,
+    image: Path | str,
     *,
     cpus: float | None = None,
     engine: str | None = None,
@@ -1050,9 +1053,12 @@ def restore(
     nothing of the new sandbox is left behind.
     """
     _check_engine(engine)
+    from ckpt.sandbox.remote_image import STAGE_DIR, request_fields
+
+    remote = request_fields(image)  # s3:// images: the store's settings, checked here
     t0 = time.perf_counter_ns()
     image = Path(image).absolute()
-    if not image.exists():
+    if not remote and not image.exists():
         raise SandboxError(f"no image at {image}: check --image-path")
     if root.exists(sandbox_id):
         old = refresh(root, sandbox_id)
@@ -1079,6 +1085,8 @@ def restore(
         "background": background,
         "key_hex": key.hex() if key else None,
         "port": port,
+        **remote,
+        **({"stage_dir": str(root.dir(sandbox_id) / STAGE_DIR)} if remote else {}),
     }
     deadline = restore_timeout(image, cpus if mgr is not None else None)
     try:
@@ -1105,7 +1113,7 @@ def restore(
     st.workload = str(reply.get("workload") or _image_workload(image) or "unknown")
     st.address = reply.get("address")
     st.status = RUNNING
-    st.restored_from = str(image)
+    st.restored_from = params["image"]
     _finish(root, st, "restore")
     _note_start(timings, root, spawned)
     if reply.get("held_for") == sandbox_id:  # on the handed-over sockets: the template lets go

@@ -352,12 +352,13 @@ class Host:
             log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
             _stall(seconds, release)
         t0 = time.perf_counter_ns()
-        from ckpt import kernel, state, statefile  # kernel: registers its savable types
+        from ckpt import kernel, state  # kernel: registers its savable types
+        from ckpt.sandbox import remote_image
 
         del kernel
         t_import = time.perf_counter_ns()
         stats = state.Stats() if params.get("stats") else None
-        image = statefile.open_image(params["image"], key=_key(params))
+        image, staged = remote_image.open_for_restore(params, _key(params))
         reader = image.state_reader()
         try:
             k = state.load(reader, engine=params.get("engine") or None, stats=stats)
@@ -376,6 +377,8 @@ class Host:
             frames=len(mf.refs),
         )
         mf.restore_pages(pages)
+        if staged is not None:  # an image fetched from a store: loaded, not needed now
+            staged.remove()
         t_pages = time.perf_counter_ns()
         k.note_restored()
         port = params.get("port")
@@ -466,7 +469,8 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt import state, statefile
+        from ckpt import state
+        from ckpt.sandbox import remote_image
 
         k = self.kernel
         engine = params.get("engine") or state.default_engine()
@@ -487,8 +491,8 @@ class Host:
             "address": self._address(),
         }
         try:
-            with statefile.ImageWriter(
-                params["image"],
+            with remote_image.image_writer(
+                params,
                 force=bool(params.get("force")),
                 compression=params.get("compression") or "zstd",
                 level=params.get("level"),

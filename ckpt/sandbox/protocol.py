@@ -95,6 +95,8 @@ class RestoreRequest(Request, tag="restore"):
     background: bool = False
     key_hex: str | None = None
     port: int | None = None  # None: the port the image was listening on
+    store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
+    stage_dir: str | None = None  # s3:// images: where the image is fetched to
 
 
 class CheckpointRequest(Request, tag="checkpoint"):
@@ -107,6 +109,7 @@ class CheckpointRequest(Request, tag="checkpoint"):
     key_hex: str | None = None
     force: bool = False
     drain_timeout: float | None = None
+    store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
 
 
 class PauseRequest(Request, tag="pause"):

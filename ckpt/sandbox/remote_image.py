@@ -1,0 +1,122 @@
+"""Images at ``s3://BUCKET/PREFIX/NAME``, for checkpoint and restore: the hook points
+that ckpt/sandbox/lifecycle.py (the CLI's side) and ckpt/sandbox/process.py (the
+sandbox's side) call, so the store logic stays in one module.
+
+Where the store settings come from: the sandbox runs in a process forked from the
+root's template, which is shared and long-lived, so its environment is whatever the
+template started with, not the user's.  The CLI therefore reads the AWS variables
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+AWS_REGION) and sends them in the request (``store_env``); the sandbox opens the store
+from them and never from its own environment.  The request travels over the sandbox's
+control socket (mode 0600 under the root) and is never logged or recorded.
+
+Restore downloads the image into ``stage_dir`` (a private directory under the
+sandbox's directory in the root), loads it eagerly and removes the directory before
+the sandbox resumes: the statefile and page readers work on local files.  Restoring
+from a store with ``--background`` is refused for that reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import SandboxError
+
+STORE_VARS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+STAGE_DIR = "image-stage"
+
+
+def is_remote(image: str | os.PathLike[str]) -> bool:
+    return str(image).startswith("s3://")
+
+
+def request_fields(image: str | os.PathLike[str]) -> dict[str, Any]:
+    """For the CLI: nothing for a local image; for an ``s3://`` one, the URL as given
+    and the store settings from this process's environment, checked here so that a
+    missing variable or a bad URL is refused before the sandbox is touched."""
+    if not is_remote(image):
+        return {}
+    from ckpt.storage.repository import split_image_url
+    from ckpt.storage.s3 import S3Settings
+
+    url = str(image)
+    repo_url, _ = split_image_url(url)
+    env = {name: os.environ[name] for name in STORE_VARS if os.environ.get(name)}
+    S3Settings.from_env(repo_url, env)
+    return {"image": url, "store_env": env}
+
+
+def open_repository(params: dict[str, Any], key: bytes | None) -> tuple[Any, str]:
+    """For the sandbox: the repository and image name of ``params["image"]``, opened
+    with the settings in the request only."""
+    from ckpt.storage.repository import Repository, split_image_url
+    from ckpt.storage.s3 import S3Store
+
+    repo_url, name = split_image_url(params["image"])
+    store = S3Store.from_url(repo_url, dict(params.get("store_env") or {}))
+    return Repository(store, key), name
+
+
+def image_writer(params: dict[str, Any], **options: Any) -> Any:
+    """The writer for a checkpoint: an image directory, or the store for ``s3://``."""
+    from ckpt import statefile
+
+    if not is_remote(params["image"]):
+        return statefile.ImageWriter(params["image"], **options)
+    from ckpt.statefile.sinks import StoreImageWriter
+
+    repo, name = open_repository(params, options.get("key"))
+    sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
+    return StoreImageWriter(repo, name, sandbox_id=sandbox_id, **options)
+
+
+class StagedImage:
+    """An image fetched into ``stage_dir`` for a restore; :meth:`remove` after loading."""
+
+    def __init__(self, params: dict[str, Any], key: bytes | None) -> None:
+        if params.get("background"):
+            raise SandboxError(
+                f"{params['image']}: --background restores from a local image only; "
+                "restore from the store without it"
+            )
+        stage = params.get("stage_dir")
+        if not stage:
+            raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
+        self.dir = Path(stage)
+        repo, name = open_repository(params, key)
+        reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
+        self.remove()  # a dead restore's leftover
+        self.dir.mkdir(mode=0o700, parents=False)
+        try:
+            reader.download(self.dir)  # every chunk checked against its digest
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        import shutil  # only here: a sandbox that restores from a directory never needs it
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def open_for_restore(params: dict[str, Any], key: bytes | None) -> tuple[Any, StagedImage | None]:
+    """The image a restore loads, and the staged copy to remove once it is loaded."""
+    from ckpt import statefile
+
+    if not is_remote(params["image"]):
+        return statefile.open_image(params["image"], key=key), None
+    staged = StagedImage(params, key)
+    try:
+        return statefile.open_image(staged.dir, key=key), staged
+    except BaseException:
+        staged.remove()
+        raise

@@ -1,0 +1,115 @@
+"""Checkpoint and restore through ``s3://`` against the real SeaweedFS, end to end with
+real sandboxes (the CLI in subprocesses): the memory survives, an existing image is
+refused without --force, and a store that refuses, lacks the bucket or dies mid-upload
+costs one line and leaves the sandbox as it was, with no image."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+from ckpt.sandbox.http import get_json
+from ckpt.storage.repository import Repository
+from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
+
+MEM = f"s3mem-{os.getpid()}"
+FAULT_BUCKET = "ckpt-fault"
+
+
+def _memory(runner: Cli, sandbox_id: str = MEM) -> str:
+    host, _, port = runner.state(sandbox_id)["address"].rpartition(":")
+    status, body = get_json(host, int(port), "/memory", timeout=30)
+    assert status == 200
+    return body["memory_sha256"]
+
+
+def _run(runner: Cli, env: dict[str, str] | None = None) -> str:
+    """A memory:4 sandbox, started with no AWS variable in its (or its template's)
+    environment: the store settings can only come with the checkpoint request."""
+    runner.env = {k: v for k, v in runner.env.items() if not k.startswith("AWS_")}
+    runner("run", MEM, "--workload", "memory:4", "--port", "0", env=env, timeout=50)
+    return _memory(runner)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def test_round_trip_through_s3_keeps_memory(
+    tcli: Cli,  # noqa: F811
+    s3_url: str,
+    s3_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    run = tcli
+    digest = _run(run)
+    url = f"{s3_url}/img1"
+    key = tmp_path / "key"
+    key.write_bytes(secrets.token_bytes(32))
+    ck = ("checkpoint", MEM, "--image-path", url, "--key-file", str(key))
+    res = run(*ck, env=s3_env, timeout=50)
+    assert url in res.stdout
+    assert run.state(MEM)["status"] == "stopped"
+    images = Repository.open(s3_url).images()
+    assert [i.name for i in images] == ["img1"] and images[0].sandbox_id == MEM
+    rs = ("restore", MEM, "--image-path", url, "--key-file", str(key))
+    run(*rs, env=s3_env, timeout=50)
+    assert _memory(run) == digest
+    assert not (run.root / MEM / "image-stage").exists()  # the fetched copy is gone
+    # An existing image is refused in one line, the running sandbox untouched.
+    refused = run(*ck, "--leave-running", env=s3_env, check=False, timeout=50)
+    assert "exists; use --force" in _one_error_line(refused)
+    assert run.state(MEM)["status"] == "running" and _memory(run) == digest
+    before = Repository.open(s3_url).images()[0].image_id
+    run(*ck, "--force", env=s3_env, timeout=50)
+    assert Repository.open(s3_url).images()[0].image_id != before
+    run(*rs, env=s3_env, timeout=50)
+    assert _memory(run) == digest
+
+
+def test_wrong_credentials_and_no_bucket_leave_the_sandbox_running(
+    cli: Cli,  # noqa: F811
+    s3_url: str,
+    s3_env: dict[str, str],
+) -> None:
+    digest = _run(cli)
+    cases = [
+        (f"{s3_url}/img", {"AWS_SECRET_ACCESS_KEY": "wrong"}, "refused the credentials"),
+        ("s3://no-such-bucket-ckpt/x/img", {}, "no such bucket"),
+    ]
+    for url, env, expected in cases:
+        res = cli("checkpoint", MEM, "--image-path", url, check=False, env={**s3_env, **env})
+        assert expected in _one_error_line(res), res.stderr
+        assert cli.state(MEM)["status"] == "running"
+        assert _memory(cli) == digest
+    assert Repository.open(s3_url).images() == []
+
+
+def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
+    cli: Cli,  # noqa: F811
+) -> None:
+    """The sandbox stalls after writing its state and pages (CKPT_FAULT) and before the
+    commit; the store is killed meanwhile: one line, no manifest, the sandbox runs on."""
+    from ckpt.storage import seaweed
+
+    server = seaweed.start(buckets=(FAULT_BUCKET,))
+    try:
+        url = f"s3://{FAULT_BUCKET}/t/img"
+        digest = _run(cli, env={"CKPT_TEMPLATE": "0", "CKPT_FAULT": "checkpoint-stall:4"})
+        proc = cli.popen("checkpoint", MEM, "--image-path", url, env=server.env())
+        time.sleep(2.0)  # not a timing assertion: the kill lands in the stall or before it
+        server.process.kill()
+        out, err = proc.communicate(timeout=55)
+        assert proc.returncode == 1, (out, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and "did not answer" in lines[0], err
+        assert cli.state(MEM)["status"] == "running"
+        assert _memory(cli) == digest
+    finally:
+        server.stop()
