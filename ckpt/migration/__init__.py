@@ -1,0 +1,71 @@
+"""Live migration between hosts; for now the authenticated channel it runs over.
+
+Public API::
+
+    secret = read_key_file(path)                 # O_NOFOLLOW, mode 0600, >= 32 bytes
+    with Listener(host, port, secret, tls=ServerTLS(cert, key) | None) as lst:
+        ch = lst.accept(timeout=...)             # TLS (optional), then the handshake
+    ch = connect(host, port, secret, tls=ClientTLS(ca) | None,
+                 io_timeout=30.0, deadline=None, max_payload=8 MiB)
+    ch.send(msg); msg = ch.recv(); ch.send_error(code, text); ch.close()
+    pack_pages(round, [(index, page), ...]) -> PageRuns; unpack_pages(msg) -> [(index, page)]
+
+Messages: ``Hello``, ``PageRuns``, ``StateChunk``, ``Ack``, ``Error``, ``Done``.  Every
+failure is a ``MigrationError``; see ``channel.py`` for what the HMAC and TLS modes protect.
+"""
+
+from ckpt.migration.channel import Channel, ClientTLS, Listener, ServerTLS, connect
+from ckpt.migration.errors import (
+    AuthenticationError,
+    DeadlineExceeded,
+    FrameError,
+    HandshakeError,
+    KeyFileError,
+    KeyMismatch,
+    MigrationError,
+    PeerClosed,
+    PeerError,
+)
+from ckpt.migration.keyfile import read_key_file
+from ckpt.migration.messages import (
+    Ack,
+    Done,
+    Error,
+    ErrorCode,
+    Hello,
+    Kind,
+    Message,
+    PageRuns,
+    StateChunk,
+    pack_pages,
+    unpack_pages,
+)
+
+__all__ = [
+    "Ack",
+    "AuthenticationError",
+    "Channel",
+    "ClientTLS",
+    "DeadlineExceeded",
+    "Done",
+    "Error",
+    "ErrorCode",
+    "FrameError",
+    "HandshakeError",
+    "Hello",
+    "KeyFileError",
+    "KeyMismatch",
+    "Kind",
+    "Listener",
+    "Message",
+    "MigrationError",
+    "PageRuns",
+    "PeerClosed",
+    "PeerError",
+    "ServerTLS",
+    "StateChunk",
+    "connect",
+    "pack_pages",
+    "read_key_file",
+    "unpack_pages",
+]

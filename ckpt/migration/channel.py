@@ -1,0 +1,269 @@
+"""The migration channel: typed messages over TCP, authenticated, bounded, with deadlines.
+
+What each mode protects:
+
+* **HMAC (always on).**  Both hosts hold the same key file.  Every frame carries an
+  HMAC-SHA256 under a key derived for this connection from that secret and two fresh
+  nonces, over its direction, sequence number, kind and payload.  This gives *integrity
+  and authenticity*: a host without the key cannot connect, and a frame that is altered,
+  replayed, reordered, reflected or spliced from another connection is refused.  It gives
+  *no confidentiality*: anyone on the path can read the pages and the state stream.  Use
+  it on a private network (or a link you trust to be read-only to others).
+* **TLS (``tls=ServerTLS(...)`` / ``ClientTLS(...)``).**  The same frames, HMAC and all,
+  inside a TLS connection from the stdlib's ``ssl``: *confidentiality* too, and the client
+  checks the server's certificate against a CA.  The key file still decides who may
+  migrate; the certificate only proves which host the client reached.
+
+Every receive has two deadlines: ``io_timeout`` seconds for one frame (a peer that
+trickles bytes cannot stretch a frame past it) and an optional overall ``deadline`` for
+the whole connection.  Any error closes the connection and raises a one-line
+``MigrationError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckpt.migration import messages
+from ckpt.migration.errors import MigrationError, PeerClosed, PeerError
+from ckpt.migration.framing import DEFAULT_MAX_PAYLOAD, Deadline, Wire
+from ckpt.migration.handshake import handshake
+
+DEFAULT_IO_TIMEOUT = 30.0
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """The destination's certificate chain and private key (PEM files)."""
+
+    cert: Path
+    key: Path
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise MigrationError(
+                f"cannot load the TLS certificate {self.cert} and key {self.key}: {exc}"
+            ) from exc
+        return ctx
+
+
+@dataclass(frozen=True)
+class ClientTLS:
+    """The CA that signed the destination's certificate; ``server_name`` defaults to the host."""
+
+    ca: Path
+    server_name: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_verify_locations(cafile=self.ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise MigrationError(f"cannot load the TLS CA file {self.ca}: {exc}") from exc
+        return ctx
+
+
+def _tls_handshake(sock: ssl.SSLSocket, timeout: float) -> None:
+    sock.settimeout(timeout)
+    try:
+        sock.do_handshake()
+    except TimeoutError as exc:
+        raise MigrationError("the TLS handshake did not finish before the deadline") from exc
+    except (ssl.SSLError, OSError) as exc:
+        raise MigrationError(f"the TLS handshake failed: {exc}") from exc
+
+
+class Channel:
+    """One authenticated connection; ``send`` and ``recv`` may run in two threads."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        secret: bytes,
+        *,
+        client: bool,
+        io_timeout: float = DEFAULT_IO_TIMEOUT,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        deadline: float | None = None,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+    ) -> None:
+        """Take ``sock`` (already TLS-wrapped if wanted) and run the handshake on it."""
+        self._wire = Wire(sock)
+        self.io_timeout = io_timeout
+        self.deadline = Deadline(deadline)
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._closed = False
+        self.frames_sent = self.frames_received = 0
+        self.bytes_sent = self.bytes_received = 0
+        try:
+            self._sealer, self._opener, self.peer_hello = handshake(
+                self._wire,
+                secret,
+                client=client,
+                deadline=Deadline(handshake_timeout).earlier(self.deadline),
+                max_payload=max_payload,
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _frame_deadline(self) -> Deadline:
+        return Deadline(self.io_timeout).earlier(self.deadline)
+
+    def send(self, msg: messages.Message) -> None:
+        """Seal and send ``msg``; a failure closes the channel."""
+        payload = messages.encode(msg)
+        if len(payload) > self.peer_hello.max_payload:
+            raise MigrationError(
+                f"a {msg.KIND.name} of {len(payload)} bytes exceeds the peer's "
+                f"{self.peer_hello.max_payload}-byte frame limit"
+            )
+        with self._send_lock:
+            self._check_open()
+            frame = self._sealer.seal(msg.KIND, payload)
+            try:
+                self._wire.write(frame, self._frame_deadline(), f"frame {self._sealer.seq - 1}")
+            except MigrationError:
+                self.close()
+                raise
+            self.frames_sent += 1
+            self.bytes_sent += len(frame)
+
+    def recv(self) -> messages.Message:
+        """The next message; an ``Error`` from the peer is raised as ``PeerError``."""
+        with self._recv_lock:
+            self._check_open()
+            try:
+                kind, payload = self._opener.read(self._wire, self._frame_deadline())
+                msg = messages.decode(kind, payload)
+            except MigrationError:
+                self.close()
+                raise
+            self.frames_received += 1
+            self.bytes_received += len(payload)
+        if isinstance(msg, messages.Error):
+            self.close()
+            raise PeerError(msg.code, f"the peer gave up: {msg.message}")
+        return msg
+
+    def send_error(self, code: messages.ErrorCode, message: str) -> None:
+        """Tell the peer why this side gives up (best effort), then close."""
+        line = message.replace("\n", " ")[: messages.MAX_TEXT]
+        with contextlib.suppress(MigrationError):
+            self.send(messages.Error(int(code), line))
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PeerClosed("the migration channel is closed")
+
+    def close(self) -> None:
+        self._closed = True
+        sock = self._wire.sock
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    host: str,
+    port: int,
+    secret: bytes,
+    *,
+    tls: ClientTLS | None = None,
+    connect_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    **options: float | int | None,
+) -> Channel:
+    """Open a channel to a listening peer; ``options`` go to ``Channel``."""
+    try:
+        sock = socket.create_connection((host, port), timeout=connect_timeout)
+    except TimeoutError as exc:
+        raise MigrationError(f"cannot reach {host}:{port}: no answer in time") from exc
+    except OSError as exc:
+        raise MigrationError(f"cannot reach {host}:{port}: {exc.strerror or exc}") from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls is not None:
+        try:
+            ctx = tls.context()
+            sock = ctx.wrap_socket(
+                sock, server_hostname=tls.server_name or host, do_handshake_on_connect=False
+            )
+            _tls_handshake(sock, connect_timeout)
+        except BaseException:
+            sock.close()
+            raise
+    return Channel(sock, secret, client=True, **options)  # type: ignore[arg-type]
+
+
+class Listener:
+    """A listening socket that turns each accepted connection into a ``Channel``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        secret: bytes,
+        *,
+        tls: ServerTLS | None = None,
+        backlog: int = 4,
+        **options: float | int | None,
+    ) -> None:
+        self._secret = secret
+        self._ctx = tls.context() if tls is not None else None
+        self._options = options
+        try:
+            self._sock = socket.create_server((host, port), backlog=backlog)
+        except OSError as exc:
+            raise MigrationError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._sock.getsockname()[:2]
+        return host, port
+
+    def accept(self, timeout: float | None = None) -> Channel:
+        """Wait up to ``timeout`` seconds for a peer, then handshake with it."""
+        self._sock.settimeout(timeout)
+        try:
+            sock, _ = self._sock.accept()
+        except TimeoutError as exc:
+            raise MigrationError("no peer connected before the deadline") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ctx is not None:
+            try:
+                sock = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                _tls_handshake(
+                    sock,
+                    float(self._options.get("handshake_timeout") or DEFAULT_HANDSHAKE_TIMEOUT),
+                )
+            except BaseException:
+                sock.close()
+                raise
+        return Channel(sock, self._secret, client=False, **self._options)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
