@@ -376,7 +376,9 @@ def bench_instructions_cmd(
 
 @inspect_app.command("statefile")
 def inspect_statefile_cmd(
-    path: Annotated[Path, typer.Argument(help="An image directory or its checkpoint.img.")],
+    path: Annotated[
+        str, typer.Argument(help="An image directory, its checkpoint.img, or s3://.../NAME.")
+    ],
     key_file: Annotated[
         Path | None,
         typer.Option("--key-file", help="File holding the HMAC key, to verify a signed image."),
@@ -397,7 +399,12 @@ def inspect_statefile_cmd(
     from ckpt.statefile.render import render_report
 
     key = statefile.read_key_file(str(key_file)) if key_file is not None else None
-    report = statefile.inspect_image(path, key, objects=objects, verify=verify)
+    if path.startswith("s3://"):
+        from ckpt.cli_image import inspect_remote
+
+        report = inspect_remote(path, key, objects=objects, verify=verify)
+    else:
+        report = statefile.inspect_image(Path(path), key, objects=objects, verify=verify)
     if json_out:
         typer.echo(_json.dumps(report, indent=2, ensure_ascii=False, default=str))
     else:

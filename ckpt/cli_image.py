@@ -158,3 +158,32 @@ def prune_cmd(
         f" ({human_bytes(result.removed_bytes)}), kept {result.kept_referenced} referenced"
         f" and {result.kept_young} younger than {grace}\n"
     )
+
+
+def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any]:
+    """``ckpt inspect statefile s3://BUCKET/PREFIX/NAME``: the image is fetched (every
+    chunk checked against the manifest, whose HMAC is checked with ``key``) into a
+    private temporary directory, inspected as a local image, and removed."""
+    import tempfile
+    from pathlib import Path
+
+    from ckpt import statefile
+    from ckpt.storage.repository import Repository
+
+    repo, name = Repository.for_image(url, key)
+    reader = repo.open_image(name)
+    with tempfile.TemporaryDirectory(prefix="ckpt-inspect-") as temp:
+        directory = Path(temp) / "image"
+        reader.download(directory)
+        report = statefile.inspect_image(directory, key, **options)
+    header = report.get("header")
+    if isinstance(header, dict) and "path" in header:
+        header["path"] = url
+    report["manifest"] = {
+        "image_id": reader.manifest.image_id,
+        "sandbox_id": reader.manifest.sandbox_id,
+        "parent": reader.manifest.parent,
+        "chunks": len(reader.manifest.chunk_refs()),
+        "sealed": key is not None,
+    }
+    return report

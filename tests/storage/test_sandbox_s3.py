@@ -5,6 +5,7 @@ costs one line and leaves the sandbox as it was, with no image."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -71,6 +72,22 @@ def test_round_trip_through_s3_keeps_memory(
     assert Repository.open(s3_url).images()[0].image_id != before
     run(*rs, env=s3_env, timeout=50)
     assert _memory(run) == digest
+    # inspect reads the image from the store: sealed, every chunk checked.
+    shown = run("inspect", "statefile", url, "--key-file", str(key), "--json", env=s3_env)
+    report = json.loads(shown.stdout)
+    assert report["header"]["path"] == url and report["header"]["keyed"]
+    assert report["metadata"]["sandbox_id"] == MEM and report["manifest"]["sealed"]
+    assert url in run("inspect", "statefile", url, "--key-file", str(key), env=s3_env).stdout
+    unkeyed = run("inspect", "statefile", url, env=s3_env, check=False)
+    assert "pass its key file" in _one_error_line(unkeyed)
+    # A chunk changed behind ckpt's back is refused in one line, by inspect and restore.
+    repo = Repository.open(s3_url, key.read_bytes())
+    ref = repo.read_manifest("img1").files["checkpoint.img"].chunks[0]
+    data = bytearray(repo.store.get(repo.chunk_key(ref.digest)))
+    data[100] ^= 1
+    repo.store.put(repo.chunk_key(ref.digest), bytes(data))
+    tampered = run("inspect", "statefile", url, "--key-file", str(key), env=s3_env, check=False)
+    assert "does not match its digest" in _one_error_line(tampered)
 
 
 def test_wrong_credentials_and_no_bucket_leave_the_sandbox_running(
