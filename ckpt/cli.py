@@ -1004,9 +1004,10 @@ def demo_cmd() -> None:
     demo.run(out.real())
 
 
-from ckpt.cli_image import image_app  # noqa: E402  (ckpt image ls|rm|prune)
+from ckpt.cli_image import bench_store_cmd, image_app  # noqa: E402  (images in stores)
 
 app.add_typer(image_app, name="image")
+bench_app.command("store")(bench_store_cmd)
 
 if __name__ == "__main__":
     main()

@@ -187,3 +187,26 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
         "sealed": key is not None,
     }
     return report
+
+
+def bench_store_cmd(
+    workload: Annotated[
+        str, typer.Option("--workload", help="A memory:N sandbox (its digest is checked).")
+    ] = "memory:64",
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Rounds.")] = 3,
+    json_out: JsonOpt = False,
+) -> None:
+    """Local image directory against S3 (a SeaweedFS started for the run), same sandbox.
+
+    Checkpoint wall, upload MB/s, restore wall, and the bytes a second checkpoint of the
+    unchanged sandbox uploads; medians; rich table, --json, Go benchmark lines.
+    """
+    from ckpt.bench import store
+
+    report = store.run(workload=workload, count=count)
+    if json_out:
+        _emit(store.to_json(report))
+        return
+    _console().print(store.render(report))
+    for line in store.go_lines(report):
+        sys.stdout.write(line + "\n")
