@@ -478,6 +478,7 @@ class Host:
         leave_running = bool(params.get("leave_running"))
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
+        remote_image.prepare(params)  # s3:// images: open the store before freezing
         drained = self._drain(params) if not leave_running else None
         t_drained = time.perf_counter_ns()
         if was_running:

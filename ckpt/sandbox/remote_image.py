@@ -18,6 +18,7 @@ from a store with ``--background`` is refused for that reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,44 @@ def request_fields(image: str | os.PathLike[str]) -> dict[str, Any]:
     return {"image": url, "store_env": env}
 
 
-def open_repository(params: dict[str, Any], key: bytes | None) -> tuple[Any, str]:
-    """For the sandbox: the repository and image name of ``params["image"]``, opened
-    with the settings in the request only."""
-    from ckpt.storage.repository import Repository, split_image_url
+_warm: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+
+
+def _store(params: dict[str, Any]) -> tuple[Any, str]:
+    """The store of ``params["image"]``'s repository and the image name, opened with the
+    settings in the request only; reused for the same URL and settings."""
+    from ckpt.storage.repository import split_image_url
     from ckpt.storage.s3 import S3Store
 
     repo_url, name = split_image_url(params["image"])
-    store = S3Store.from_url(repo_url, dict(params.get("store_env") or {}))
+    env = dict(params.get("store_env") or {})
+    cache_key = (repo_url, tuple(sorted(env.items())))
+    store = _warm.get(cache_key)
+    if store is None:
+        store = S3Store.from_url(repo_url, env)
+        _warm.clear()  # one store at a time: settings never outlive the next request
+        _warm[cache_key] = store
+    return store, name
+
+
+def prepare(params: dict[str, Any]) -> None:
+    """Before the sandbox freezes: import the client and open the store, so the frozen
+    time does not pay for them (~300 ms for a first checkpoint here).  Errors are left
+    for the checkpoint proper to raise, in its place."""
+    if not is_remote(params.get("image", "")):
+        return
+    with contextlib.suppress(Exception):
+        import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest)
+
+        store, _ = _store(params)
+        store.check()  # connects; a refusal is raised again, in order, by the upload
+
+
+def open_repository(params: dict[str, Any], key: bytes | None) -> tuple[Any, str]:
+    """For the sandbox: the repository and image name of ``params["image"]``."""
+    from ckpt.storage.repository import Repository
+
+    store, name = _store(params)
     return Repository(store, key), name
 
 
