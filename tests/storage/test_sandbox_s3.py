@@ -130,3 +130,30 @@ def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
         assert _memory(cli) == digest
     finally:
         server.stop()
+
+
+def test_store_killed_mid_restore_leaves_nothing(
+    cli: Cli,  # noqa: F811
+) -> None:
+    """The restoring sandbox stalls before it fetches the image (CKPT_FAULT); the store
+    is killed meanwhile: one line, and no sandbox, record or fetched copy remains."""
+    from ckpt.storage import seaweed
+
+    server = seaweed.start(buckets=(FAULT_BUCKET,))
+    try:
+        url = f"s3://{FAULT_BUCKET}/t/img"
+        _run(cli, env={"CKPT_TEMPLATE": "0"})
+        cli("checkpoint", MEM, "--image-path", url, env=server.env(), timeout=50)
+        cli("delete", MEM)
+        fault = {**server.env(), "CKPT_TEMPLATE": "0", "CKPT_FAULT": "restore-stall:4"}
+        proc = cli.popen("restore", MEM, "--image-path", url, env=fault)
+        time.sleep(2.0)  # not a timing assertion: the kill lands in the stall or before it
+        server.process.kill()
+        out, err = proc.communicate(timeout=55)
+        assert proc.returncode == 1, (out, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and "did not answer" in lines[0], err
+        assert cli("list", "--json").stdout.count(MEM) == 0
+        assert not (cli.root / MEM).exists()
+    finally:
+        server.stop()
