@@ -104,6 +104,13 @@ class ChunkWriter(io.RawIOBase):
             self._flush_chunk()
         super().close()
 
+    def cut(self) -> None:
+        """End the current chunk here, short: bytes that differ in every image (a
+        header holding the image's ID) then stay out of the chunks that follow, which
+        the next image of the same content shares."""
+        if self._buffer:
+            self._flush_chunk()
+
     def discard(self) -> None:
         """Close without sending the partial chunk: the upload is being aborted."""
         self._buffer = bytearray()
