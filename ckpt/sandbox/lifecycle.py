@@ -1055,7 +1055,7 @@ def restore(
     _check_engine(engine)
     from ckpt.sandbox.remote_image import STAGE_DIR, request_fields
 
-    remote = request_fields(image)  # s3:// images: the store's settings, checked here
+    remote = request_fields(image, background=background)  # s3://: the store's settings
     t0 = time.perf_counter_ns()
     image = Path(image).absolute()
     if not remote and not image.exists():

@@ -34,18 +34,22 @@ STORE_VARS = (
     "AWS_DEFAULT_REGION",
 )
 STAGE_DIR = "image-stage"
+_EAGER = "restore from the store without it"
 
 
 def is_remote(image: str | os.PathLike[str]) -> bool:
     return str(image).startswith("s3://")
 
 
-def request_fields(image: str | os.PathLike[str]) -> dict[str, Any]:
+def request_fields(image: str | os.PathLike[str], *, background: bool = False) -> dict[str, Any]:
     """For the CLI: nothing for a local image; for an ``s3://`` one, the URL as given
     and the store settings from this process's environment, checked here so that a
-    missing variable or a bad URL is refused before the sandbox is touched."""
+    missing variable, a bad URL or ``--background`` is refused before any sandbox is
+    touched or started."""
     if not is_remote(image):
         return {}
+    if background:
+        raise SandboxError(f"{image}: --background restores from a local image only; {_EAGER}")
     from ckpt.storage.repository import split_image_url
     from ckpt.storage.s3 import S3Settings
 
@@ -116,8 +120,7 @@ class StagedImage:
     def __init__(self, params: dict[str, Any], key: bytes | None) -> None:
         if params.get("background"):
             raise SandboxError(
-                f"{params['image']}: --background restores from a local image only; "
-                "restore from the store without it"
+                f"{params['image']}: --background restores from a local image only; {_EAGER}"
             )
         stage = params.get("stage_dir")
         if not stage:

@@ -157,3 +157,24 @@ def test_store_killed_mid_restore_leaves_nothing(
         assert not (cli.root / MEM).exists()
     finally:
         server.stop()
+
+
+def test_restore_refusals_start_no_sandbox(
+    cli: Cli,  # noqa: F811
+    s3_url: str,
+    s3_env: dict[str, str],
+) -> None:
+    """What the CLI can tell before starting a sandbox, it refuses in one line with
+    nothing started: --background from a store, missing credentials, a bad URL."""
+    url = f"{s3_url}/img"
+    no_keys = {k: "" for k in s3_env if k.startswith("AWS_")}
+    cases = [
+        (("--background",), s3_env, "--background restores from a local image only"),
+        ((), no_keys, "set AWS_ACCESS_KEY_ID"),
+    ]
+    for extra, env, expected in cases:
+        res = cli("restore", MEM, "--image-path", url, *extra, env=env, check=False)
+        assert expected in _one_error_line(res), res.stderr
+    res = cli("restore", MEM, "--image-path", f"s3://{s3_url[5:].split('/')[0]}", check=False)
+    assert "name the image" in _one_error_line(res)
+    assert not cli.root.exists()  # no sandbox was started: its root was never made
