@@ -7,6 +7,8 @@ Per round, on one sandbox, in alternating order (local first, then S3 first):
 * upload rate: the image's bytes over the S3 checkpoint's wall;
 * a second S3 checkpoint of the unchanged sandbox, under another name: the bytes it
   adds to the store (chunks the store lacked), against the first's;
+* a checkpoint into a repository all rounds share: from the second round on, the bytes
+  a new sandbox of the same workload (and seed) adds;
 * restore wall (eager), from each, into a fresh sandbox, whose ``/memory`` digest is
   checked against the original's.
 
@@ -74,10 +76,15 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
-def _round(lifecycle: Any, root: Any, work: Path, repo: str, workload: str, n: int) -> dict:
-    """One round on a fresh sandbox (odd rounds S3 first); figures in ms and bytes."""
+def _round(lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: int) -> dict:
+    """One round on a fresh sandbox (odd rounds S3 first) and a repository of its own;
+    figures in ms and bytes.  Last, the sandbox is also checkpointed into a repository
+    that every round shares: from the second round on, what that uploads is what a new
+    sandbox of the same workload adds."""
     from ckpt.storage.repository import Repository
 
+    repo = f"{base}/round-{n}"
+    shared = f"{base}/shared"
     lifecycle.run(root, SANDBOX, workload, port=0, template=False)
     digest = _digest(lifecycle, root)
     local = work / f"local-{n}"
@@ -97,6 +104,9 @@ def _round(lifecycle: Any, root: Any, work: Path, repo: str, workload: str, n: i
     before = _store_bytes(repo)
     lifecycle.checkpoint(root, SANDBOX, f"{s3}-again", leave_running=True)
     row["uploaded_second"] = _store_bytes(repo) - before
+    before = _store_bytes(shared)
+    lifecycle.checkpoint(root, SANDBOX, f"{shared}/img-{n}", leave_running=True)
+    row["uploaded_new_sandbox"] = _store_bytes(shared) - before
     lifecycle.delete(root, SANDBOX, force=True)
     for side in order:
         image = s3 if side == "s3" else local
@@ -124,10 +134,10 @@ def run(workload: str = "memory:64", count: int = 3) -> dict[str, Any]:
         server = seaweed.start(buckets=(BUCKET,))
         try:
             with _env(server.env()):
-                repo = f"s3://{BUCKET}/bench-{os.getpid()}"
+                base = f"s3://{BUCKET}/bench-{os.getpid()}"
                 for n in range(count):
                     try:
-                        rows.append(_round(lifecycle, root, work, repo, workload, n))
+                        rows.append(_round(lifecycle, root, work, base, workload, n))
                     finally:
                         with contextlib.suppress(Exception):
                             lifecycle.delete(root, SANDBOX, force=True)
@@ -144,6 +154,9 @@ def summary(report: dict[str, Any]) -> dict[str, float]:
     med["checkpoint_ratio"] = med["checkpoint_s3_ms"] / med["checkpoint_local_ms"]
     med["restore_ratio"] = med["restore_s3_ms"] / med["restore_local_ms"]
     med["second_pct"] = 100.0 * med["uploaded_second"] / max(1, med["uploaded_first"])
+    later = [r["uploaded_new_sandbox"] for r in rounds[1:]]  # round 0 filled the store
+    med["uploaded_new_sandbox"] = statistics.median(later) if later else float("nan")
+    med["new_sandbox_pct"] = 100.0 * med["uploaded_new_sandbox"] / max(1, med["uploaded_first"])
     return med
 
 
@@ -176,6 +189,12 @@ def render(report: dict[str, Any]) -> Any:
     table.add_row(
         "bytes uploaded, 2nd ckpt", "", f"{m['uploaded_second']:.0f}", f"{m['second_pct']:.1f}%"
     )
+    table.add_row(
+        "bytes uploaded, new sandbox",
+        "",
+        f"{m['uploaded_new_sandbox']:.0f}",
+        f"{m['new_sandbox_pct']:.1f}%",
+    )
     return table
 
 
@@ -195,4 +214,6 @@ def go_lines(report: dict[str, Any]) -> list[str]:
         f"{name}/restore/s3\t{n}\t{m['restore_s3_ms'] * 1e6:.0f} ns/op",
         f"{name}/second-checkpoint/s3\t{n}\t{m['uploaded_second']:.0f} B/op"
         f"\t{m['second_pct']:.2f} pct-of-first",
+        f"{name}/new-sandbox-checkpoint/s3\t{n}\t{m['uploaded_new_sandbox']:.0f} B/op"
+        f"\t{m['new_sandbox_pct']:.2f} pct-of-first",
     ]

@@ -900,11 +900,15 @@ def _image_identity(image: Path) -> tuple[int, int, int] | None:
 
 
 def _died_message(
-    sandbox_id: str, image: Path, before: Any, key: bytes | None, exc: BaseException
+    sandbox_id: str, image: Path | str, before: Any, key: bytes | None, exc: BaseException
 ) -> str:
     """What a checkpoint whose sandbox died left at ``image``, said as it is: a new image
     in place (and whether it verifies), or none, the previous one (if any) unchanged."""
     head = f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc})"
+    if str(image).startswith("s3://"):
+        from ckpt.sandbox.remote_image import died_message
+
+        return died_message(head, str(image), sandbox_id, before)
     if _image_identity(image) in (None, before):
         kept = "; the previous image there is unchanged" if before is not None else ""
         return f"{head}; no image was committed at {image}{kept}"
@@ -949,7 +953,7 @@ def checkpoint(
     serving), and hands its listening socket and idle connections to the template for
     the restore (``handover.py``)."""
     _check_engine(engine)
-    from ckpt.sandbox.remote_image import request_fields  # s3:// images: the store's settings
+    from ckpt.sandbox.remote_image import remote_before, request_fields  # s3:// images
 
     remote = request_fields(image)
     t0 = time.perf_counter_ns()
@@ -974,7 +978,7 @@ def checkpoint(
         "drain_timeout": drain_timeout,
         **remote,
     }
-    before = _image_identity(Path(params["image"]))
+    before = remote_before(image) if remote else _image_identity(Path(params["image"]))
     st.extra["checkpointing_to"] = params["image"]  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
@@ -992,7 +996,7 @@ def checkpoint(
             _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
             statefile.clean_stale(Path(params["image"]))
             raise SandboxError(
-                _died_message(sandbox_id, Path(params["image"]), before, key, exc)
+                _died_message(sandbox_id, params["image"], before, key, exc)
             ) from exc
         if was_paused and freezer is not None:
             freezer.freeze()

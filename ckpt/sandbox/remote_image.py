@@ -93,6 +93,31 @@ def prepare(params: dict[str, Any]) -> None:
         store.check()  # connects; a refusal is raised again, in order, by the upload
 
 
+def remote_before(url: str) -> str | None:
+    """For the CLI, before a checkpoint: a digest of the manifest at ``url`` now (None
+    if there is none, or the store cannot say), to tell afterwards whether a sandbox
+    that died had committed a new one."""
+    import hashlib
+
+    from ckpt.storage.repository import Repository
+
+    with contextlib.suppress(Exception):
+        repo, name = Repository.for_image(url)
+        data = repo.store.get(repo.manifest_key(name))
+        return hashlib.sha256(data).hexdigest()
+    return None
+
+
+def died_message(head: str, url: str, sandbox_id: str, before: str | None) -> str:
+    """What a checkpoint whose sandbox died left at ``url``: the manifest is written
+    last, so either a new image is there, complete, or the previous one (or none)."""
+    now = remote_before(url)
+    if now is not None and now != before:
+        return f"{head} after committing its image: {url} holds the new checkpoint"
+    kept = "; the previous image there is unchanged" if before is not None else ""
+    return f"{head}; no image was committed at {url}{kept}"
+
+
 def open_repository(params: dict[str, Any], key: bytes | None) -> tuple[Any, str]:
     """For the sandbox: the repository and image name of ``params["image"]``."""
     from ckpt.storage.repository import Repository

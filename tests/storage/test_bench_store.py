@@ -36,6 +36,7 @@ def test_bench_store_one_round(tmp_path: os.PathLike[str]) -> None:
     assert row["uploaded_second"] <= 0.2 * row["uploaded_first"], row
     summary = report["summary"]
     assert summary["second_pct"] <= 20 and summary["upload_mb_s"] > 0
+    assert row["uploaded_new_sandbox"] >= 0.9 * row["uploaded_first"]  # the first in its store
     buf = io.StringIO()
     Console(file=buf, width=80).print(store.render(report))
     assert "checkpoint wall ms" in buf.getvalue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -178,3 +179,31 @@ def test_restore_refusals_start_no_sandbox(
     res = cli("restore", MEM, "--image-path", f"s3://{s3_url[5:].split('/')[0]}", check=False)
     assert "name the image" in _one_error_line(res)
     assert not cli.root.exists()  # no sandbox was started: its root was never made
+
+
+def test_sandbox_killed_mid_checkpoint_leaves_the_previous_image(
+    cli: Cli,  # noqa: F811
+    s3_url: str,
+    s3_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """A --force checkpoint whose sandbox is SIGKILLed before its commit: one line that
+    says no image was committed, and the previous image is still the one listed."""
+    release = tmp_path / "release"
+    release.touch()  # the first checkpoint does not stall
+    _run(cli, env={"CKPT_TEMPLATE": "0", "CKPT_FAULT": f"checkpoint-stall:20:{release}"})
+    url = f"{s3_url}/img"
+    cli("checkpoint", MEM, "--image-path", url, "--leave-running", env=s3_env, timeout=50)
+    before = Repository.open(s3_url).images()
+    assert [i.name for i in before] == ["img"]
+    release.unlink()
+    pid = cli.state(MEM)["pid"]
+    proc = cli.popen("checkpoint", MEM, "--image-path", url, "--force", env=s3_env)
+    time.sleep(2.0)  # not a timing assertion: the kill lands in the 20 s stall
+    os.kill(pid, signal.SIGKILL)
+    _out, err = proc.communicate(timeout=50)
+    lines = err.splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, err
+    assert "no image was committed at " + url in lines[0], lines
+    assert "previous image there is unchanged" in lines[0]
+    assert Repository.open(s3_url).images() == before
