@@ -17,9 +17,7 @@ import typer
 
 from ckpt.errors import CkptError
 
-image_app = typer.Typer(
-    help="Images in a repository: s3://BUCKET/PREFIX (AWS_* variables) or a directory."
-)
+image_app = typer.Typer(help="List, remove and prune images in s3:// or a directory.")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RepoArg = Annotated[
