@@ -75,7 +75,7 @@ def _store(params: dict[str, Any]) -> tuple[Any, str]:
     store = _warm.get(cache_key)
     if store is None:
         store = S3Store.from_url(repo_url, env)
-        _warm.clear()  # one store at a time: settings never outlive the next request
+        _warm.clear()  # one store at a time
         _warm[cache_key] = store
     return store, name
 
@@ -135,6 +135,7 @@ def image_writer(params: dict[str, Any], **options: Any) -> Any:
     from ckpt.statefile.sinks import StoreImageWriter
 
     repo, name = open_repository(params, options.get("key"))
+    _warm.clear()  # the settings live as long as this writer, not in the sandbox after
     sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
     return StoreImageWriter(repo, name, sandbox_id=sandbox_id, **options)
 
