@@ -14,6 +14,7 @@ typer is held below 0.29, which requires pydantic and imports it at parse time.
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import sys
@@ -25,6 +26,45 @@ import typer
 
 from ckpt import __version__
 from ckpt.errors import CkptError
+
+
+def _readable_help() -> None:
+    """Help that a person reads at 80 columns, whatever typer and click would print.
+
+    typer prints a required argument as ``{ID}`` and an option's value as its type
+    (``<str>``, ``<float range>``); here an argument shows its metavar (``ID``) and an
+    option its metavar, its choices (``[none|zstd]``), or else its name (``--count
+    COUNT``).  Click's wrapper breaks lines at hyphens, which cut ``--leave-running``
+    in two: it breaks at spaces only.
+    """
+    import typer._click._textwrap as textwrap  # typer 0.2x carries its own click
+    import typer.core
+
+    class SpacesOnly(textwrap.TextWrapper):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.break_on_hyphens = False
+
+    textwrap.TextWrapper = SpacesOnly  # type: ignore[misc]
+
+    def argument_metavar(self: Any, ctx: Any, *, usage: bool = False) -> str:
+        name = self.metavar or (self.name or "").upper()
+        return name if self.required or not usage else f"[{name}]"
+
+    def option_metavar(self: Any, ctx: Any) -> str:
+        if self.metavar is not None:
+            return self.metavar
+        choices = getattr(self.type, "choices", None)
+        if choices:
+            return "[" + "|".join(str(getattr(c, "value", c)) for c in choices) + "]"
+        longest = max(self.opts, key=len, default="--value")
+        return longest.lstrip("-").replace("-", "_").upper()
+
+    typer.core.TyperArgument.make_metavar = argument_metavar  # type: ignore[method-assign]
+    typer.core.TyperOption.make_metavar = option_metavar  # type: ignore[method-assign]
+
+
+_readable_help()
 
 app = typer.Typer(
     name="ckpt",
@@ -116,6 +156,7 @@ def main_options(
         Path | None,
         typer.Option(
             "--root",
+            metavar="PATH",
             help="Directory holding one subdirectory per sandbox "
             "(default: $CKPT_ROOT, else /run/ckpt as root, else $XDG_RUNTIME_DIR/ckpt).",
         ),
@@ -240,7 +281,7 @@ def bench_state(
     """Save and load benchmark shapes with typed, reflect, C pickle and pure-Python pickle.
 
     Repetitions are interleaved (A B, B A, ...); figures are medians.  Ratios compare
-    each variant with reflect; the targets table checks BENCHMARKS.md's goals.
+    each variant with reflect; the targets table checks each ratio against its goal.
     """
     import json
 
@@ -377,11 +418,18 @@ def bench_instructions_cmd(
 @inspect_app.command("statefile")
 def inspect_statefile_cmd(
     path: Annotated[
-        str, typer.Argument(help="An image directory, its checkpoint.img, or s3://.../NAME.")
+        str,
+        typer.Argument(
+            metavar="PATH", help="An image directory, its checkpoint.img, or s3://.../NAME."
+        ),
     ],
     key_file: Annotated[
         Path | None,
-        typer.Option("--key-file", help="File holding the HMAC key, to verify a signed image."),
+        typer.Option(
+            "--key-file",
+            metavar="PATH",
+            help="File holding the HMAC key, to verify a signed image.",
+        ),
     ] = None,
     objects: Annotated[
         int, typer.Option("--objects", min=0, help="Pretty-print the first N objects.")
@@ -468,7 +516,7 @@ def bench_cgroup_stat(
 ) -> None:
     """cgroup stat(): the lean reader against a naive one, on a live process's real cgroup.
 
-    Needs root and a cgroup filesystem.  Targets (seed 003): at least 40% less time and
+    Needs root and a cgroup filesystem.  Goals (after containerd's cgroup2 Stat allocation work): at least 40% less time and
     40% fewer allocated blocks than the naive reader.
     """
     import json
@@ -507,7 +555,7 @@ def bench_checkpointfile_cmd(
     json_out: JsonDocOpt = False,
 ) -> None:
     """Decode and re-encode an idle nginx kernel from its image, typed vs reflect;
-    and files:N save/load with per-type stats on vs off (seed 001)."""
+    and files:N save/load with per-type stats on vs off."""
     import json as _json
 
     from ckpt.bench import checkpointfile, harness
@@ -627,7 +675,9 @@ def bench_scale_cmd(
     ] = None,
     plot_path: Annotated[
         Path | None,
-        typer.Option("--plot", help="Also draw cost against size to FILE.png (needs [plot])."),
+        typer.Option(
+            "--plot", metavar="FILE", help="Also draw cost against size to FILE.png (needs [plot])."
+        ),
     ] = None,
     json_out: JsonDocOpt = False,
 ) -> None:
@@ -636,6 +686,7 @@ def bench_scale_cmd(
 
     from ckpt.bench import scale
 
+    plot_to = scale.check_plot(plot_path) if plot_path is not None else None
     res = scale.run(
         scale.parse_sizes(files, "files"),
         scale.parse_sizes(graphs, "graphs"),
@@ -644,8 +695,8 @@ def bench_scale_cmd(
         workdir=workdir,
         progress=True,
     )
-    if plot_path is not None:
-        scale.plot(res, plot_path)
+    if plot_to is not None:
+        typer.echo(f"plot written to {scale.plot(res, plot_to)}", err=True)
     if json_out:
         typer.echo(_json.dumps(scale.to_json(res), indent=2, default=str))
         return
@@ -680,18 +731,40 @@ def _print_json(data: object) -> None:
     say(json.dumps(data, indent=2, default=str))
 
 
+class Engine(enum.Enum):
+    """lifecycle.ENGINES, as choices (without importing lifecycle)."""
+
+    NATIVE = "native"
+    TYPED = "typed"
+    REFLECT = "reflect"
+
+
+class Compression(enum.Enum):
+    """statefile.COMPRESSIONS, as choices."""
+
+    NONE = "none"
+    ZSTD = "zstd"
+
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID: its name under the root.")]
 CpuOpt = Annotated[
     str | None,
-    typer.Option("--cpu", help="CPU quota in CPUs (e.g. 0.5), or 'uncapped' (default)."),
+    typer.Option(
+        "--cpu",
+        metavar="CPUS",
+        help="CPU quota in CPUs (e.g. 0.5), or 'uncapped' (default).",
+    ),
 ]
 EngineOpt = Annotated[
-    str | None,
+    Engine | None,
     typer.Option(
-        "--engine", help="State engine: native, typed or reflect (default: the fastest built)."
+        "--engine",
+        help="State engine (default: the fastest built).",
     ),
 ]
 KeyOpt = Annotated[
-    Path | None, typer.Option("--key-file", help="HMAC-SHA256 key for the image (raw bytes).")
+    Path | None,
+    typer.Option("--key-file", metavar="PATH", help="HMAC-SHA256 key for the image (raw bytes)."),
 ]
 StatsOpt = Annotated[
     bool, typer.Option("--stats", help="Per-type engine stats and CRIU-style counters.")
@@ -707,11 +780,13 @@ IgnoreCgroupsOpt = Annotated[
 
 @app.command("run")
 def run_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID.")],
+    sandbox_id: IdArg,
     workload: Annotated[
         str,
         typer.Option(
-            "--workload", "-w", help="empty, http, nginx, files:N, graph:N or memory:N (MiB)."
+            "--workload",
+            "-w",
+            help="empty, http, nginx, files:N, graph:N, kv:N or memory:N (MiB).",
         ),
     ],
     cpu: CpuOpt = None,
@@ -719,11 +794,10 @@ def run_cmd(
         int, typer.Option("--port", min=0, max=65535, help="TCP port to serve on; 0 = free.")
     ] = 0,
     engine: Annotated[
-        str | None,
+        Engine | None,
         typer.Option(
             "--engine",
-            help="Default engine for its checkpoints: native, typed or reflect "
-            "(default: native where built, else typed).",
+            help="Default engine for its checkpoints (default: native where built, else typed).",
         ),
     ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
@@ -736,7 +810,7 @@ def run_cmd(
         workload,
         cpus=_lifecycle().parse_cpu(cpu),
         port=port,
-        engine=engine,
+        engine=engine.value if engine else None,
         ignore_cgroups=ignore_cgroups,
     )
     for text in res.notes:
@@ -759,27 +833,27 @@ def list_cmd(json_out: JsonOpt = False) -> None:
 
 
 @app.command("state")
-def state_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+def state_cmd(sandbox_id: IdArg) -> None:
     """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address)."""
     _print_json(_lifecycle().state(_sandbox_root(), sandbox_id).to_json())
 
 
 @app.command("pause")
-def pause_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+def pause_cmd(sandbox_id: IdArg) -> None:
     """Freeze a sandbox's kernel and cgroup; HTTP requests wait until resume."""
     _lifecycle().pause(_sandbox_root(), sandbox_id)
     say(f"sandbox {sandbox_id} paused")
 
 
 @app.command("resume")
-def resume_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+def resume_cmd(sandbox_id: IdArg) -> None:
     """Thaw a paused sandbox."""
     _lifecycle().resume(_sandbox_root(), sandbox_id)
     say(f"sandbox {sandbox_id} running")
 
 
 @app.command("kill")
-def kill_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+def kill_cmd(sandbox_id: IdArg) -> None:
     """SIGKILL a sandbox and free its cgroup (its state stays, as stopped)."""
     _lifecycle().kill(_sandbox_root(), sandbox_id)
     say(f"sandbox {sandbox_id} stopped")
@@ -787,7 +861,7 @@ def kill_cmd(sandbox_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
 
 @app.command("delete")
 def delete_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    sandbox_id: IdArg,
     force: Annotated[bool, typer.Option("--force", help="Kill it first if running.")] = False,
 ) -> None:
     """Remove a sandbox: its process (with --force), cgroup and files."""
@@ -797,16 +871,21 @@ def delete_cmd(
 
 @app.command("checkpoint")
 def checkpoint_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    sandbox_id: IdArg,
     image_path: Annotated[
-        str, typer.Option("--image-path", help="Image directory, or s3://BUCKET/PREFIX/NAME.")
+        str,
+        typer.Option(
+            "--image-path", metavar="PATH", help="Image directory, or s3://BUCKET/PREFIX/NAME."
+        ),
     ],
     leave_running: Annotated[
         bool, typer.Option("--leave-running", help="Keep the sandbox running afterwards.")
     ] = False,
-    compression: Annotated[str, typer.Option("--compression", help="none or zstd.")] = "zstd",
+    compression: Annotated[
+        Compression, typer.Option("--compression", help="Page compression.")
+    ] = Compression.ZSTD,
     compression_level: Annotated[
-        int | None, typer.Option("--compression-level", help="zstd level.")
+        int | None, typer.Option("--compression-level", metavar="LEVEL", help="zstd level.")
     ] = None,
     engine: EngineOpt = None,
     stats: StatsOpt = False,
@@ -817,6 +896,7 @@ def checkpoint_cmd(
         typer.Option(
             "--drain-timeout",
             min=0.0,
+            metavar="SECONDS",
             help="Seconds accepted requests may take to finish before the sandbox stops; "
             "past it the checkpoint fails and the sandbox goes on serving.",
         ),
@@ -830,9 +910,9 @@ def checkpoint_cmd(
         sandbox_id,
         image_path,
         leave_running=leave_running,
-        compression=compression,
+        compression=compression.value,
         level=compression_level,
-        engine=engine,
+        engine=engine.value if engine else None,
         stats=stats,
         key=_lifecycle().read_key(key_file),
         force=force,
@@ -860,9 +940,12 @@ def checkpoint_cmd(
 
 @app.command("restore")
 def restore_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    sandbox_id: IdArg,
     image_path: Annotated[
-        str, typer.Option("--image-path", help="Image directory, or s3://BUCKET/PREFIX/NAME.")
+        str,
+        typer.Option(
+            "--image-path", metavar="PATH", help="Image directory, or s3://BUCKET/PREFIX/NAME."
+        ),
     ],
     cpu: CpuOpt = None,
     engine: EngineOpt = None,
@@ -887,7 +970,7 @@ def restore_cmd(
         sandbox_id,
         image_path,
         cpus=_lifecycle().parse_cpu(cpu),
-        engine=engine,
+        engine=engine.value if engine else None,
         stats=stats,
         background=background,
         key=_lifecycle().read_key(key_file),
@@ -911,16 +994,19 @@ def restore_cmd(
 
 @app.command("cycle")
 def cycle_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID")],
+    sandbox_id: IdArg,
     image_path: Annotated[
-        Path, typer.Option("--image-path", help="Directory for the cycles' images.")
+        Path,
+        typer.Option("--image-path", metavar="PATH", help="Directory for the cycles' images."),
     ],
     count: Annotated[int, typer.Option("--count", min=1, help="Cycles per engine and quota.")] = 5,
     cpu: Annotated[
-        str, typer.Option("--cpu", help="Comma-separated quotas, e.g. uncapped,1,0.25.")
+        str,
+        typer.Option("--cpu", metavar="CPUS", help="Comma-separated quotas, e.g. uncapped,1,0.25."),
     ] = "uncapped",
     hold: Annotated[
-        float, typer.Option("--hold", min=0.0, help="Seconds to wait between cycles.")
+        float,
+        typer.Option("--hold", min=0.0, metavar="SECONDS", help="Seconds to wait between cycles."),
     ] = 0.0,
     engines: Annotated[
         str | None,

@@ -3,7 +3,7 @@
 On hosts that set PYTHONDONTWRITEBYTECODE, every command would compile all of ckpt's
 modules again (about a third of a command's start-up).  Before importing them, the
 entry point sends bytecode into ckpt's own cache directory instead, as the sandbox
-processes do (``lifecycle.child_env``); nothing is written beside the sources.  This
+processes do (``childenv.child_env``); nothing is written beside the sources.  This
 happens only here, never on ``import ckpt``, so a program using ckpt as a library keeps
 its own settings.
 """

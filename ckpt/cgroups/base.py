@@ -20,6 +20,7 @@ class BaseManager(abc.ABC):
     cpu_backend: str  # "v2", "v1", or "none" (no CPU controller / inert)
     freezer_backend: str
     inert: bool
+    reason: str = ""  # why an inert manager has no group; empty for a real one
 
     @property
     @abc.abstractmethod

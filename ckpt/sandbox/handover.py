@@ -41,6 +41,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ckpt.sandbox.protocol import BindReason, Handover
+
 ENV = "CKPT_TEMPLATE_SOCKET"
 LISTEN = "listen"
 CONN = "conn"
@@ -78,15 +80,18 @@ def _exchange(
         return {}, []
 
 
-def hold(sandbox_id: str, sockets: list[socket.socket]) -> str:
-    """Give ``sockets`` (the listener first) to the template.  Returns "" when it took
-    them, else why not (the caller's sockets then simply close when it exits); a reason
-    starting with NO_ANSWER means it may have them: never shut them down then."""
+def hold(sandbox_id: str, sockets: list[socket.socket]) -> tuple[Handover, str]:
+    """Give ``sockets`` (the listener first) to the template: ``(outcome, why)``.
+    ``Handover.TEMPLATE`` when it took them; ``NONE`` when it did not (the caller's
+    sockets then simply close when it exits); ``UNKNOWN`` when it did not answer in time
+    and may have them: never shut them down then."""
+    from ckpt.sandbox.protocol import Handover
+
     path = template_socket()
     if path is None:
-        return "no template"
+        return Handover.NONE, "no template"
     if len(sockets) > MAX_SOCKETS:
-        return f"too many connections to hand over ({len(sockets)})"
+        return Handover.NONE, f"too many connections to hand over ({len(sockets)})"
     kinds = [LISTEN] + [CONN] * (len(sockets) - 1)
     try:
         reply, extra = _exchange(
@@ -95,36 +100,45 @@ def hold(sandbox_id: str, sockets: list[socket.socket]) -> str:
             [s.fileno() for s in sockets],
         )
     except TimeoutError:
-        return f"{NO_ANSWER}; it may hold them"
+        return Handover.UNKNOWN, f"{NO_ANSWER}; it may hold them"
     except OSError as exc:
-        return f"template unreachable ({exc})"
+        return Handover.NONE, f"template unreachable ({exc})"
     for fd in extra:
         os.close(fd)
-    return "" if reply.get("ok") else str(reply.get("error") or "refused")
+    if reply.get("ok"):
+        return Handover.TEMPLATE, ""
+    return Handover.NONE, str(reply.get("error") or "refused")
 
 
-def adopt(sandbox_id: str) -> tuple[socket.socket | None, list[socket.socket], str]:
-    """Take back what the template holds for ``sandbox_id``: (listener, connections,
-    note).  The template keeps its copies until ``release``."""
+def adopt(
+    sandbox_id: str,
+) -> tuple[socket.socket | None, list[socket.socket], BindReason | None, str]:
+    """Take back what the template holds for ``sandbox_id``: ``(listener, connections,
+    None, "")``, or ``(None, [], why not, the same in words)``.  The template keeps its
+    copies until ``release``."""
+    from ckpt.sandbox.protocol import BindReason
+
     path = template_socket()
     if path is None:
-        return None, [], "no template"
+        return None, [], BindReason.NO_TEMPLATE, "no template"
     try:
         reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id}, timeout=ADOPT_TIMEOUT_S)
     except OSError as exc:
-        return None, [], f"template unreachable ({exc})"
+        return None, [], BindReason.TEMPLATE_UNREACHABLE, f"template unreachable ({exc})"
     kinds = (reply.get("result") or {}).get("kinds") if reply.get("ok") else None
     if not isinstance(kinds, list) or len(kinds) != len(fds) or not fds or kinds[0] != LISTEN:
         for fd in fds:
             os.close(fd)
-        return None, [], "nothing held" if reply.get("ok") else str(reply.get("error"))
+        if reply.get("ok"):
+            return None, [], BindReason.NOTHING_HELD, "nothing held"
+        return None, [], BindReason.REFUSED, str(reply.get("error"))
     listener = socket.socket(fileno=fds[0])
     conns = [socket.socket(fileno=fd) for fd in fds[1:]]
     if not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         for s in (listener, *conns):
             s.close()
-        return None, [], "the held listener no longer listens"
-    return listener, conns, ""
+        return None, [], BindReason.NOT_LISTENING, "the held listener no longer listens"
+    return listener, conns, None, ""
 
 
 def release(path: str, sandbox_id: str) -> bool:

@@ -32,14 +32,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
 from ckpt.sandbox import handover, rpc, template_proto
+from ckpt.sandbox.childenv import child_env
 from ckpt.sandbox.paths import (
     CREATING,
     PAUSED,
@@ -58,6 +60,10 @@ from ckpt.sandbox.timings import (
     SUSPEND_TOTAL,
     Timings,
 )
+
+if TYPE_CHECKING:  # protocol (msgspec) is imported by the commands that talk to a sandbox
+    from ckpt.cgroups.base import BaseManager
+    from ckpt.sandbox import protocol as p
 
 READY_TIMEOUT_S = 30.0
 # The restore RPC: a fixed floor plus time for the image's bytes at a slow rate per CPU
@@ -200,7 +206,11 @@ class Spawned:
 
 
 def _spawn(
-    root: Root, sandbox_id: str, mgr: Any, use_template: bool, on_pid: Any = None
+    root: Root,
+    sandbox_id: str,
+    mgr: BaseManager | None,
+    use_template: bool,
+    on_pid: Callable[[int, float], None] | None = None,
 ) -> Spawned:
     """Start the sandbox process inside ``mgr``'s cgroup, forked from the warm template
     when one serves this root, else as a fresh interpreter.  Either way the process is
@@ -289,6 +299,8 @@ def _spawn_cold(
                 str(sock),
                 "--ready-fd",
                 str(ready_w),
+                "--root",
+                str(root.path),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -303,29 +315,6 @@ def _spawn_cold(
         raise SandboxError(f"cannot start sandbox process for {sandbox_id}: {exc}") from exc
     _children[proc.pid] = proc
     return proc
-
-
-def child_env() -> dict[str, str]:
-    """The sandbox runs with ``python -S``: no ``site`` and no ``.pth`` processing, which
-    is most of interpreter start-up on hosts with many ``.pth`` hooks.  Our resolved
-    ``sys.path`` (and the directory holding ``ckpt``) is handed over in PYTHONPATH
-    instead, so it imports exactly what this process would."""
-    import ckpt
-
-    here = str(Path(ckpt.__file__).resolve().parent.parent)
-    entries = [here, *(p for p in sys.path if p and p != here and os.path.isdir(p))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
-    # Every sandbox is a fresh interpreter; without bytecode it compiles all of ckpt
-    # again each time (hosts setting PYTHONDONTWRITEBYTECODE).  Keep bytecode in
-    # ckpt's own cache directory instead, so nothing is written beside the sources
-    # (inside it, so a CKPT_CACHE_DIR of /var/cache/ckpt never writes /var/cache/pycache).
-    from ckpt.cachedir import bytecode_dir
-
-    where = bytecode_dir()
-    if where is not None and "PYTHONPYCACHEPREFIX" not in env:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(where)
-    return env
 
 
 def _read_ready(fd: int, timeout: float) -> bytes:
@@ -347,7 +336,7 @@ def _read_ready(fd: int, timeout: float) -> bytes:
 
 def _make_cgroup(
     root: Root, sandbox_id: str, cpus: float | None, ignore: bool, notes: list[str]
-) -> Any:
+) -> BaseManager | None:
     """The sandbox's cgroup with its quota applied, or None when running without one."""
     if ignore:
         if cpus is not None:
@@ -367,16 +356,16 @@ def _make_cgroup(
     try:
         mgr = cgroups.create(name)
     except CgroupError as exc:
-        mgr, reason = None, str(exc)
+        reason = str(exc)
     else:
-        reason = getattr(mgr, "reason", "")
-    if mgr is None or getattr(mgr, "inert", False):
-        notes.append(f"running without a cgroup ({reason}); CPU is read from the process")
-        return None
-    return mgr
+        if not mgr.inert:
+            return mgr
+        reason = mgr.reason
+    notes.append(f"running without a cgroup ({reason}); CPU is read from the process")
+    return None
 
 
-def _open_cgroup(name: str | None) -> Any:
+def _open_cgroup(name: str | None) -> BaseManager | None:
     if not name:
         return None
     from ckpt import cgroups
@@ -447,12 +436,18 @@ def _socket_peer(root: Root, sandbox_id: str) -> int | None:
 
 
 def _cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
-    """Does ``pid``'s command line say it is this root's sandbox (cold: ``--socket`` is
-    ours; forked: the command line of this root's template)?"""
+    """Does ``pid``'s command line say it is this root's sandbox: its title (``ckpt
+    sandbox ID (ROOT)``), or before it has one, a cold start's whose ``--socket`` is
+    ours, or the command line of this root's template (a sandbox forked by a template
+    that names no sandboxes)?"""
+    from ckpt.sandbox import title
+
     try:
         cmd = psutil.Process(pid).cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+    if title.shows(cmd, title.sandbox_title(sandbox_id, str(root.path))):
+        return True
     if "ckpt.sandbox.process" in cmd and "--socket" in cmd:
         i = cmd.index("--socket") + 1
         return i < len(cmd) and cmd[i] == str(root.socket_path(sandbox_id))
@@ -544,14 +539,14 @@ def _stop_all(root: Root, st: SandboxState, group: str) -> None:
         )
 
 
-def _freezable(mgr: Any) -> Any:
+def _freezable(mgr: BaseManager | None) -> BaseManager | None:
     """``mgr`` if its group has a freezer; without one, pause freezes the kernel only."""
-    if mgr is None or getattr(mgr, "freezer_backend", "none") == "none":
+    if mgr is None or mgr.freezer_backend == "none":
         return None
     return mgr
 
 
-def _cpu_usec(mgr: Any) -> int | None:
+def _cpu_usec(mgr: BaseManager | None) -> int | None:
     if mgr is None:
         return None
     try:
@@ -620,13 +615,13 @@ def _running(root: Root, sandbox_id: str, verb: str) -> SandboxState:
     return st
 
 
-def _call(root: Root, st: SandboxState, method: str, params: Any = None, **kw: Any) -> Any:
+def _call(root: Root, st: SandboxState, request: p.Request, **kw: Any) -> Any:
     """An RPC to the sandbox on its own socket (this root's path for the ID, never the
-    record's), which must be a socket whose listener is the recorded pid."""
+    record's), which must be a socket whose listener is the recorded pid; returns the
+    request's reply type (``protocol.REPLIES``)."""
     return rpc.call(
         root.socket_path(st.id),
-        method,
-        params,
+        request,
         what=f"sandbox {st.id}",
         peer_pid=st.pid,
         **kw,
@@ -665,7 +660,7 @@ def _start(
     notes: list[str],
     template: bool | None,
     verb: str,
-) -> tuple[SandboxState, Any, Spawned]:
+) -> tuple[SandboxState, BaseManager | None, Spawned]:
     """Make the directory, cgroup and process; return (state, cgroup manager, spawn).
 
     The record is written first and again as soon as the cgroup, then the process,
@@ -766,18 +761,15 @@ def run(
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     try:
-        reply = _call(
-            root,
-            st,
-            "boot",
-            {"workload": workload, "port": port, "options": options or {}},
-            timeout=120,
-        )
+        from ckpt.sandbox.protocol import BootRequest
+
+        request = BootRequest(workload=workload, port=port, options=options or {})
+        reply: p.BootReply = _call(root, st, request, timeout=120)
     except BaseException:
         _discard(root, st)
         raise
     timings.phases_ns["Run"] = time.perf_counter_ns() - t0
-    st.address = reply.get("address")
+    st.address = reply.address
     st.status = RUNNING
     _finish(root, st, "run")
     _note_start(timings, root, spawned)
@@ -793,7 +785,9 @@ def pause(root: Root, sandbox_id: str) -> SandboxState:
     st = _running(root, sandbox_id, "pause")
     if st.status == PAUSED:
         return st
-    _call(root, st, "pause")
+    from ckpt.sandbox.protocol import PauseRequest, ResumeRequest
+
+    _call(root, st, PauseRequest())
     mgr = _freezable(_open_cgroup(st.cgroup and _group(root, st, strict=True)))
     if mgr is not None:
         try:
@@ -801,7 +795,7 @@ def pause(root: Root, sandbox_id: str) -> SandboxState:
         except CgroupError:  # leave it as it was: thawed and running
             with contextlib.suppress(CgroupError):
                 mgr.thaw()
-            _call(root, st, "resume")
+            _call(root, st, ResumeRequest())
             raise
     st.status = PAUSED
     root.write(st)
@@ -816,7 +810,9 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
     mgr = _freezable(_open_cgroup(st.cgroup and _group(root, st, strict=True)))
     if mgr is not None:
         mgr.thaw()
-    _call(root, st, "resume")
+    from ckpt.sandbox.protocol import ResumeRequest
+
+    _call(root, st, ResumeRequest())
     st.status = RUNNING
     root.write(st)
     return st
@@ -953,7 +949,7 @@ def checkpoint(
     serving), and hands its listening socket and idle connections to the template for
     the restore (``handover.py``)."""
     _check_engine(engine)
-    from ckpt.sandbox.remote_image import remote_before, request_fields  # s3:// images
+    from ckpt.sandbox.remote_image import attach, remote_before, request_fields  # s3://
 
     remote = request_fields(image)
     t0 = time.perf_counter_ns()
@@ -966,25 +962,28 @@ def checkpoint(
         freezer.thaw()  # the kernel stays frozen; the process must run to write the image
     cpu0 = _cpu_usec(mgr)
     timings = Timings()
-    params = {
-        "image": str(Path(image).absolute()),
-        "leave_running": leave_running,
-        "compression": compression,
-        "level": level,
-        "engine": engine,
-        "stats": stats,
-        "key_hex": key.hex() if key else None,
-        "force": force,
-        "drain_timeout": drain_timeout,
-        **remote,
-    }
-    before = remote_before(image) if remote else _image_identity(Path(params["image"]))
-    st.extra["checkpointing_to"] = params["image"]  # kill and delete clean its leftovers
+    from ckpt.sandbox.protocol import CheckpointRequest, Handover
+
+    request = CheckpointRequest(
+        image=str(Path(image).absolute()),
+        leave_running=leave_running,
+        compression=compression,
+        level=level,
+        engine=engine,
+        stats=stats,
+        key_hex=key.hex() if key else None,
+        force=force,
+        drain_timeout=drain_timeout,
+    )
+    request = attach(request, remote)
+    image = request.image if remote else Path(request.image)
+    before = remote_before(request.image) if remote else _image_identity(image)
+    st.extra["checkpointing_to"] = request.image  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
     try:
         with timings.phase(CHECKPOINT):
-            reply = _call(root, st, "checkpoint", params, timeout=None)
+            reply: p.CheckpointReply = _call(root, st, request, timeout=None)
     except CkptError as exc:
         if isinstance(exc, SandboxGone):  # EOF can come a moment before the exit shows
             _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S)
@@ -994,10 +993,8 @@ def checkpoint(
             with contextlib.suppress(CkptError):
                 _stop_all(root, st, root.cgroup_name(sandbox_id))
             _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
-            statefile.clean_stale(Path(params["image"]))
-            raise SandboxError(
-                _died_message(sandbox_id, params["image"], before, key, exc)
-            ) from exc
+            statefile.clean_stale(Path(image))
+            raise SandboxError(_died_message(sandbox_id, image, before, key, exc)) from exc
         if was_paused and freezer is not None:
             freezer.freeze()
         st.extra.pop("checkpointing_to", None)
@@ -1005,7 +1002,7 @@ def checkpoint(
             root.write(st)
         raise
     pause_point("checkpoint:replied")
-    if reply.get("stopping"):
+    if reply.stopping:
         if not _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S):
             _kill_pid(st.pid, st.pid_start)
         cpu1 = _cpu_usec(mgr)
@@ -1020,21 +1017,27 @@ def checkpoint(
     if cpu0 is not None and cpu1 is not None:
         timings.cpu_usec, timings.cpu_source = cpu1 - cpu0, "cgroup"
     else:
-        timings.cpu_usec, timings.cpu_source = int(reply.get("cpu_usec") or 0), "process"
-    timings.counters = dict(reply.get("counters") or {})
-    timings.counters["checkpoint_in_sandbox_ms"] = round(reply["checkpoint_ns"] / 1e6, 3)
-    st.extra["last_checkpoint"] = params["image"]
-    st.extra["handover"] = "template" if timings.counters.get("handover") == "template" else ""
+        timings.cpu_usec, timings.cpu_source = reply.cpu_usec, "process"
+    timings.counters = dict(reply.counters)
+    timings.counters["checkpoint_in_sandbox_ms"] = round(reply.checkpoint_ns / 1e6, 3)
+    if reply.handover is not None:
+        timings.counters["handover"] = _said(reply.handover.value, reply.handover_detail)
+    st.extra["last_checkpoint"] = request.image
+    st.extra["handover"] = "template" if reply.handover is Handover.TEMPLATE else ""
     st.extra.pop("checkpointing_to", None)
     try:
         root.write(st)
     except CkptError as exc:
         raise SandboxError(
-            f"checkpoint of {sandbox_id} was written to {params['image']} (sandbox "
+            f"checkpoint of {sandbox_id} was written to {request.image} (sandbox "
             f"{st.status}), but its record was not updated: {exc}"
         ) from exc
-    image_out = params["image"] if remote else Path(params["image"])
-    return CheckpointResult(st, image_out, timings, reply.get("stats"), reply.get("stats_text"))
+    return CheckpointResult(st, image, timings, reply.stats, reply.stats_text)
+
+
+def _said(outcome: str, detail: str) -> str:
+    """An outcome as ``--stats`` and ``--json`` show it: ``none (no template)``."""
+    return f"{outcome} ({detail})" if detail else outcome
 
 
 def restore(
@@ -1057,7 +1060,7 @@ def restore(
     nothing of the new sandbox is left behind.
     """
     _check_engine(engine)
-    from ckpt.sandbox.remote_image import STAGE_DIR, request_fields
+    from ckpt.sandbox.remote_image import STAGE_DIR, attach, request_fields
 
     remote = request_fields(image, background=background)  # s3://: the store's settings
     t0 = time.perf_counter_ns()
@@ -1082,20 +1085,21 @@ def restore(
         root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template, "restore"
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
-    params = {
-        "image": str(image),
-        "engine": engine,
-        "stats": stats,
-        "background": background,
-        "key_hex": key.hex() if key else None,
-        "port": port,
-        **remote,
-        **({"stage_dir": str(root.dir(sandbox_id) / STAGE_DIR)} if remote else {}),
-    }
+    from ckpt.sandbox.protocol import Listener, RestoreRequest
+
+    request = RestoreRequest(
+        image=str(image),
+        engine=engine,
+        stats=stats,
+        background=background,
+        key_hex=key.hex() if key else None,
+        port=port,
+    )
+    request = attach(request, remote, stage=root.dir(sandbox_id) / STAGE_DIR)
     deadline = restore_timeout(image, cpus if mgr is not None else None)
     try:
         try:
-            reply = _call(root, st, "restore", params, timeout=deadline)
+            reply: p.RestoreReply = _call(root, st, request, timeout=deadline)
         except SandboxError as exc:
             if not isinstance(exc.__cause__, TimeoutError):
                 raise
@@ -1107,24 +1111,28 @@ def restore(
     except BaseException:
         _discard(root, st)
         raise
-    timings.phases_ns[RESTORE] = int(reply["restore_ns"])
+    timings.phases_ns[RESTORE] = reply.restore_ns
     timings.phases_ns[RESUME_TOTAL] = time.perf_counter_ns() - t0
     if cpu is not None:
         timings.cpu_usec, timings.cpu_source = cpu, "cgroup"
     else:
-        timings.cpu_usec, timings.cpu_source = int(reply.get("cpu_usec") or 0), "process"
-    timings.counters = dict(reply.get("counters") or {})
-    st.workload = str(reply.get("workload") or _image_workload(image) or "unknown")
-    st.address = reply.get("address")
+        timings.cpu_usec, timings.cpu_source = reply.cpu_usec, "process"
+    timings.counters = dict(reply.counters)
+    if reply.listener is Listener.HANDED_OVER:
+        timings.counters["listener"] = reply.listener.value
+    elif reply.listener is Listener.BOUND_ANEW:
+        timings.counters["listener"] = _said(reply.listener.value, reply.bind_detail)
+    st.workload = reply.workload or _image_workload(image) or "unknown"
+    st.address = reply.address
     st.status = RUNNING
-    st.restored_from = params["image"]
+    st.restored_from = request.image
     _finish(root, st, "restore")
     _note_start(timings, root, spawned)
-    if reply.get("held_for") == sandbox_id:  # on the handed-over sockets: the template lets go
+    if reply.held_for == sandbox_id:  # on the handed-over sockets: the template lets go
         _release_held(root, sandbox_id)
     else:
-        notes.extend(_listener_notes(str(timings.counters.get("listener", "")), handed_over))
-    return RestoreResult(st, timings, reply.get("stats"), reply.get("stats_text"), notes)
+        notes.extend(_listener_notes(reply, handed_over))
+    return RestoreResult(st, timings, reply.stats, reply.stats_text, notes)
 
 
 def restore_timeout(image: Path, cpus: float | None = None) -> float:
@@ -1145,13 +1153,14 @@ def restore_timeout(image: Path, cpus: float | None = None) -> float:
     return RESTORE_TIMEOUT_S + size / (RESTORE_BYTES_PER_S * share)
 
 
-def _listener_notes(listener: str, handed_over: bool) -> list[str]:
+def _listener_notes(reply: p.RestoreReply, handed_over: bool) -> list[str]:
     """One line when a restore bound its port anew although clients may have waited."""
-    if not listener.startswith("bound anew"):
+    from ckpt.sandbox.protocol import BindReason, Listener
+
+    reason = reply.bind_reason
+    if reply.listener is not Listener.BOUND_ANEW or reason is None:
         return []
-    lost = any(
-        why in listener for why in ("(no template", "(template unreachable", "(nothing held")
-    )
+    lost = reason.sockets_lost
     if handed_over and lost:
         return [
             "the sockets this sandbox handed to the template at its checkpoint are gone "
@@ -1159,7 +1168,7 @@ def _listener_notes(listener: str, handed_over: bool) -> list[str]:
             "were refused and parked keep-alive connections cut until this restore bound "
             "the port anew"
         ]
-    if lost and "(nothing held" not in listener:
+    if lost and reason is not BindReason.NOTHING_HELD:
         return [
             "no template held the listening socket: it was bound anew, and clients were "
             "refused between the checkpoint and this restore"
@@ -1176,10 +1185,12 @@ def _image_workload(image: Path) -> str | None:
         return None
 
 
-def fingerprint(root: Root, sandbox_id: str) -> dict[str, str]:
+def fingerprint(root: Root, sandbox_id: str) -> p.FingerprintReply:
     """The kernel's fingerprint and description (for before/after comparisons)."""
+    from ckpt.sandbox.protocol import FingerprintRequest
+
     st = _running(root, sandbox_id, "fingerprint")
-    return _call(root, st, "fingerprint")
+    return _call(root, st, FingerprintRequest())
 
 
 def read_key(path: Path | None) -> bytes | None:

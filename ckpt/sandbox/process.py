@@ -43,6 +43,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ckpt.sandbox import protocol as p
+
 TICK_S = 0.05
 TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
 # Timer slack of a quiet sandbox: with no HTTP request for QUIET_AFTER_S, the ticker
@@ -123,8 +125,7 @@ def _image_write_error(exc: OSError, image: str) -> StatefileError:
     )
 
 
-def _key(params: dict[str, Any]) -> bytes | None:
-    key_hex = params.get("key_hex")
+def _key(key_hex: str | None) -> bytes | None:
     return bytes.fromhex(key_hex) if key_hex else None
 
 
@@ -142,13 +143,18 @@ def _summary_dict(summary: Any) -> dict[str, Any]:
     return {name: getattr(summary, name) for name in fields if hasattr(summary, name)}
 
 
-def _warm_imports() -> None:
-    """Import the kernel, state engine and statefile once the process is ready.
+def _warm_imports(sandbox_id: str, root: str | None) -> None:
+    """Name the process (``ckpt sandbox ID (ROOT)``) and import the kernel, state engine
+    and statefile once the process is ready.
 
-    They are needed by the first ``boot`` or ``restore``; importing them after the
-    ready handshake keeps SandboxCreate the cost of the process alone, and any import
-    still running when the request arrives is waited for and counted as ``import_ms``.
+    They are needed by the first ``boot`` or ``restore``; doing this after the ready
+    handshake keeps SandboxCreate the cost of the process alone, and any import still
+    running when the request arrives is waited for and counted as ``import_ms``.
     """
+    if root is not None:
+        from ckpt.sandbox import title
+
+        title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
 
 
@@ -181,19 +187,40 @@ def _serves_http(k: Any) -> bool:
     return k.http_listen_address() is not None or getattr(k, "http", None) is not None
 
 
-def _bind_error(port: int, exc: OSError, why: str) -> str:
+def _bind_error(port: int, exc: OSError, reason: p.BindReason | None, why: str) -> str:
     """Why a restore could not bind its port, and what to do, in one line."""
     import errno
 
+    from ckpt.sandbox.protocol import BindReason
+
     msg = f"cannot listen on {HOST}:{port}: {exc.strerror}"
-    if exc.errno == errno.EADDRINUSE and why.startswith("template unreachable"):
+    if exc.errno == errno.EADDRINUSE and reason is BindReason.TEMPLATE_UNREACHABLE:
         return (
             f"{msg}: the template holding it does not answer ({why}); `ckpt template stop` "
             "(what it holds is lost) and restore again, or pass --port 0 for a free port"
         )
-    if exc.errno == errno.EADDRINUSE and why.startswith("the held sockets are "):
+    if exc.errno == errno.EADDRINUSE and reason is BindReason.OTHER_SANDBOX:
         return f"{msg} ({why}, kept for its restore); pass --port 0 for a free port"
     return f"{msg}; pass --port 0 for a free port"
+
+
+class _Adoption:
+    """What a restore found held for its listener: the socket and parked connections,
+    or why it binds anew (``reason``, and the same in words)."""
+
+    __slots__ = ("conns", "held_for", "listener", "reason", "why")
+
+    def __init__(
+        self,
+        reason: p.BindReason | None,
+        why: str,
+        listener: Any = None,
+        conns: list[Any] | None = None,
+        held_for: str = "",
+    ) -> None:
+        self.reason, self.why, self.listener = reason, why, listener
+        self.conns = conns or []
+        self.held_for = held_for
 
 
 class Host:
@@ -206,6 +233,7 @@ class Host:
         self.frozen = False
         self.http: HttpServer | None = None
         self.handed_over = False
+        self.title_root: str | None = None  # set by a cold start: see ``serve``
         self.exiting = threading.Event()
         self.last_request = 0.0  # monotonic time of the last HTTP request
         self.stall, self.stall_release = _fault_stall()
@@ -254,53 +282,54 @@ class Host:
                     quiet = time.monotonic() - self.last_request > QUIET_AFTER_S
                     ticks = ticks_to_sleep(k.now, k.next_event_ns(), quiet)
 
-    def _listen(
-        self, port: int, adopted: tuple[Any, list[Any]] | None = None, why: str = ""
-    ) -> str | None:
+    def _listen(self, port: int, adoption: _Adoption | None = None) -> str | None:
         """Serve the workload's listening socket for real: the one handed over by the
         previous sandbox when there is one (with its parked connections), else one
-        bound now (``why`` says why it was not handed over).  Returns ``host:port``."""
+        bound now (``adoption`` says why it was not handed over).  Returns
+        ``host:port``."""
         if not _serves_http(self.kernel):
             return None
-        if adopted is not None:
-            sock, conns = adopted
+        if adoption is not None and adoption.listener is not None:
+            sock, conns = adoption.listener, adoption.conns
         else:
             conns = []
             try:
                 sock = bind(HOST, port)
             except OSError as exc:
-                raise SandboxError(_bind_error(port, exc, why)) from exc
+                reason, why = (adoption.reason, adoption.why) if adoption else (None, "")
+                raise SandboxError(_bind_error(port, exc, reason, why)) from exc
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
         self.http = HttpServer(sock, self.respond, conns)
         self.http.start()
         return f"{host}:{real_port}"
 
-    def _adopt(self, image_metadata: dict[str, Any], port: int) -> tuple[Any, str, str]:
+    def _adopt(self, image_metadata: dict[str, Any], port: int) -> _Adoption:
         """The sockets the checkpointed sandbox handed to the template, if they are for
-        this port: ``((listener, conns) or None, the ID they were held for, note)``.  The
-        ID comes back whenever something was held, adopted or not, so that a successful
-        restore lets the template close it."""
+        this port, or why not.  ``held_for`` is set whenever something was held, adopted
+        or not, so that a successful restore lets the template close it."""
         from ckpt.sandbox import handover
+        from ckpt.sandbox.protocol import BindReason
 
         held_for = image_metadata.get("sandbox_id")
         if not isinstance(held_for, str) or not _serves_http(self.kernel):
-            return None, "", "the image names no sandbox"
+            return _Adoption(BindReason.IMAGE_NAMES_NO_SANDBOX, "the image names no sandbox")
         if held_for != self.id:
             # What the template holds belongs to sandbox ``held_for``, whose own restore
             # may come at any moment: a copy of its image restored elsewhere never
             # takes (or releases) them.
-            return None, "", f"the held sockets are {held_for}'s"
-        listener, conns, why = handover.adopt(held_for)
+            return _Adoption(BindReason.OTHER_SANDBOX, f"the held sockets are {held_for}'s")
+        listener, conns, reason, why = handover.adopt(held_for)
         if listener is None:
-            return None, "", why
+            return _Adoption(reason, why)
         held_port = listener.getsockname()[1]
         if held_port != port:  # --port 0 or another port: bind anew
             for s in (listener, *conns):
                 s.close()
             # a restore elsewhere: the CLI releases the held socket once this succeeds
-            return None, held_for, f"the held socket is on port {held_port}, not {port}"
-        return (listener, conns), held_for, ""
+            why = f"the held socket is on port {held_port}, not {port}"
+            return _Adoption(BindReason.OTHER_PORT, why, held_for=held_for)
+        return _Adoption(None, "", listener, conns, held_for)
 
     def _address(self) -> str | None:
         if self.http is None:
@@ -310,40 +339,46 @@ class Host:
 
     # -- RPC handlers ------------------------------------------------------------------
 
-    def ping(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "booted": self.kernel is not None,
-            "frozen": self.frozen,
-            "address": self._address(),
-            "cpu_usec": self_cpu_usec(),
-            "busy_with": self.server.busy_with,
-        }
+    def ping(self, request: p.PingRequest) -> p.PingReply:
+        from ckpt.sandbox.protocol import PingReply
 
-    def fingerprint(self, params: dict[str, Any]) -> dict[str, Any]:
+        return PingReply(
+            pid=os.getpid(),
+            booted=self.kernel is not None,
+            frozen=self.frozen,
+            address=self._address(),
+            cpu_usec=self_cpu_usec(),
+            busy_with=self.server.busy_with,
+            sandbox_id=self.id,
+        )
+
+    def fingerprint(self, request: p.FingerprintRequest) -> p.FingerprintReply:
+        from ckpt.sandbox.protocol import FingerprintReply
+
         with self.cond:
             if self.kernel is None:
                 raise SandboxError("sandbox has no kernel yet")
-            return {"fingerprint": self.kernel.fingerprint(), "describe": self.kernel.describe()}
+            return FingerprintReply(self.kernel.fingerprint(), self.kernel.describe())
 
-    def boot(self, params: dict[str, Any]) -> dict[str, Any]:
+    def boot(self, request: p.BootRequest) -> p.BootReply:
         if self.kernel is not None:
             raise SandboxError("sandbox already has a kernel")
         from ckpt import kernel as kernel_mod
         from ckpt import statefile  # noqa: F401  (loaded now, not during the checkpoint)
+        from ckpt.sandbox.protocol import BootReply
 
-        workload = params["workload"]
+        workload = request.workload
         try:
-            k = kernel_mod.build_workload(workload, **(params.get("options") or {}))
+            k = kernel_mod.build_workload(workload, **request.options)
         except TypeError as exc:
             raise KernelError(f"workload {workload!r}: {exc}") from exc
         with self.cond:
             self.kernel = k
-            address = self._listen(int(params.get("port") or 0))
+            address = self._listen(request.port)
         log(f"booted workload {workload} address={address}")
-        return {"address": address, "cpu_usec": self_cpu_usec()}
+        return BootReply(address=address, cpu_usec=self_cpu_usec())
 
-    def restore(self, params: dict[str, Any]) -> dict[str, Any]:
+    def restore(self, request: p.RestoreRequest) -> p.RestoreReply:
         """Load an image into this (empty) process and resume it."""
         if self.kernel is not None:
             raise SandboxError("sandbox already has a kernel")
@@ -354,14 +389,15 @@ class Host:
         t0 = time.perf_counter_ns()
         from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox import remote_image
+        from ckpt.sandbox.protocol import Listener, RestoreReply
 
         del kernel
         t_import = time.perf_counter_ns()
-        stats = state.Stats() if params.get("stats") else None
-        image, staged = remote_image.open_for_restore(params, _key(params))
+        stats = state.Stats() if request.stats else None
+        image, staged = remote_image.open_for_restore(request, _key(request.key_hex))
         reader = image.state_reader()
         try:
-            k = state.load(reader, engine=params.get("engine") or None, stats=stats)
+            k = state.load(reader, engine=request.engine or None, stats=stats)
         finally:
             close = getattr(reader, "close", None)
             if close is not None:
@@ -371,7 +407,7 @@ class Host:
         # page is read: its address space, and one recorded page per allocated frame.
         mf = k.memory_file
         pages = image.open_pages(
-            lazy=bool(params.get("background")),
+            lazy=request.background,
             on_error=self._pages_failed,
             limit=mf.next_frame,
             frames=len(mf.refs),
@@ -381,16 +417,16 @@ class Host:
             staged.remove()
         t_pages = time.perf_counter_ns()
         k.note_restored()
-        port = params.get("port")
+        port = request.port
         if port is None:
             saved = k.http_listen_address()
             port = saved[1] if saved else 0
         with self.cond:
             self.kernel = k
             self.frozen = True
-            adopted, held_for, why = self._adopt(image.metadata, int(port))
+            adoption = self._adopt(image.metadata, int(port))
             try:
-                address = self._listen(int(port), adopted, why)
+                address = self._listen(int(port), adoption)
             except BaseException:
                 self.kernel = None
                 raise
@@ -398,28 +434,31 @@ class Host:
             self.frozen = False
             self.cond.notify_all()
         t_end = time.perf_counter_ns()
-        log(f"restored from {params['image']} address={address}")
+        log(f"restored from {request.image} address={address}")
         counters: dict[str, Any] = {
             "import_ms": round((t_import - t0) / 1e6, 3),
             "restore_state_ms": round((t_state - t_import) / 1e6, 3),
             "restore_pages_ms": round((t_pages - t_state) / 1e6, 3),
             "restore_time_ms": round((t_end - t_import) / 1e6, 3),
             "pages_restored": len(getattr(pages, "indices", ()) or ()),
-            "lazy_pages": bool(params.get("background")),
+            "lazy_pages": request.background,
         }
+        reply = RestoreReply(
+            address=address,
+            workload=k.workload,
+            restore_ns=t_end - t_import,
+            cpu_usec=self_cpu_usec(),
+            held_for=adoption.held_for,
+            counters=counters,
+            stats=stats.as_dict() if stats is not None else None,
+            stats_text=str(stats) if stats is not None else None,
+        )
         if address is not None:
-            counters["listener"] = "handed over" if adopted else f"bound anew ({why})"
-            counters["connections_adopted"] = len(adopted[1]) if adopted else 0
-        return {
-            "address": address,
-            "workload": k.workload,
-            "held_for": held_for,
-            "restore_ns": t_end - t_import,
-            "counters": counters,
-            "stats": stats.as_dict() if stats is not None else None,
-            "stats_text": str(stats) if stats is not None else None,
-            "cpu_usec": self_cpu_usec(),
-        }
+            adopted = adoption.listener is not None
+            reply.listener = Listener.HANDED_OVER if adopted else Listener.BOUND_ANEW
+            reply.bind_reason, reply.bind_detail = adoption.reason, adoption.why
+            counters["connections_adopted"] = len(adoption.conns)
+        return reply
 
     def _pages_failed(self, exc: BaseException) -> None:
         """A background page load found the page file damaged: stop, never run on with
@@ -447,21 +486,25 @@ class Host:
                 self.http.pause_reading(False)
             self.cond.notify_all()
 
-    def pause(self, params: dict[str, Any]) -> dict[str, Any]:
+    def pause(self, request: p.PauseRequest) -> p.FrozenReply:
+        from ckpt.sandbox.protocol import FrozenReply
+
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to pause")
         if not self.frozen:
             self._freeze()
-        return {"frozen": True}
+        return FrozenReply(frozen=True)
 
-    def resume(self, params: dict[str, Any]) -> dict[str, Any]:
+    def resume(self, request: p.ResumeRequest) -> p.FrozenReply:
+        from ckpt.sandbox.protocol import FrozenReply
+
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to resume")
         if self.frozen:
             self._thaw()
-        return {"frozen": False}
+        return FrozenReply(frozen=False)
 
-    def checkpoint(self, params: dict[str, Any]) -> dict[str, Any]:
+    def checkpoint(self, request: p.CheckpointRequest) -> p.CheckpointReply:
         """Freeze, write the image, then exit (or thaw with ``leave_running``).
 
         Any failure thaws the kernel again if it was running: a failed checkpoint leaves
@@ -471,20 +514,21 @@ class Host:
             raise SandboxError("sandbox has no kernel to checkpoint")
         from ckpt import state
         from ckpt.sandbox import remote_image
+        from ckpt.sandbox.protocol import CheckpointReply
 
         k = self.kernel
-        engine = params.get("engine") or state.default_engine()
+        engine = request.engine or state.default_engine()
         was_running = not self.frozen
-        leave_running = bool(params.get("leave_running"))
+        leave_running = request.leave_running
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
-        remote_image.prepare(params)  # s3:// images: open the store before freezing
-        drained = self._drain(params) if not leave_running else None
+        remote_image.prepare(request)  # s3:// images: open the store before freezing
+        drained = self._drain(request.drain_timeout) if not leave_running else None
         t_drained = time.perf_counter_ns()
         if was_running:
             self._freeze()
         t_frozen = time.perf_counter_ns()
-        stats = state.Stats() if params.get("stats") else None
+        stats = state.Stats() if request.stats else None
         metadata = {
             "sandbox_id": self.id,
             "workload": k.workload,
@@ -493,11 +537,11 @@ class Host:
         }
         try:
             with remote_image.image_writer(
-                params,
-                force=bool(params.get("force")),
-                compression=params.get("compression") or "zstd",
-                level=params.get("level"),
-                key=_key(params),
+                request,
+                force=request.force,
+                compression=request.compression or "zstd",
+                level=request.level,
+                key=_key(request.key_hex),
                 metadata=metadata,
             ) as img:
                 t_state0 = time.perf_counter_ns()
@@ -553,35 +597,37 @@ class Host:
                 self._thaw()
             if drained is not None and self.http is not None:
                 self.http.undrain()
-            log(f"checkpoint to {params['image']} failed: {exc!r}; sandbox left as it was")
+            log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
             if isinstance(exc, OSError):
-                raise _image_write_error(exc, params["image"]) from exc
+                raise _image_write_error(exc, request.image) from exc
             raise
+        reply = CheckpointReply(
+            checkpoint_ns=t_end - t0,
+            cpu_usec=0,
+            stopping=not leave_running,
+            counters=counters,
+            stats=stats.as_dict() if stats is not None else None,
+            stats_text=str(stats) if stats is not None else None,
+        )
         if drained is not None:
             counters["drain_time_ms"] = round((t_drained - t0) / 1e6, 3)
             counters["connections_parked"] = drained
-            counters["handover"] = self._hand_over()
+            reply.handover, reply.handover_detail = self._hand_over()
         if leave_running:
             if was_running:
                 self._thaw()
         else:
             self.server.after_reply(self._exit)
-        log(f"checkpoint written to {params['image']} (leave_running={leave_running})")
-        return {
-            "checkpoint_ns": t_end - t0,
-            "counters": counters,
-            "stats": stats.as_dict() if stats is not None else None,
-            "stats_text": str(stats) if stats is not None else None,
-            "cpu_usec": self_cpu_usec() - cpu0,
-            "stopping": not leave_running,
-        }
+        log(f"checkpoint written to {request.image} (leave_running={leave_running})")
+        reply.cpu_usec = self_cpu_usec() - cpu0
+        return reply
 
-    def _drain(self, params: dict[str, Any]) -> int | None:
+    def _drain(self, given: float | None) -> int | None:
         """Before a checkpoint that stops the sandbox: stop accepting and let accepted
-        requests finish (see ``HttpServer.drain``).  Returns the connections parked."""
+        requests finish (see ``HttpServer.drain``) for ``given`` seconds (None: the
+        default).  Returns the connections parked."""
         if self.http is None:
             return None
-        given = params.get("drain_timeout")
         timeout = DRAIN_TIMEOUT_S if given is None else float(given)
         from ckpt.sandbox.http import DrainTimeout
 
@@ -599,26 +645,29 @@ class Host:
                 "Retry, or give the requests longer with --drain-timeout"
             ) from None
 
-    def _hand_over(self) -> str:
-        """Give the drained sockets to the template for the restore; says what happened."""
+    def _hand_over(self) -> tuple[p.Handover, str]:
+        """Give the drained sockets to the template for the restore: what happened, and
+        why in words when they were not (or perhaps not) taken."""
         from ckpt.sandbox import handover
+        from ckpt.sandbox.protocol import Handover
 
         if self.http is None:
-            return "none"
-        why = handover.hold(self.id, self.http.handover())
-        if why.startswith(handover.NO_ANSWER):
+            return Handover.NONE, ""
+        outcome, why = handover.hold(self.id, self.http.handover())
+        if outcome is Handover.UNKNOWN:
             log(f"sockets perhaps handed over ({why}): closing without shutting them down")
             self.handed_over = True  # _exit then closes our descriptors only
-            return f"unknown ({why})"
-        if why:
+        elif outcome is Handover.NONE:
             log(f"sockets not handed over ({why}): clients are refused until the restore")
-            return f"none ({why})"
-        self.handed_over = True
-        return "template"
+        else:
+            self.handed_over = True
+        return outcome, why
 
-    def stop(self, params: dict[str, Any]) -> dict[str, Any]:
+    def stop(self, request: p.StopRequest) -> p.StopReply:
+        from ckpt.sandbox.protocol import StopReply
+
         self.server.after_reply(self._exit)
-        return {"stopping": True}
+        return StopReply(stopping=True)
 
     def _exit(self) -> None:
         log("exiting")
@@ -637,11 +686,13 @@ class Host:
             os.write(ready_fd, f"ready {os.getpid()}\n".encode())
             os.close(ready_fd)
         log(f"sandbox {self.id} ready on {self.server.path}")
-        threading.Thread(target=_warm_imports, name="warm-imports", daemon=True).start()
+        threading.Thread(
+            target=_warm_imports, args=(self.id, self.title_root), name="warm-imports", daemon=True
+        ).start()
         self.exiting.wait()
 
 
-USAGE = "usage: python -m ckpt.sandbox.process --id ID --socket PATH [--ready-fd N]"
+USAGE = "usage: python -m ckpt.sandbox.process --id ID --socket PATH [--ready-fd N] [--root ROOT]"
 
 
 def _usage_error(msg: str) -> SystemExit:
@@ -649,8 +700,9 @@ def _usage_error(msg: str) -> SystemExit:
     return SystemExit(2)
 
 
-def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
-    """``(id, socket, ready_fd)`` from ``--id ID --socket PATH [--ready-fd N]``.
+def parse_args(argv: list[str]) -> tuple[str, str, int | None, str | None]:
+    """``(id, socket, ready_fd, root)`` from ``--id ID --socket PATH [--ready-fd N]
+    [--root ROOT]`` (the root only names the process in ``ps``).
 
     Parsed by hand rather than with argparse, which (with ``re`` and ``gettext``) costs
     a fifth of this process's start-up.  Accepts ``--opt value`` and ``--opt=value``;
@@ -664,7 +716,7 @@ def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
-        if name not in ("--id", "--socket", "--ready-fd"):
+        if name not in ("--id", "--socket", "--ready-fd", "--root"):
             raise _usage_error(f"unrecognized argument: {arg}")
         if not eq:
             if i + 1 >= len(argv):
@@ -684,14 +736,16 @@ def parse_args(argv: list[str]) -> tuple[str, str, int | None]:
             raise _usage_error(
                 f"argument --ready-fd: invalid int value: {opts['--ready-fd']!r}"
             ) from None
-    return opts["--id"], opts["--socket"], ready_fd
+    return opts["--id"], opts["--socket"], ready_fd, opts.get("--root")
 
 
-def serve(sandbox_id: str, socket_path: str, ready_fd: int | None) -> None:
+def serve(sandbox_id: str, socket_path: str, ready_fd: int | None, root: str | None = None) -> None:
     """Be sandbox ``sandbox_id`` until told to exit: the cold start's ``main`` and the
-    template's forked child both end here."""
+    template's forked child both end here.  With ``root`` (a cold start), the process
+    names itself in ``ps`` once it is ready (a forked one was named by the template)."""
     host = Host(sandbox_id, socket_path)
     signal.signal(signal.SIGTERM, lambda *_: host._exit())
+    host.title_root = root
     host.serve_forever(ready_fd)
 
 

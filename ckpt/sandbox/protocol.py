@@ -54,10 +54,21 @@ class BindReason(enum.Enum):
     NO_TEMPLATE = "no template"
     TEMPLATE_UNREACHABLE = "template unreachable"
     NOTHING_HELD = "nothing held"
+    NOT_LISTENING = "the held listener no longer listens"
     OTHER_PORT = "the held socket is on another port"
     OTHER_SANDBOX = "the held socket belongs to another sandbox ID"
     IMAGE_NAMES_NO_SANDBOX = "the image names no sandbox"
     REFUSED = "the template refused"
+
+    @property
+    def sockets_lost(self) -> bool:
+        """Nothing held them any more: clients were refused meanwhile (not a restore
+        that chose to bind elsewhere)."""
+        return self in (
+            BindReason.NO_TEMPLATE,
+            BindReason.TEMPLATE_UNREACHABLE,
+            BindReason.NOTHING_HELD,
+        )
 
 
 class Handover(enum.Enum):
@@ -65,6 +76,7 @@ class Handover(enum.Enum):
 
     TEMPLATE = "template"  # held for the restore: clients queue instead of being refused
     NONE = "none"  # closed: clients are refused until the restore binds anew
+    UNKNOWN = "unknown"  # the template did not answer in time: it may hold them
 
 
 class _Message(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -164,7 +176,7 @@ class RestoreReply(_Message):
     cpu_usec: int
     listener: Listener | None = None  # None: the workload serves no socket
     bind_reason: BindReason | None = None  # set when listener is BOUND_ANEW
-    bind_detail: str = ""  # words to show after the reason (e.g. the template's error)
+    bind_detail: str = ""  # the reason in words, as shown (e.g. the template's error)
     held_for: str = ""  # the sandbox ID whose held sockets the template may now close
     counters: Counters = {}
     stats: dict[str, object] | None = None
@@ -176,7 +188,7 @@ class CheckpointReply(_Message):
     cpu_usec: int
     stopping: bool
     handover: Handover | None = None  # None: the sandbox keeps running, or serves no socket
-    handover_detail: str = ""  # why not, when handover is NONE
+    handover_detail: str = ""  # why not, when handover is NONE or UNKNOWN
     counters: Counters = {}
     stats: dict[str, object] | None = None
     stats_text: str | None = None
@@ -187,8 +199,8 @@ class FrozenReply(_Message):
 
 
 class FingerprintReply(_Message):
-    fingerprint: dict[str, str]
-    describe: dict[str, object]
+    fingerprint: str  # a digest of everything a process in the sandbox could observe
+    describe: str  # the same, in words a person can compare
 
 
 class StopReply(_Message):

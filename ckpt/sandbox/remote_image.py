@@ -63,14 +63,21 @@ def request_fields(image: str | os.PathLike[str], *, background: bool = False) -
 _warm: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 
 
-def _store(params: dict[str, Any]) -> tuple[Any, str]:
-    """The store of ``params["image"]``'s repository and the image name, opened with the
+def _get(request: Any, name: str) -> Any:
+    """A field of the request: a protocol struct, or the dict it once was."""
+    if isinstance(request, dict):
+        return request.get(name)
+    return getattr(request, name, None)
+
+
+def _store(params: Any) -> tuple[Any, str]:
+    """The store of the request's image's repository and the image name, opened with the
     settings in the request only; reused for the same URL and settings."""
     from ckpt.storage.repository import split_image_url
     from ckpt.storage.s3 import S3Store
 
-    repo_url, name = split_image_url(params["image"])
-    env = dict(params.get("store_env") or {})
+    repo_url, name = split_image_url(_get(params, "image"))
+    env = dict(_get(params, "store_env") or {})
     cache_key = (repo_url, tuple(sorted(env.items())))
     store = _warm.get(cache_key)
     if store is None:
@@ -80,17 +87,28 @@ def _store(params: dict[str, Any]) -> tuple[Any, str]:
     return store, name
 
 
-def prepare(params: dict[str, Any]) -> None:
+def prepare(params: Any) -> None:
     """Before the sandbox freezes: import the client and open the store, so the frozen
     time does not pay for them (~300 ms for a first checkpoint here).  Errors are left
     for the checkpoint proper to raise, in its place."""
-    if not is_remote(params.get("image", "")):
+    if not is_remote(_get(params, "image") or ""):
         return
     with contextlib.suppress(Exception):
         import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest)
 
         store, _ = _store(params)
         store.check()  # connects; a refusal is raised again, in order, by the upload
+
+
+def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> Any:
+    """``request`` (a protocol struct) with the image URL and store settings of
+    ``remote`` (from :func:`request_fields`) and, for a restore, the stage directory."""
+    if not remote:
+        return request
+    import msgspec
+
+    extra = {} if stage is None else {"stage_dir": str(stage)}
+    return msgspec.structs.replace(request, **remote, **extra)
 
 
 def remote_before(url: str) -> str | None:
@@ -118,20 +136,20 @@ def died_message(head: str, url: str, sandbox_id: str, before: str | None) -> st
     return f"{head}; no image was committed at {url}{kept}"
 
 
-def open_repository(params: dict[str, Any], key: bytes | None) -> tuple[Any, str]:
-    """For the sandbox: the repository and image name of ``params["image"]``."""
+def open_repository(params: Any, key: bytes | None) -> tuple[Any, str]:
+    """For the sandbox: the repository and image name of the request's image."""
     from ckpt.storage.repository import Repository
 
     store, name = _store(params)
     return Repository(store, key), name
 
 
-def image_writer(params: dict[str, Any], **options: Any) -> Any:
+def image_writer(params: Any, **options: Any) -> Any:
     """The writer for a checkpoint: an image directory, or the store for ``s3://``."""
     from ckpt import statefile
 
-    if not is_remote(params["image"]):
-        return statefile.ImageWriter(params["image"], **options)
+    if not is_remote(_get(params, "image")):
+        return statefile.ImageWriter(_get(params, "image"), **options)
     from ckpt.statefile.sinks import StoreImageWriter
 
     repo, name = open_repository(params, options.get("key"))
@@ -143,12 +161,12 @@ def image_writer(params: dict[str, Any], **options: Any) -> Any:
 class StagedImage:
     """An image fetched into ``stage_dir`` for a restore; :meth:`remove` after loading."""
 
-    def __init__(self, params: dict[str, Any], key: bytes | None) -> None:
-        if params.get("background"):
+    def __init__(self, params: Any, key: bytes | None) -> None:
+        if _get(params, "background"):
             raise SandboxError(
-                f"{params['image']}: --background restores from a local image only; {_EAGER}"
+                f"{_get(params, 'image')}: --background restores from a local image only; {_EAGER}"
             )
-        stage = params.get("stage_dir")
+        stage = _get(params, "stage_dir")
         if not stage:
             raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
         self.dir = Path(stage)
@@ -168,12 +186,12 @@ class StagedImage:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def open_for_restore(params: dict[str, Any], key: bytes | None) -> tuple[Any, StagedImage | None]:
+def open_for_restore(params: Any, key: bytes | None) -> tuple[Any, StagedImage | None]:
     """The image a restore loads, and the staged copy to remove once it is loaded."""
     from ckpt import statefile
 
-    if not is_remote(params["image"]):
-        return statefile.open_image(params["image"], key=key), None
+    if not is_remote(_get(params, "image")):
+        return statefile.open_image(_get(params, "image"), key=key), None
     staged = StagedImage(params, key)
     try:
         return statefile.open_image(staged.dir, key=key), staged

@@ -16,10 +16,21 @@ from ckpt.sandbox.timings import Timings
 
 def sandboxes_table(states: list[SandboxState]) -> Table:
     """One row per sandbox; long values fold onto a second line rather than being cut,
-    so the table stays readable in 80 columns (the cgroup is always ``Root.cgroup_name(ID)``)."""
-    table = Table(title="sandboxes", title_justify="left")
+    and the creation time stays on one, so the table stays readable in 80 columns (the
+    cgroup is always ``Root.cgroup_name(ID)``)."""
+    from rich import box
+
+    # Without vertical rules: seven columns and a whole timestamp fit 80 columns.
+    table = Table(
+        title="sandboxes",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CREATED (UTC)"):
-        table.add_column(col, overflow="fold")
+        folds = col in ("ID", "WORKLOAD", "ADDRESS")  # the others are short, and stay whole
+        table.add_column(col, overflow="fold", no_wrap=not folds)
     for st in states:
         table.add_row(
             Text(st.id),

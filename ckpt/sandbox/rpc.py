@@ -1,20 +1,23 @@
-"""Sandbox control: JSON lines over a Unix stream socket, one request per connection.
+"""Sandbox control: the typed requests of ``protocol.py``, one JSON line each way over a
+Unix stream socket, one request per connection.
 
-Request ``{"method": "checkpoint", "params": {...}}`` and reply ``{"ok": true, "result":
-...}`` or ``{"ok": false, "kind": "SandboxBusy", "error": "..."}``.  The server runs one
-*exclusive* request at a time; a second one arriving meanwhile is answered at once with
-``SandboxBusy`` rather than queued, so two concurrent checkpoints can never interleave.
-Cheap read-only methods (``ping``) bypass the lock.  ``kind`` names a ``CkptError``
-subclass, which the client re-raises, so an ``IntegrityError`` inside the sandbox reaches
-the CLI as an ``IntegrityError``.
+The server decodes each line as a ``protocol.Request`` and hands it to the handler for
+its type, which returns that verb's reply struct; a line of another protocol version,
+or no request at all, is answered with one ``SandboxError`` line saying so.  The server
+runs one *exclusive* request at a time; a second one arriving meanwhile is answered at
+once with ``SandboxBusy`` rather than queued, so two concurrent checkpoints can never
+interleave.  Cheap read-only verbs (``ping``) bypass the lock.  A failure carries the
+``CkptError`` subclass's name, which the client re-raises, so an ``IntegrityError``
+inside the sandbox reaches the CLI as an ``IntegrityError``.
 
-This module is imported by the sandbox process: stdlib only, no typer or rich.
+This module is imported by the sandbox process: stdlib only, no typer or rich, and
+``protocol`` (msgspec) only once a request arrives or is sent, so neither a sandbox's
+start-up nor a CLI command that talks to no sandbox pays for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import threading
@@ -30,7 +33,11 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    Handler = Callable[[dict[str, Any]], Any]
+    import msgspec
+
+    from ckpt.sandbox.protocol import Request
+
+    Handler = Callable[[Any], msgspec.Struct]
 
 MAX_MESSAGE = 1 << 20
 
@@ -59,7 +66,12 @@ def _error_kind(exc: BaseException) -> str:
 
 
 class Server:
-    """Serves ``handlers`` on a Unix socket from a background thread."""
+    """Serves ``handlers`` on a Unix socket from a background thread.
+
+    ``handlers`` maps each verb (``protocol.Verb`` values, the request types' tags) to a
+    function that takes that verb's request type and returns its reply type; keyed by
+    name so that a sandbox can start serving before it imports ``protocol``.
+    ``concurrent`` names the verbs that bypass the exclusive lock."""
 
     def __init__(
         self,
@@ -112,41 +124,35 @@ class Server:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        from ckpt.sandbox import protocol
+
         with conn:
             try:
-                line = _read_line(conn)
-                request = json.loads(line)
-                method = request["method"]
-                params = request.get("params") or {}
-            except (ValueError, KeyError, TypeError, OSError) as exc:
-                self._send(
-                    conn, {"ok": False, "kind": "SandboxError", "error": f"bad request: {exc}"}
-                )
+                request = protocol.decode_request(_read_line(conn))
+            except protocol.ProtocolMismatch as exc:
+                self._send(conn, protocol.failure("SandboxError", str(exc)))
                 return
-            handler = self.handlers.get(method)
+            except (ValueError, OSError) as exc:  # BadRequest, too long, connection lost
+                self._send(conn, protocol.failure("SandboxError", f"bad request: {exc}"))
+                return
+            verb = protocol.verb_of(request)
+            handler = self.handlers.get(verb)
             if handler is None:
-                self._send(
-                    conn,
-                    {"ok": False, "kind": "SandboxError", "error": f"unknown method {method!r}"},
-                )
+                self._send(conn, protocol.failure("SandboxError", f"unknown verb {verb!r}"))
                 return
-            if method in self.concurrent:
-                self._send(conn, self._call(method, handler, params))
+            if verb in self.concurrent:
+                self._send(conn, self._call(verb, handler, request))
                 return
             if not self.lock.acquire(blocking=False):
-                self._send(
-                    conn,
-                    {
-                        "ok": False,
-                        "kind": "SandboxBusy",
-                        "error": f"sandbox is busy with {self.busy_with or 'another request'}; "
-                        "retry when it finishes",
-                    },
+                busy = (
+                    f"sandbox is busy with {self.busy_with or 'another request'}; "
+                    "retry when it finishes"
                 )
+                self._send(conn, protocol.failure("SandboxBusy", busy))
                 return
             try:
-                self.busy_with = method
-                reply = self._call(method, handler, params)
+                self.busy_with = verb
+                reply = self._call(verb, handler, request)
                 callbacks, self._after_reply = self._after_reply, []
             except BaseException:
                 self.busy_with = None
@@ -162,40 +168,45 @@ class Server:
             self.lock.release()
             self._send(conn, reply)
 
-    def _call(self, method: str, handler: Handler, params: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, verb: str, handler: Handler, request: Request) -> bytes:
+        """The handler's reply as a reply line, or its error as a failure line."""
+        from ckpt.sandbox import protocol
+
         try:
-            return {"ok": True, "result": handler(params)}
+            return protocol.ok(handler(request))
         except CkptError as exc:
-            return {"ok": False, "kind": _error_kind(exc), "error": str(exc)}
+            return protocol.failure(_error_kind(exc), str(exc))
         except Exception as exc:  # a bug inside the sandbox: report it, keep serving
             if self.on_error is not None:
-                self.on_error(method, exc)
-            return {
-                "ok": False,
-                "kind": "SandboxError",
-                "error": f"internal error in sandbox during {method}: {type(exc).__name__}: {exc}",
-            }
+                self.on_error(verb, exc)
+            return protocol.failure(
+                "SandboxError",
+                f"internal error in sandbox during {verb}: {type(exc).__name__}: {exc}",
+            )
 
     @staticmethod
-    def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
+    def _send(conn: socket.socket, line: bytes) -> None:
         with contextlib.suppress(OSError):  # the client went away; nothing to tell it
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+            conn.sendall(line)
 
 
 def call(
     path: Path,
-    method: str,
-    params: dict[str, Any] | None = None,
+    request: Request,
     *,
     timeout: float | None = 30.0,
     what: str = "sandbox",
     peer_pid: int | None = None,
 ) -> Any:
-    """Send one request and return its result, re-raising the sandbox's error class.
+    """Send one request and return its verb's reply (``protocol.REPLIES``), re-raising
+    the sandbox's error class.
 
     With ``peer_pid``, ``path`` must be a socket itself (not a symlink to one) whose
     listening process is ``peer_pid`` (``SO_PEERCRED``), so a planted link or a stale
     file never sends the request to another sandbox."""
+    from ckpt.sandbox import protocol
+
+    verb = protocol.verb_of(request)
     if peer_pid is not None:
         check_socket_file(path, what)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -214,28 +225,30 @@ def call(
                 "refusing to talk to it: remove the stray socket"
             )
         try:
-            sock.sendall(json.dumps({"method": method, "params": params or {}}).encode() + b"\n")
+            sock.sendall(protocol.encode(request))
             line = _read_line(sock)
         except TimeoutError as exc:
-            raise SandboxError(f"{what} did not answer {method} within {timeout:g} s") from exc
+            raise SandboxError(f"{what} did not answer {verb} within {timeout:g} s") from exc
+        except ValueError as exc:  # longer than MAX_MESSAGE
+            raise SandboxError(f"{what} sent a malformed reply to {verb}: {exc}") from exc
         except OSError as exc:
             line = b""
             if not isinstance(exc, ConnectionResetError):
-                raise SandboxError(f"{what}: control socket error during {method}: {exc}") from exc
+                raise SandboxError(f"{what}: control socket error during {verb}: {exc}") from exc
     finally:
         sock.close()
     if not line:
-        raise SandboxGone(f"{what} exited during {method} without answering")
+        raise SandboxGone(f"{what} exited during {verb} without answering")
     try:
-        reply = json.loads(line)
-    except ValueError as exc:
-        raise SandboxError(f"{what} sent a malformed reply to {method}") from exc
-    if reply.get("ok"):
-        return reply.get("result")
-    kind = getattr(errors, str(reply.get("kind")), None)
+        envelope = protocol.decode_envelope(line)
+        if envelope.ok:
+            return protocol.decode_reply(request, envelope.result)
+    except ValueError as exc:  # msgspec's DecodeError and ValidationError are ValueErrors
+        raise SandboxError(f"{what} sent a malformed reply to {verb}: {exc}") from exc
+    kind = getattr(errors, str(envelope.kind), None)
     if not (isinstance(kind, type) and issubclass(kind, CkptError)):
         kind = SandboxError
-    raise kind(str(reply.get("error")))
+    raise kind(str(envelope.error))
 
 
 def check_socket_file(path: Path, what: str) -> None:

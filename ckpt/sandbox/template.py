@@ -94,7 +94,7 @@ def warm() -> dict[str, Any]:
     """
     t0 = time.perf_counter_ns()
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import http, process, rpc  # noqa: F401
+    from ckpt.sandbox import http, process, protocol, rpc  # noqa: F401
 
     t_import = time.perf_counter_ns()
     for workload in proto.WARM_WORKLOADS:
@@ -281,8 +281,9 @@ def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
         os.environ[handover.ENV] = spec["template_socket"]
         gc.unfreeze()
         gc.enable()
-        from ckpt.sandbox import process
+        from ckpt.sandbox import process, title
 
+        title.set_title(title.sandbox_title(spec["id"], spec["root"]))
         process.log("forked from the warm template")
         process.serve(spec["id"], spec["socket"], ready)
     except SystemExit as exc:
@@ -665,6 +666,7 @@ class Template:
         keep_out = [conn.fileno(), self.listener.fileno()] if self.listener else [conn.fileno()]
         joined_r, spec["joined_w"] = os.pipe()
         spec["template_socket"] = self.sock_path
+        spec["root"] = self.root
         try:
             pid = os.fork()
         except BaseException:
@@ -817,6 +819,9 @@ def main(argv: list[str] | None = None) -> None:
         return  # another template for this root is starting or serving
     t = Template(os.path.abspath(opts["root"]), opts["socket"], opts["version"])
     t.lock_fd = lock_fd
+    from ckpt.sandbox import title  # its module is loaded now, so forked sandboxes pay nothing
+
+    title.set_title(title.template_title(t.root))
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})

@@ -134,7 +134,11 @@ def _template_pid(root: Path) -> int | None:
             argv = f.read().split(b"\0")
     except OSError:
         return None
-    if b"ckpt.sandbox.template" not in argv or os.fsencode(os.path.abspath(root)) not in argv:
+    from ckpt.sandbox import title
+
+    where = os.path.abspath(root)
+    named = title.shows(argv, title.template_title(where))  # once it is warming
+    if not named and (b"ckpt.sandbox.template" not in argv or os.fsencode(where) not in argv):
         return None
     return pid
 
@@ -200,7 +204,7 @@ def start(root: Path, *, wait: bool = False) -> None:
     """Start a template for ``root`` in the background, detached (its own session).
 
     With ``wait``, return once it answers, raising SandboxError if it does not."""
-    from ckpt.sandbox.lifecycle import child_env
+    from ckpt.sandbox.childenv import child_env
 
     info = proto.read_info(str(root)) or {}
     if _template_pid(root) is not None and info.get("version") == proto.version():

@@ -43,7 +43,9 @@ def _types(report: dict[str, Any]) -> RenderableType:
         note = stream.get("error") or "stream not decoded"
         return Text(f"types: {note}", style="yellow")
     t = Table(title="types", title_justify="left")
-    t.add_column("type")
+    # A name is whole on one line up to 40 characters, and folds (never cut) beyond.
+    widest = max((len(row["name"]) for row in types), default=4)
+    t.add_column("type", overflow="fold", min_width=min(widest, 40))
     t.add_column("objects", justify="right")
     t.add_column("bytes", justify="right")
     t.add_column("fields")

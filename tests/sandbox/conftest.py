@@ -35,15 +35,23 @@ def cgroup_dirs(sandbox_id: str) -> list[Path]:
 
 
 def sandbox_processes(root: Path) -> list[psutil.Process]:
-    """Live processes of ``root``, found by their command line: cold-started sandboxes
-    (``ckpt.sandbox.process``), and the template with every sandbox forked from it
-    (they keep the template's command line, ``ckpt.sandbox.template --root ROOT``)."""
+    """Live processes of ``root``, found by their command line: the template and every
+    sandbox by their titles (``ckpt template ROOT``, ``ckpt sandbox ID (ROOT)``), and
+    by the command lines they start with, before they set them: cold-started sandboxes
+    (``ckpt.sandbox.process``) and the template (``ckpt.sandbox.template --root ROOT``,
+    which a sandbox forked from it has until it names itself)."""
     found = []
+    where = str(root.absolute())
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmd = proc.info["cmdline"] or []
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if "ckpt.sandbox.process" in cmd:
+        shown = cmd[0] if cmd and not any(cmd[1:]) else ""
+        if shown == f"ckpt template {where}" or (
+            shown.startswith("ckpt sandbox ") and shown.endswith(f" ({where})")
+        ):
+            found.append(proc)
+        elif "ckpt.sandbox.process" in cmd:
             sock = cmd[cmd.index("--socket") + 1] if "--socket" in cmd else ""
             sid = cmd[cmd.index("--id") + 1] if "--id" in cmd else ""
             if sock.startswith(str(root)) or (root / sid).exists():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ckpt.sandbox import rpc, template_client
+from ckpt.sandbox.protocol import PingRequest
 
 from .conftest import Cli
 from .waiting import free_port, gone, wait_for
@@ -270,5 +271,5 @@ def restore(cli: Cli, sandbox_id: str, image: Path, *extra: str) -> dict[str, An
 
 def busy_with(st: dict[str, Any]) -> str | None:
     with contextlib.suppress(Exception):
-        return rpc.call(Path(st["socket"]), "ping", timeout=10)["busy_with"]
+        return rpc.call(Path(st["socket"]), PingRequest(), timeout=10).busy_with
     return None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import lifecycle
+from ckpt.sandbox import childenv
 from ckpt.state import codecache
 
 
@@ -16,7 +16,7 @@ def test_bytecode_goes_inside_the_code_cache(monkeypatch: pytest.MonkeyPatch) ->
     cache = codecache.cache_dir()
     if cache is None:
         pytest.skip("the code cache is disabled in this environment")
-    env = lifecycle.child_env()
+    env = childenv.child_env()
     prefix = Path(env["PYTHONPYCACHEPREFIX"])
     assert prefix.parent == cache  # never beside it, e.g. /tmp/pycache
     assert "PYTHONDONTWRITEBYTECODE" not in env
@@ -24,4 +24,4 @@ def test_bytecode_goes_inside_the_code_cache(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_a_prefix_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
-    assert lifecycle.child_env()["PYTHONPYCACHEPREFIX"] == str(tmp_path)
+    assert childenv.child_env()["PYTHONPYCACHEPREFIX"] == str(tmp_path)

@@ -239,6 +239,7 @@ def test_adopt_refuses_a_held_listener_that_no_longer_listens(
     tcli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ckpt.sandbox import handover, template_client
+    from ckpt.sandbox.protocol import BindReason, Handover
 
     start_template(tcli)
     info = template_client.status(tcli.root)
@@ -246,10 +247,11 @@ def test_adopt_refuses_a_held_listener_that_no_longer_listens(
     monkeypatch.setenv(handover.ENV, info["socket"])
     lst = socket.create_server((HOST, 0))
     with lst:
-        assert handover.hold("hovdead", [lst]) == ""
+        assert handover.hold("hovdead", [lst]) == (Handover.TEMPLATE, "")
         lst.shutdown(socket.SHUT_RDWR)  # ends it in the template too
-    listener, conns, why = handover.adopt("hovdead")
+    listener, conns, reason, why = handover.adopt("hovdead")
     assert listener is None and conns == [] and "no longer listens" in why, why
+    assert reason is BindReason.NOT_LISTENING
     assert handover.release(info["socket"], "hovdead")
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from ckpt.errors import CgroupError, SandboxError, SandboxGone
 from ckpt.sandbox import lifecycle, rpc
+from ckpt.sandbox import protocol as p
 from ckpt.sandbox.paths import Root
 
 from .waiting import gone, wait_for
@@ -37,9 +38,9 @@ def test_death_after_commit_reports_the_image_in_place(
     st = lifecycle.run(root, "died", "http", template=False).state
     real_call = rpc.call
 
-    def dies_after_writing(path: Path, method: str, *args: Any, **kw: Any) -> Any:
-        reply = real_call(path, method, *args, **kw)
-        if method == "checkpoint":  # written and committed; then the process is gone
+    def dies_after_writing(path: Path, request: p.Request, **kw: Any) -> Any:
+        reply = real_call(path, request, **kw)
+        if isinstance(request, p.CheckpointRequest):  # committed; then the process is gone
             os.kill(st.pid, signal.SIGKILL)
             wait_for(lambda: gone(st.pid), "the sandbox to die", 30)
             raise SandboxGone("sandbox died exited during checkpoint without answering")

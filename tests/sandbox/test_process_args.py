@@ -14,10 +14,11 @@ from ckpt.sandbox.process import parse_args
 @pytest.mark.parametrize(
     ("argv", "want"),
     [
-        (["--id", "a", "--socket", "/s"], ("a", "/s", None)),
-        (["--socket=/s", "--id=a", "--ready-fd", "7"], ("a", "/s", 7)),
-        (["--id", "a", "--socket", "/s", "--ready-fd=0"], ("a", "/s", 0)),
-        (["--id", "x=y", "--socket", "/p q"], ("x=y", "/p q", None)),
+        (["--id", "a", "--socket", "/s"], ("a", "/s", None, None)),
+        (["--socket=/s", "--id=a", "--ready-fd", "7"], ("a", "/s", 7, None)),
+        (["--id", "a", "--socket", "/s", "--ready-fd=0"], ("a", "/s", 0, None)),
+        (["--id", "x=y", "--socket", "/p q"], ("x=y", "/p q", None, None)),
+        (["--id", "a", "--socket", "/s", "--root", "/r oot"], ("a", "/s", None, "/r oot")),
     ],
 )
 def test_good_arguments(argv: list[str], want: tuple) -> None:

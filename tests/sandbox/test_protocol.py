@@ -95,3 +95,38 @@ def test_an_unknown_enum_value_in_a_reply_is_refused() -> None:
     )
     with pytest.raises(msgspec.ValidationError):
         p.decode_reply(p.RestoreRequest(image="/x"), raw)
+
+
+def test_outcomes_the_sandbox_reports_round_trip_as_enums() -> None:
+    """A hold that got no answer is UNKNOWN (the template may have the sockets), and a
+    held listener that no longer listens is a reason of its own."""
+    ck = p.CheckpointReply(
+        checkpoint_ns=1,
+        cpu_usec=1,
+        stopping=True,
+        handover=p.Handover.UNKNOWN,
+        handover_detail="the template did not answer in time",
+    )
+    back = p.decode_reply(p.CheckpointRequest(image="/x"), p.decode_envelope(p.ok(ck)).result)
+    assert back.handover is p.Handover.UNKNOWN and back == ck
+    rs = p.RestoreReply(
+        address="127.0.0.1:1",
+        workload="http",
+        restore_ns=1,
+        cpu_usec=1,
+        listener=p.Listener.BOUND_ANEW,
+        bind_reason=p.BindReason.NOT_LISTENING,
+        held_for="web",
+    )
+    back = p.decode_reply(p.RestoreRequest(image="/x"), p.decode_envelope(p.ok(rs)).result)
+    assert back.bind_reason is p.BindReason.NOT_LISTENING and back.held_for == "web"
+
+
+def test_only_reasons_where_nothing_held_the_sockets_count_as_lost() -> None:
+    """The restore's note that clients were refused rests on this, not on words."""
+    lost = {r for r in p.BindReason if r.sockets_lost}
+    assert lost == {
+        p.BindReason.NO_TEMPLATE,
+        p.BindReason.TEMPLATE_UNREACHABLE,
+        p.BindReason.NOTHING_HELD,
+    }

@@ -58,7 +58,6 @@ def test_list_and_state_show_a_recorded_sandbox_as_stopped(tmp_path: Path) -> No
         (("run", "x", "--workload", "http", "--cpu", "-1"), "bad CPU quota"),
         (("run", "x", "--workload", "http", "--cpu", "lots"), "bad CPU quota"),
         (("run", "../x", "--workload", "http"), "invalid sandbox ID"),
-        (("run", "x", "--workload", "http", "--engine", "pickle"), "unknown engine"),
         (("checkpoint", "x", "--image-path", "/tmp/i"), "no sandbox 'x'"),
         (("pause", "x"), "no sandbox 'x'"),
         (("cycle", "x", "--image-path", "/tmp/i", "--engines", "a,b"), "unknown engine"),
@@ -68,6 +67,20 @@ def test_bad_input_is_a_ckpt_error(tmp_path: Path, args: tuple[str, ...], messag
     res = invoke(tmp_path, *args)
     assert res.exit_code != 0
     assert message in str(res.exception)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "checkpoint", "restore"])
+def test_an_unknown_engine_is_refused_by_the_parser_naming_the_choices(
+    tmp_path: Path, command: str
+) -> None:
+    """--engine is a choice: a wrong one is a usage error (exit 2) that lists the
+    engines, before anything is made."""
+    needed = {"run": ("--workload", "http"), "checkpoint": ("--image-path", "/tmp/i")}
+    extra = needed.get(command, ("--image-path", "/tmp/i"))
+    res = invoke(tmp_path, command, "x", *extra, "--engine", "pickle")
+    assert res.exit_code == 2, res.output
+    assert "'pickle' is not one of" in res.output and "'reflect'" in res.output, res.output
     assert not (tmp_path / "x").exists()
 
 

@@ -54,6 +54,10 @@ def _assert_gone(cli: Cli, sandbox_id: str) -> None:
         for p in psutil.process_iter(["cmdline"])
         if "--id" in (p.info["cmdline"] or []) and sandbox_id in (p.info["cmdline"] or [])
     )
+    titled = f"ckpt sandbox {sandbox_id} ({cli.root.absolute()})"
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[:1] == [titled]
+    ]
 
 
 def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: Path) -> None:

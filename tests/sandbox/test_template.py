@@ -68,13 +68,14 @@ def info_pid(root: Path) -> int:
     info = json.loads((root / proto.INFO_FILE).read_text())
     pid = info["pid"]
     cmd = psutil.Process(pid).cmdline()
-    assert "ckpt.sandbox.template" in cmd and str(root.absolute()) in cmd, cmd
+    assert cmd[0] == f"ckpt template {root.absolute()}" and not any(cmd[1:]), cmd
     return pid
 
 
 def template_pids(root: Path) -> list[int]:
-    """Live template processes of ``root``: processes with a template's command line
-    that are no sandbox's (forked sandboxes keep the template's command line)."""
+    """Live template processes of ``root``: processes with a template's title or
+    command line that are no sandbox's (a forked sandbox has the template's command
+    line until it names itself)."""
     sandboxes = set()
     for d in root.iterdir() if root.is_dir() else []:
         with contextlib.suppress(OSError, ValueError):
@@ -82,8 +83,12 @@ def template_pids(root: Path) -> list[int]:
     return sorted(
         p.pid
         for p in sandbox_processes(root)
-        if "ckpt.sandbox.template" in p.cmdline() and p.pid not in sandboxes
+        if _is_template(p.cmdline(), root) and p.pid not in sandboxes
     )
+
+
+def _is_template(cmd: list[str], root: Path) -> bool:
+    return "ckpt.sandbox.template" in cmd or cmd[:1] == [f"ckpt template {root.absolute()}"]
 
 
 def started(out: subprocess.CompletedProcess[str]) -> tuple[str, str, dict[str, Any]]:
@@ -463,7 +468,7 @@ def test_a_held_listener_is_lent_to_one_restore_at_a_time(
     tcli("checkpoint", a, "--image-path", str(image))
     assert template_client.status(tcli.root)["held"].get(a, {}).get("sockets") == 1
     monkeypatch.setenv(handover.ENV, info["socket"])
-    first, conns, why = handover.adopt(a)  # what the first restored sandbox does
+    first, conns, _, why = handover.adopt(a)  # what the first restored sandbox does
     assert first is not None, why
     try:
         _, _, data = restore(tcli, c, image)

@@ -129,13 +129,14 @@ RESTORE_ONLY = [  # inside the format's hard cap: only the kernel state says the
 def kernel_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real sandbox's checkpoint (the "empty" workload: 63 frames, all stored)."""
     from ckpt.sandbox.process import Host
+    from ckpt.sandbox.protocol import BootRequest, CheckpointRequest, PauseRequest
 
     d = tmp_path_factory.mktemp("hostile")
     h = Host("unit", str(d / "ctl.sock"))
     try:
-        h.boot({"workload": "empty", "options": {"rootfs": "minimal"}})
-        h.pause({})
-        h.checkpoint({"image": str(d / "img"), "leave_running": True})
+        h.boot(BootRequest(workload="empty", options={"rootfs": "minimal"}))
+        h.pause(PauseRequest())
+        h.checkpoint(CheckpointRequest(image=str(d / "img"), leave_running=True))
     finally:
         h.server.close()
     yield d / "img"
@@ -167,9 +168,10 @@ CHILD = PRELUDE + textwrap.dedent(
     """
     from ckpt.errors import CkptError
     from ckpt.sandbox.process import Host
+    from ckpt.sandbox.protocol import RestoreRequest
     h = Host("restored", sys.argv[2])
     try:
-        h.restore({{"image": sys.argv[1]}})
+        h.restore(RestoreRequest(image=sys.argv[1]))
     except CkptError as exc:
         print(type(exc).__name__, exc, sep=": ")
         sys.exit(0)

@@ -16,7 +16,7 @@ from ckpt.bench.harness import BenchError
 from ckpt.cgroups.stat import StatReader
 from ckpt.cli import app
 
-from .fakefs import SIZES, make_tree
+from tests.cgroups.fakefs import SIZES, make_tree
 
 
 @pytest.mark.parametrize("kind", ["unified", "hybrid", "legacy"])
