@@ -1,6 +1,7 @@
-"""An allocation-lean ``stat()`` for a cgroup (after containerd's Stat work, seed 003).
+"""An allocation-lean ``stat()`` for a cgroup (after containerd's cgroup2
+Stat allocation work).
 
-What makes it lean, each point from the seed:
+What makes it lean, each point as containerd's change did it:
 
 * the files to read and the keys to pick are decided once per group (a *plan* of
   precomputed, already-encoded paths), not rediscovered per call;

@@ -12,7 +12,8 @@ goes).  Blocked requests wait in a FIFO queue and are granted in that order when
 release makes room.
 
 An inode's ``FileLocks`` and its two sets are allocated on first use, so an inode that
-never locked saves as one nil reference (seed 000: "Lazy FileLocks lock sets").
+never locked saves as one nil reference (as gVisor's code-generated prototype
+allocates its lock sets lazily).
 """
 
 from __future__ import annotations

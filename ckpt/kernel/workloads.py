@@ -3,7 +3,7 @@
 ``empty`` a pause process; ``http`` a small HTTP server whose listening socket the
 sandbox serves for real; ``nginx`` a master and 4 idle workers sharing the listener, an
 accept-mutex lock file held through FileLocks, logs, timers and several MiB of memory;
-``files:N`` N open regular files, some locked (seed 001's object-heavy case);
+``files:N`` N open regular files, some locked (an object-heavy case);
 ``graph:N`` a random process/file/lock/timer graph for tests; ``memory:N`` an HTTP
 server holding N MiB of dirty anonymous memory (zero, text-like and incompressible
 pages, see ``memfill``) whose ``GET /memory`` returns its digest; ``kv:N`` the same
