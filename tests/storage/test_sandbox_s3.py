@@ -111,19 +111,23 @@ def test_wrong_credentials_and_no_bucket_leave_the_sandbox_running(
 
 def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
     cli: Cli,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """The sandbox stalls after writing its state and pages (CKPT_FAULT) and before the
-    commit; the store is killed meanwhile: one line, no manifest, the sandbox runs on."""
+    commit; the store is killed meanwhile: one line, the sandbox runs on, and the store,
+    restarted on its data, holds no image."""
     from ckpt.storage import seaweed
+    from ckpt.storage.s3 import S3Store
 
-    server = seaweed.start(buckets=(FAULT_BUCKET,))
+    data = tmp_path / "seaweed"
+    server = seaweed.start(data, buckets=(FAULT_BUCKET,))
     try:
         url = f"s3://{FAULT_BUCKET}/t/img"
         digest = _run(cli, env={"CKPT_TEMPLATE": "0", "CKPT_FAULT": "checkpoint-stall:4"})
         proc = cli.popen("checkpoint", MEM, "--image-path", url, env=server.env())
         time.sleep(2.0)  # not a timing assertion: the kill lands in the stall or before it
         server.process.kill()
-        out, err = proc.communicate(timeout=55)
+        out, err = proc.communicate(timeout=40)
         assert proc.returncode == 1, (out, err)
         lines = err.splitlines()
         assert len(lines) == 1 and "did not answer" in lines[0], err
@@ -131,6 +135,16 @@ def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
         assert _memory(cli) == digest
     finally:
         server.stop()
+    again = seaweed.start(data)
+    try:
+        store = S3Store.from_url(f"s3://{FAULT_BUCKET}/t", again.env())
+        # The restarted store holds what was sent before the kill (so it is the same
+        # store, not an empty one), and no manifest: the image never became visible.
+        assert any(obj.key.startswith(".chunks/") for obj in store.list(""))
+        assert store.head("img/manifest") is None
+        assert Repository(store).images() == []
+    finally:
+        again.stop()
 
 
 def test_store_killed_mid_restore_leaves_nothing(
