@@ -418,7 +418,10 @@ def bench_instructions_cmd(
 @inspect_app.command("statefile")
 def inspect_statefile_cmd(
     path: Annotated[
-        Path, typer.Argument(metavar="PATH", help="An image directory or its checkpoint.img.")
+        str,
+        typer.Argument(
+            metavar="PATH", help="An image directory, its checkpoint.img, or s3://.../NAME."
+        ),
     ],
     key_file: Annotated[
         Path | None,
@@ -444,7 +447,12 @@ def inspect_statefile_cmd(
     from ckpt.statefile.render import render_report
 
     key = statefile.read_key_file(str(key_file)) if key_file is not None else None
-    report = statefile.inspect_image(path, key, objects=objects, verify=verify)
+    if path.startswith("s3://"):
+        from ckpt.cli_image import inspect_remote
+
+        report = inspect_remote(path, key, objects=objects, verify=verify)
+    else:
+        report = statefile.inspect_image(Path(path), key, objects=objects, verify=verify)
     if json_out:
         typer.echo(_json.dumps(report, indent=2, ensure_ascii=False, default=str))
     else:
@@ -913,7 +921,10 @@ def delete_cmd(
 def checkpoint_cmd(
     sandbox_id: IdArg,
     image_path: Annotated[
-        Path, typer.Option("--image-path", metavar="PATH", help="Image directory to write.")
+        str,
+        typer.Option(
+            "--image-path", metavar="PATH", help="Image directory, or s3://BUCKET/PREFIX/NAME."
+        ),
     ],
     leave_running: Annotated[
         bool, typer.Option("--leave-running", help="Keep the sandbox running afterwards.")
@@ -1007,7 +1018,10 @@ def checkpoint_cmd(
 def restore_cmd(
     sandbox_id: IdArg,
     image_path: Annotated[
-        Path, typer.Option("--image-path", metavar="PATH", help="Image directory to load.")
+        str,
+        typer.Option(
+            "--image-path", metavar="PATH", help="Image directory, or s3://BUCKET/PREFIX/NAME."
+        ),
     ],
     cpu: CpuOpt = None,
     engine: EngineOpt = None,
@@ -1151,6 +1165,11 @@ def demo_cmd() -> None:
 
     demo.run(out.real())
 
+
+from ckpt.cli_image import bench_store_cmd, image_app  # noqa: E402  (images in stores)
+
+app.add_typer(image_app, name="image")
+bench_app.command("store")(bench_store_cmd)
 
 if __name__ == "__main__":
     main()

@@ -90,7 +90,7 @@ class RunResult:
 @dataclass
 class CheckpointResult:
     state: SandboxState
-    image: Path
+    image: Path | str  # str: an s3:// URL
     timings: Timings
     stats: dict[str, Any] | None = None
     stats_text: str | None = None
@@ -897,11 +897,15 @@ def _image_identity(image: Path) -> tuple[int, int, int] | None:
 
 
 def _died_message(
-    sandbox_id: str, image: Path, before: Any, key: bytes | None, exc: BaseException
+    sandbox_id: str, image: Path | str, before: Any, key: bytes | None, exc: BaseException
 ) -> str:
     """What a checkpoint whose sandbox died left at ``image``, said as it is: a new image
     in place (and whether it verifies), or none, the previous one (if any) unchanged."""
     head = f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc})"
+    if str(image).startswith("s3://"):
+        from ckpt.sandbox.remote_image import died_message
+
+        return died_message(head, str(image), sandbox_id, before)
     if _image_identity(image) in (None, before):
         kept = "; the previous image there is unchanged" if before is not None else ""
         return f"{head}; no image was committed at {image}{kept}"
@@ -928,7 +932,7 @@ def _died_message(
 def checkpoint(
     root: Root,
     sandbox_id: str,
-    image: Path,
+    image: Path | str,
     *,
     leave_running: bool = False,
     compression: str = "zstd",
@@ -947,6 +951,9 @@ def checkpoint(
     serving), and hands its listening socket and idle connections to the template for
     the restore (``handover.py``)."""
     _check_engine(engine)
+    from ckpt.sandbox.remote_image import attach, remote_before, request_fields  # s3://
+
+    remote = request_fields(image)
     t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
     engine = engine or st.engine
@@ -971,8 +978,9 @@ def checkpoint(
         drain_timeout=drain_timeout,
         **(options or {}),  # pre_dump, parent, pre_copy: see precopy.py
     )
-    image = Path(request.image)
-    before = _image_identity(image)
+    request = attach(request, remote)
+    image = request.image if remote else Path(request.image)
+    before = remote_before(request.image) if remote else _image_identity(image)
     st.extra["checkpointing_to"] = request.image  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
@@ -988,7 +996,7 @@ def checkpoint(
             with contextlib.suppress(CkptError):
                 _stop_all(root, st, root.cgroup_name(sandbox_id))
             _wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
-            statefile.clean_stale(image)
+            statefile.clean_stale(Path(image))
             raise SandboxError(_died_message(sandbox_id, image, before, key, exc)) from exc
         if was_paused and freezer is not None:
             freezer.freeze()
@@ -1038,7 +1046,7 @@ def _said(outcome: str, detail: str) -> str:
 def restore(
     root: Root,
     sandbox_id: str,
-    image: Path,
+    image: Path | str,
     *,
     cpus: float | None = None,
     engine: str | None = None,
@@ -1055,9 +1063,12 @@ def restore(
     nothing of the new sandbox is left behind.
     """
     _check_engine(engine)
+    from ckpt.sandbox.remote_image import STAGE_DIR, attach, request_fields
+
+    remote = request_fields(image, background=background)  # s3://: the store's settings
     t0 = time.perf_counter_ns()
     image = Path(image).absolute()
-    if not image.exists():
+    if not remote and not image.exists():
         raise SandboxError(f"no image at {image}: check --image-path")
     if root.exists(sandbox_id):
         old = refresh(root, sandbox_id)
@@ -1087,6 +1098,7 @@ def restore(
         key_hex=key.hex() if key else None,
         port=port,
     )
+    request = attach(request, remote, stage=root.dir(sandbox_id) / STAGE_DIR)
     deadline = restore_timeout(image, cpus if mgr is not None else None)
     try:
         try:
@@ -1116,7 +1128,7 @@ def restore(
     st.workload = reply.workload or _image_workload(image) or "unknown"
     st.address = reply.address
     st.status = RUNNING
-    st.restored_from = str(image)
+    st.restored_from = request.image
     _finish(root, st, "restore")
     _note_start(timings, root, spawned)
     if reply.held_for == sandbox_id:  # on the handed-over sockets: the template lets go

@@ -393,7 +393,8 @@ class Host:
             log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
             _stall(seconds, release)
         t0 = time.perf_counter_ns()
-        from ckpt import kernel, state, statefile  # kernel: registers its savable types
+        from ckpt import kernel, state  # kernel: registers its savable types
+        from ckpt.sandbox import remote_image
         from ckpt.sandbox.protocol import Listener, RestoreReply
 
         del kernel
@@ -401,7 +402,7 @@ class Host:
         stats = state.Stats() if request.stats else None
         from ckpt.statefile import chain
 
-        image = statefile.open_image(request.image, key=_key(request.key_hex))
+        image, staged = remote_image.open_for_restore(request, _key(request.key_hex))
         if chain.is_pre_dump(image):
             raise StatefileError(
                 f"{request.image} is a pre-dump (memory pages, no kernel state); restore "
@@ -427,6 +428,8 @@ class Host:
             frames=len(mf.refs),
         )
         mf.restore_pages(pages)
+        if staged is not None:  # an image fetched from a store: loaded, not needed now
+            staged.remove()
         t_pages = time.perf_counter_ns()
         k.note_restored()
         port = request.port
@@ -526,10 +529,17 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt import state, statefile
-        from ckpt.sandbox import precopy, snapshot
+        from ckpt import state
+        from ckpt.sandbox import precopy, remote_image, snapshot
         from ckpt.sandbox.protocol import CheckpointReply
 
+        if (request.pre_dump or request.parent or request.pre_copy) and remote_image.is_remote(
+            request.image
+        ):
+            raise SandboxError(
+                "--pre-dump, --parent-path and --pre-copy write local image directories; "
+                "pass a local --image-path"
+            )
         params = {f: getattr(request, f) for f in request.__struct_fields__}
         if request.pre_dump:
             return self._pre_dump(params)
@@ -554,6 +564,7 @@ class Host:
                 rounds.discard()
             raise
         t0_final = time.perf_counter_ns()
+        remote_image.prepare(request)  # s3:// images: open the store before freezing
         drained = self._drain(request.drain_timeout) if not leave_running else None
         t_drained = time.perf_counter_ns()
         if was_running:
@@ -572,13 +583,19 @@ class Host:
         dirty = mf.take_dirty()  # a dump resets tracking; a child writes only these
         self.last_dump = None
         frames = dirty if link else None
-        use_fork = bool(leave_running and was_running and not self.stall and snapshot.usable(k))
+        use_fork = bool(
+            leave_running
+            and was_running
+            and not self.stall
+            and not remote_image.is_remote(request.image)  # its store client is not forked
+            and snapshot.usable(k)
+        )
 
         def write_image() -> dict[str, Any]:
             """Write the image of the frozen kernel (here, or in a forked child)."""
             try:
-                with statefile.ImageWriter(
-                    request.image,
+                with remote_image.image_writer(
+                    request,
                     force=request.force,
                     compression=request.compression or "zstd",
                     level=request.level,

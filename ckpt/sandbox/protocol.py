@@ -107,6 +107,8 @@ class RestoreRequest(Request, tag="restore"):
     background: bool = False
     key_hex: str | None = None
     port: int | None = None  # None: the port the image was listening on
+    store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
+    stage_dir: str | None = None  # s3:// images: where the image is fetched to
 
 
 class CheckpointRequest(Request, tag="checkpoint"):
@@ -122,6 +124,7 @@ class CheckpointRequest(Request, tag="checkpoint"):
     pre_dump: bool = False  # pages only, the sandbox keeps serving (precopy.py)
     parent: str | None = None  # the last image of this sandbox: write what is dirty since
     pre_copy: bool = False  # rounds of pre-dumps, then the final freeze
+    store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
 
 
 class PauseRequest(Request, tag="pause"):

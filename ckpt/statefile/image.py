@@ -426,21 +426,9 @@ class ImageWriter:
 
     def open(self) -> None:
         """Create the temporary directory and start checkpoint.img and pages.img."""
-        t = self._t
+        self._prepare()
         try:
-            if not os.path.isdir(t.parent):
-                os.makedirs(t.parent, exist_ok=True)
-        except OSError as exc:
-            raise StatefileError(f"{t.parent}: cannot create: {exc.strerror}") from exc
-        # First: it may put back an image a dead writer moved aside.
-        self.left_behind.extend(_clean_stale(t)[1])
-        self._check_target()
-        self._tmp = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
-        try:
-            self._tmp_fd = _open_own_dir(self._tmp)
-            self._state_f = open(  # noqa: SIM115
-                CHECKPOINT_IMG, "wb", buffering=WRITE_BUFFER, opener=self._create
-            )
+            self._state_f = self._new_file(CHECKPOINT_IMG)
             self._header_tag = write_header(
                 self._state_f, self._sealer, self._codec, self._chunk_size, self.image_id
             )
@@ -452,9 +440,7 @@ class ImageWriter:
                 self._level,
                 self._chunk_size,
             )
-            self._pages_f = open(  # noqa: SIM115
-                PAGES_IMG, "wb", buffering=WRITE_BUFFER, opener=self._create
-            )
+            self._pages_f = self._new_file(PAGES_IMG)
             self._pages = PageWriter(
                 self._pages_f, self._sealer, self.image_id, self._codec, self._level
             )
@@ -483,16 +469,13 @@ class ImageWriter:
 
     def write_stats(self, stats: dict[str, Any]) -> None:
         """Write stats.json beside the statefile (committed with the image)."""
-        if self._tmp is None:
+        if self._stream is None or self.committed:
             raise StatefileError("the image is not open: use `with ImageWriter(...) as img`")
         try:
             data = json.dumps(stats, indent=2, sort_keys=True, default=str)
         except (TypeError, ValueError) as exc:
             raise StatefileError(f"stats are not JSON-able: {exc}") from exc
-        with open(STATS_JSON, "w", opener=self._create) as f:
-            f.write(data + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._write_whole(STATS_JSON, (data + "\n").encode())
 
     def note_save(self, result: Any, engine: str) -> None:
         """Record a ``state.save`` result (objects, types) and the engine in the metadata."""
@@ -504,7 +487,7 @@ class ImageWriter:
 
     def commit(self) -> Path:
         """Finish every file, fsync, and rename the image into place."""
-        assert self._tmp is not None and self._stream is not None and self._pages is not None
+        assert self._stream is not None and self._pages is not None
         assert self._state_f is not None and self._pages_f is not None
         try:
             bad = sorted(k for k in self.metadata if not isinstance(k, str) or k.startswith("_"))
@@ -536,21 +519,59 @@ class ImageWriter:
                 self._stream.stream_len,
                 encode_metadata(meta),
             )
-            with open(PAGES_META_IMG, "wb", opener=self._create) as mf:
-                mf.write(self._pages.meta_bytes())
-                files = (self._state_f, self._pages_f, mf)
-                for fh in files:
-                    fh.flush()
-                # The files and their directory, before the rename installs them.
-                _fsync_together([fh.fileno() for fh in files] + [self._tmp_fd])
-            for fh in (self._state_f, self._pages_f):
-                fh.close()
-            self._install()
+            self._publish(self._pages.meta_bytes())
         except BaseException:
             self.abort()
             raise
         self.committed = True
         return self.path
+
+    # -- where the files go: a temporary directory renamed into place.  A subclass
+    # (ckpt.statefile.sinks.StoreImageWriter) sends them to an object store instead.
+
+    def _prepare(self) -> None:
+        """Make the temporary directory beside the target, after sweeping dead writers'
+        leftovers and checking the target."""
+        t = self._t
+        try:
+            if not os.path.isdir(t.parent):
+                os.makedirs(t.parent, exist_ok=True)
+        except OSError as exc:
+            raise StatefileError(f"{t.parent}: cannot create: {exc.strerror}") from exc
+        # First: it may put back an image a dead writer moved aside.
+        self.left_behind.extend(_clean_stale(t)[1])
+        self._check_target()
+        self._tmp = _make_temp_dir(t.parent, f".{t.name}.tmp-{os.getpid()}-")
+        try:
+            self._tmp_fd = _open_own_dir(self._tmp)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _new_file(self, name: str) -> BinaryIO:
+        """A new file of the image, written as the image is made."""
+        return open(name, "wb", buffering=WRITE_BUFFER, opener=self._create)
+
+    def _write_whole(self, name: str, data: bytes) -> None:
+        """A small file of the image, written at once (stats.json)."""
+        with open(name, "wb", opener=self._create) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _publish(self, pages_meta: bytes) -> None:
+        """Write pages_meta.img, fsync every file and the directory, rename into place."""
+        assert self._state_f is not None and self._pages_f is not None
+        with open(PAGES_META_IMG, "wb", opener=self._create) as mf:
+            mf.write(pages_meta)
+            files = (self._state_f, self._pages_f, mf)
+            for fh in files:
+                fh.flush()
+            # The files and their directory, before the rename installs them.
+            _fsync_together([fh.fileno() for fh in files] + [self._tmp_fd])
+        for fh in (self._state_f, self._pages_f):
+            fh.close()
+        self._install()
 
     def _create(self, name: str, flags: int) -> int:
         """``open``'s opener: a new file in the temporary directory, made through its
@@ -592,6 +613,10 @@ class ImageWriter:
             self._stream.abort()
         if self._pages is not None:
             self._pages.abort()
+        self._discard()
+
+    def _discard(self) -> None:
+        """Close the files and remove the temporary directory."""
         for fh in (self._state_f, self._pages_f):
             if fh is not None:
                 with contextlib.suppress(OSError):

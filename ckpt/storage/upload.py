@@ -104,6 +104,18 @@ class ChunkWriter(io.RawIOBase):
             self._flush_chunk()
         super().close()
 
+    def cut(self) -> None:
+        """End the current chunk here, short: bytes that differ in every image (a
+        header holding the image's ID) then stay out of the chunks that follow, which
+        the next image of the same content shares."""
+        if self._buffer:
+            self._flush_chunk()
+
+    def discard(self) -> None:
+        """Close without sending the partial chunk: the upload is being aborted."""
+        self._buffer = bytearray()
+        super().close()
+
 
 class ImageUpload:
     """One image being uploaded; use as a context manager and call :meth:`commit`.
@@ -273,6 +285,7 @@ class ImageUpload:
     def abort(self) -> None:
         """Stop without a manifest: chunks already stored stay for prune to remove."""
         for writer in self._files.values():
+            writer.discard()
             for future in writer.futures:
                 future.cancel()
         self._finish()

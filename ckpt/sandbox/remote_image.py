@@ -1,0 +1,200 @@
+"""Images at ``s3://BUCKET/PREFIX/NAME``, for checkpoint and restore: the hook points
+that ckpt/sandbox/lifecycle.py (the CLI's side) and ckpt/sandbox/process.py (the
+sandbox's side) call, so the store logic stays in one module.
+
+Where the store settings come from: the sandbox runs in a process forked from the
+root's template, which is shared and long-lived, so its environment is whatever the
+template started with, not the user's.  The CLI therefore reads the AWS variables
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+AWS_REGION) and sends them in the request (``store_env``); the sandbox opens the store
+from them and never from its own environment.  The request travels over the sandbox's
+control socket (mode 0600 under the root) and is never logged or recorded.
+
+Restore downloads the image into ``stage_dir`` (a private directory under the
+sandbox's directory in the root), loads it eagerly and removes the directory before
+the sandbox resumes: the statefile and page readers work on local files.  Restoring
+from a store with ``--background`` is refused for that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import SandboxError
+
+STORE_VARS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+STAGE_DIR = "image-stage"
+_EAGER = "restore from the store without it"
+
+
+def is_remote(image: str | os.PathLike[str]) -> bool:
+    return str(image).startswith("s3://")
+
+
+def request_fields(image: str | os.PathLike[str], *, background: bool = False) -> dict[str, Any]:
+    """For the CLI: nothing for a local image; for an ``s3://`` one, the URL as given
+    and the store settings from this process's environment, checked here so that a
+    missing variable, a bad URL or ``--background`` is refused before any sandbox is
+    touched or started."""
+    if not is_remote(image):
+        return {}
+    if background:
+        raise SandboxError(f"{image}: --background restores from a local image only; {_EAGER}")
+    from ckpt.storage.repository import split_image_url
+    from ckpt.storage.s3 import S3Settings
+
+    url = str(image)
+    repo_url, _ = split_image_url(url)
+    env = {name: os.environ[name] for name in STORE_VARS if os.environ.get(name)}
+    S3Settings.from_env(repo_url, env)
+    return {"image": url, "store_env": env}
+
+
+_warm: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+
+
+def _get(request: Any, name: str) -> Any:
+    """A field of the request: a protocol struct, or the dict it once was."""
+    if isinstance(request, dict):
+        return request.get(name)
+    return getattr(request, name, None)
+
+
+def _store(params: Any) -> tuple[Any, str]:
+    """The store of the request's image's repository and the image name, opened with the
+    settings in the request only; reused for the same URL and settings."""
+    from ckpt.storage.repository import split_image_url
+    from ckpt.storage.s3 import S3Store
+
+    repo_url, name = split_image_url(_get(params, "image"))
+    env = dict(_get(params, "store_env") or {})
+    cache_key = (repo_url, tuple(sorted(env.items())))
+    store = _warm.get(cache_key)
+    if store is None:
+        store = S3Store.from_url(repo_url, env)
+        _warm.clear()  # one store at a time
+        _warm[cache_key] = store
+    return store, name
+
+
+def prepare(params: Any) -> None:
+    """Before the sandbox freezes: import the client and open the store, so the frozen
+    time does not pay for them (~300 ms for a first checkpoint here).  Errors are left
+    for the checkpoint proper to raise, in its place."""
+    if not is_remote(_get(params, "image") or ""):
+        return
+    with contextlib.suppress(Exception):
+        import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest)
+
+        store, _ = _store(params)
+        store.check()  # connects; a refusal is raised again, in order, by the upload
+
+
+def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> Any:
+    """``request`` (a protocol struct) with the image URL and store settings of
+    ``remote`` (from :func:`request_fields`) and, for a restore, the stage directory."""
+    if not remote:
+        return request
+    import msgspec
+
+    extra = {} if stage is None else {"stage_dir": str(stage)}
+    return msgspec.structs.replace(request, **remote, **extra)
+
+
+def remote_before(url: str) -> str | None:
+    """For the CLI, before a checkpoint: a digest of the manifest at ``url`` now (None
+    if there is none, or the store cannot say), to tell afterwards whether a sandbox
+    that died had committed a new one."""
+    import hashlib
+
+    from ckpt.storage.repository import Repository
+
+    with contextlib.suppress(Exception):
+        repo, name = Repository.for_image(url)
+        data = repo.store.get(repo.manifest_key(name))
+        return hashlib.sha256(data).hexdigest()
+    return None
+
+
+def died_message(head: str, url: str, sandbox_id: str, before: str | None) -> str:
+    """What a checkpoint whose sandbox died left at ``url``: the manifest is written
+    last, so either a new image is there, complete, or the previous one (or none)."""
+    now = remote_before(url)
+    if now is not None and now != before:
+        return f"{head} after committing its image: {url} holds the new checkpoint"
+    kept = "; the previous image there is unchanged" if before is not None else ""
+    return f"{head}; no image was committed at {url}{kept}"
+
+
+def open_repository(params: Any, key: bytes | None) -> tuple[Any, str]:
+    """For the sandbox: the repository and image name of the request's image."""
+    from ckpt.storage.repository import Repository
+
+    store, name = _store(params)
+    return Repository(store, key), name
+
+
+def image_writer(params: Any, **options: Any) -> Any:
+    """The writer for a checkpoint: an image directory, or the store for ``s3://``."""
+    from ckpt import statefile
+
+    if not is_remote(_get(params, "image")):
+        return statefile.ImageWriter(_get(params, "image"), **options)
+    from ckpt.statefile.sinks import StoreImageWriter
+
+    repo, name = open_repository(params, options.get("key"))
+    _warm.clear()  # the settings live as long as this writer, not in the sandbox after
+    sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
+    return StoreImageWriter(repo, name, sandbox_id=sandbox_id, **options)
+
+
+class StagedImage:
+    """An image fetched into ``stage_dir`` for a restore; :meth:`remove` after loading."""
+
+    def __init__(self, params: Any, key: bytes | None) -> None:
+        if _get(params, "background"):
+            raise SandboxError(
+                f"{_get(params, 'image')}: --background restores from a local image only; {_EAGER}"
+            )
+        stage = _get(params, "stage_dir")
+        if not stage:
+            raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
+        self.dir = Path(stage)
+        repo, name = open_repository(params, key)
+        reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
+        self.remove()  # a dead restore's leftover
+        self.dir.mkdir(mode=0o700, parents=False)
+        try:
+            reader.download(self.dir)  # every chunk checked against its digest
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        import shutil  # only here: a sandbox that restores from a directory never needs it
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def open_for_restore(params: Any, key: bytes | None) -> tuple[Any, StagedImage | None]:
+    """The image a restore loads, and the staged copy to remove once it is loaded."""
+    from ckpt import statefile
+
+    if not is_remote(_get(params, "image")):
+        return statefile.open_image(_get(params, "image"), key=key), None
+    staged = StagedImage(params, key)
+    try:
+        return statefile.open_image(staged.dir, key=key), staged
+    except BaseException:
+        staged.remove()
+        raise
