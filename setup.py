@@ -42,7 +42,7 @@ setup(
         Extension(
             "ckpt.state._native",
             sources=["ckpt/state/_native.c", "ckpt/state/_native_read.c"],
-            depends=["ckpt/state/_native_read.h"],
+            depends=["ckpt/state/_native_read.h", "ckpt/state/_native_compat.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )

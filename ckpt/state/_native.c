@@ -25,12 +25,13 @@
 #include <sys/mman.h>
 #endif
 
+#include "_native_compat.h"
 #include "_native_read.h"
 #include <datetime.h>
 
 #define MAX_DEPTH 64
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 /* CPython 3.11 private dict layouts (Objects/dict-common.h), used only after the
  * import-time checks (check_layout, check_values) agree with them. */
 typedef struct {
@@ -251,6 +252,9 @@ static int w_len(Buf *b, Py_ssize_t n, uint8_t fix, Py_ssize_t fixmax, uint8_t c
     return -1;
 }
 
+/* The bytes w_array writes for n items (n below 2**32). */
+static inline Py_ssize_t array_head_len(Py_ssize_t n) { return n < 16 ? 1 : n < 65536 ? 3 : 5; }
+
 static inline int w_array(Buf *b, Py_ssize_t n) { return w_len(b, n, 0x90, 16, 0xdc, 0xdd); }
 static inline int w_map(Buf *b, Py_ssize_t n) { return w_len(b, n, 0x80, 16, 0xde, 0xdf); }
 
@@ -307,7 +311,12 @@ static int w_bin(Buf *b, const char *p, Py_ssize_t n)
 
 static inline int w_long(Buf *b, PyObject *v)
 {
-#if PY_VERSION_HEX < 0x030C0000
+#if CKPT_LONG_COMPACT
+    /* below 2**30 in magnitude: 3.12's unstable API reads it without a call */
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v))
+        return w_int(b, (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)v));
+#endif
+#if CKPT_LONG_311
     /* one 30-bit digit or zero: read it directly (3.11 int layout, public in longintrepr.h) */
     Py_ssize_t size = Py_SIZE(v);
     if (size == 0)
@@ -368,9 +377,12 @@ static inline int type_bit(PyObject *v)
 /* An int MessagePack holds: -2**63 <= v < 2**64. */
 static int int_fits(PyObject *v)
 {
-#if PY_VERSION_HEX < 0x030C0000
+#if CKPT_LONG_311
     Py_ssize_t size = Py_SIZE(v); /* signed count of 30-bit digits */
     if (size >= -2 && size <= 2)
+        return 1;
+#elif CKPT_LONG_COMPACT
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v))
         return 1;
 #endif
     int overflow;
@@ -861,13 +873,10 @@ static int w_std_value(Buf *b, Field *f, PyObject *v)
         if (!n)
             return -1;
         unsigned char raw[16];
-        int rc = PyLong_CheckExact(n) ? _PyLong_AsByteArray((PyLongObject *)n, raw, 16, 0, 0)
-                                      : -1;
+        int rc = PyLong_CheckExact(n) ? long_to_be16(n, raw) : 1;
         Py_DECREF(n);
-        if (rc < 0) {
-            PyErr_Clear();
-            return 1;
-        }
+        if (rc != 0)
+            return rc;
         if (w_raw(b, "\x91\xc4\x10", 3) < 0) /* [bin8 of 16 bytes] */
             return -1;
         return w_raw(b, (const char *)raw, 16);
@@ -1134,13 +1143,21 @@ static int all_refs_fit(Walk *w, PyObject *list)
 
 static int set_refs_fit(Walk *w, PyObject *set)
 {
-    Py_ssize_t pos = 0;
+    SetIter si;
     PyObject *k;
-    Py_hash_t h;
-    while (_PySet_NextEntry(set, &pos, &k, &h))
-        if (!ref_fits(w, k))
-            return 0;
-    return 1;
+    int r, fits = 1;
+    if (set_iter_init(&si, set) < 0) {
+        PyErr_Clear(); /* the slot function meets it again and says so */
+        return 0;
+    }
+    while (fits && (r = set_iter_next(&si, &k)) > 0)
+        fits = ref_fits(w, k);
+    set_iter_done(&si);
+    if (fits && r < 0) {
+        PyErr_Clear();
+        fits = 0;
+    }
+    return fits;
 }
 
 static Py_ssize_t discover(Walk *w, PyObject *x)
@@ -1465,13 +1482,21 @@ static int set_fits(PyObject *s, int op, int mask)
 {
     if (op != E_SCALAR)
         return 1;
-    Py_ssize_t pos = 0;
+    SetIter si;
     PyObject *k;
-    Py_hash_t h;
-    while (_PySet_NextEntry(s, &pos, &k, &h))
-        if (!(fit_bit(k) & mask))
-            return 0;
-    return 1;
+    int r, fits = 1;
+    if (set_iter_init(&si, s) < 0) {
+        PyErr_Clear(); /* the slot function meets it again and says so */
+        return 0;
+    }
+    while (fits && (r = set_iter_next(&si, &k)) > 0)
+        fits = (fit_bit(k) & mask) != 0;
+    set_iter_done(&si);
+    if (fits && r < 0) {
+        PyErr_Clear();
+        fits = 0;
+    }
+    return fits;
 }
 
 static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmask)
@@ -1520,13 +1545,18 @@ static int w_scalar_set(Buf *b, PyObject *v)
 {
     if (w_array(b, PySet_GET_SIZE(v)) < 0)
         return -1;
-    Py_ssize_t pos = 0;
+    SetIter si;
     PyObject *k;
-    Py_hash_t h;
-    while (_PySet_NextEntry(v, &pos, &k, &h))
-        if (w_scalar(b, k, type_bit(k)) < 0)
-            return -1;
-    return 0;
+    int r;
+    if (set_iter_init(&si, v) < 0)
+        return -1;
+    while ((r = set_iter_next(&si, &k)) > 0)
+        if (w_scalar(b, k, type_bit(k)) < 0) {
+            r = -1;
+            break;
+        }
+    set_iter_done(&si);
+    return r;
 }
 
 static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
@@ -1566,7 +1596,7 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
  * differently (an object discovered keeps its id). */
 static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObject *owner)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     Py_ssize_t start = b->len;
     uint64_t version = ((PyDictObject *)d)->ma_version_tag;
     Py_INCREF(d);
@@ -1766,7 +1796,7 @@ static int dict_layout_ok;
 
 static inline PyObject *instance_dict(PyObject *obj)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (dict_layout_ok && (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
         PyObject *d = ((PyObject **)obj)[-3];
         if (d && PyDict_CheckExact(d))
@@ -1779,7 +1809,7 @@ static inline PyObject *instance_dict(PyObject *obj)
 static PyObject *check_layout(PyObject *mod, PyObject *obj)
 {
     dict_layout_ok = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
         PyObject *d = PyObject_GenericGetDict(obj, NULL);
         if (!d)
@@ -1806,7 +1836,7 @@ static PyObject *check_layout(PyObject *mod, PyObject *obj)
  * at import against getattr, and any mismatch turns this path off. */
 static int values_layout_ok;
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 
 /* A class whose instances may keep their attributes in inline values. */
 static inline int managed_heap_type(PyTypeObject *tp)
@@ -1903,7 +1933,7 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "OU", &obj, &name))
         return NULL;
     values_layout_ok = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     PyTypeObject *tp = Py_TYPE(obj);
     if (managed_heap_type(tp) && !((PyObject **)obj)[-3]) {
         PyObject **values = ((PyObject ***)obj)[-4];
@@ -1930,7 +1960,7 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
  * instance dict CPython builds from the values, in order); any mismatch turns it off. */
 static int store_layout_ok;
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
 {
     PyObject *old = values[ix];
@@ -1953,7 +1983,7 @@ static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
 
 const void *ckpt_store_keys(PyTypeObject *tp)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (!store_layout_ok || !managed_heap_type(tp))
         return NULL;
     return split_keys(tp);
@@ -1965,7 +1995,7 @@ const void *ckpt_store_keys(PyTypeObject *tp)
 
 Py_ssize_t ckpt_store_index(const void *keys, PyObject *name)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     return keys ? key_index((Keys311 *)keys, name) : -1;
 #else
     (void)keys, (void)name;
@@ -1975,7 +2005,7 @@ Py_ssize_t ckpt_store_index(const void *keys, PyObject *name)
 
 PyObject **ckpt_store_values(PyObject *obj, const void *keys)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     PyTypeObject *tp = Py_TYPE(obj);
     if (!keys || ckpt_store_keys(tp) != keys || ((PyObject **)obj)[-3])
         return NULL; /* keys changed, or the instance has a dict of its own */
@@ -1989,7 +2019,7 @@ PyObject **ckpt_store_values(PyObject *obj, const void *keys)
 int ckpt_store_put(PyObject *obj, const void *keys, PyObject **values, Py_ssize_t ix,
                    PyObject *v)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     /* ckpt_store_values checked the layout for this object; here only what Python code
      * run since could change: its class (and so its keys), or a dict made from its
      * values (the values pointer is then NULL) */
@@ -2012,7 +2042,7 @@ static PyObject *check_store(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "OUOUO", &obj, &na, &a, &nb, &b))
         return NULL;
     store_layout_ok = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (!values_layout_ok)
         Py_RETURN_FALSE;
     store_layout_ok = 1; /* tentatively, so the helpers answer for the probe */
@@ -2049,7 +2079,7 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
     if (d && f->dict_ok) {
         Py_ssize_t at = *pos;
         PyObject *k, *v;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
         /* A combined str-keyed table (what the loaders and __init__ make): look at the
          * entry in insertion order directly (layout checked by check_layout). */
         PyDictObject *dd = (PyDictObject *)d;
@@ -2129,7 +2159,7 @@ static inline void ahead_object(PyObject *o)
     __builtin_prefetch(o);
 }
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 /* The array the object's attribute values are in, indexed by the class's shared keys:
  * its inline values or its dict's split table (NULL if neither, or unindexed). */
 static inline PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
@@ -2287,7 +2317,7 @@ static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
     Py_ssize_t n = te->npending;
     if (i + 4 * LOOK < n)
         ahead_object(p[i + 4 * LOOK]);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (i + 3 * LOOK < n)
         ahead_values(te, p[i + 3 * LOOK]);
     if (i + 2 * LOOK < n)
@@ -2310,8 +2340,9 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         return -1;
     /* Held: Python code run for a field (a slot function) may replace obj.__dict__. */
     PyObject *d = te->dict_ok ? Py_XNewRef(instance_dict(obj)) : NULL;
-    Py_ssize_t pos = 0, *vindex = NULL;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t pos = 0;
+#if CKPT_LAYOUT_311
+    Py_ssize_t *vindex = NULL;
     /* The full layout checks once per object (inline_values, value_indices); after a
      * field whose writing may have run Python code, only what that code could change:
      * the instance's class (__class__ assignment), its keys, or its values (gone once
@@ -2321,7 +2352,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         vindex = value_indices(te, tp);
 #endif
     int rc = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     PyObject **values = vindex ? ((PyObject ***)obj)[-4] : NULL;
     int stale = 0; /* Python code may have run since `values` was checked */
 #endif
@@ -2329,13 +2360,13 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         Field *f = &te->fields[i];
         if (f->op == OP_PY) {
             rc = w_fallback(w, b, f, obj);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
             stale = 1;
 #endif
             continue;
         }
         PyObject *v = NULL;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
         if (vindex && vindex[i] >= 0) {
             if (stale) { /* read afresh (see above) */
                 values = ((PyObject ***)obj)[-4];
@@ -2365,7 +2396,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         }
         rc = w_field(w, b, f, obj, v);
         Py_DECREF(v);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
         stale = 1;
 #endif
     }
@@ -2597,7 +2628,7 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
         goto done;
     Py_ssize_t total = header + pre.len + mid.len + suf.len;
     for (Py_ssize_t t = 0; t < w->ntypes; t++)
-        total += 5 + w->tents[t]->rows.len;
+        total += array_head_len(w->tents[t]->nrows) + w->tents[t]->rows.len;
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out)
         goto done;
@@ -2625,8 +2656,10 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
     }
     memcpy(p, suf.buf, suf.len);
     p += suf.len;
-    if (_PyBytes_Resize(&out, p - PyBytes_AS_STRING(out)) < 0)
-        out = NULL;
+    if (p - PyBytes_AS_STRING(out) != total) { /* sized exactly above: no resize */
+        PyErr_SetString(PyExc_SystemError, "ckpt native: assembled stream size mismatch");
+        Py_CLEAR(out);
+    }
 done:
     PyMem_Free(mid.data);
     PyBuffer_Release(&pre);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_native_compat.h"
 #include "_native_read.h"
 #include <datetime.h>
 
@@ -677,7 +678,7 @@ static PyObject *value_of(LField *f, PyObject *raw, PyObject *objs, PyObject *ct
                 break;
             if (f->op == L_DICT && !plain_items(vals))
                 break;
-            PyObject *d = _PyDict_NewPresized(PyList_GET_SIZE(keys));
+            PyObject *d = dict_presized(PyList_GET_SIZE(keys));
             if (!d)
                 return NULL;
             for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
@@ -981,7 +982,7 @@ static PyObject *rd_value(LField *f, Rd *r)
          * its two slots (object.__setattr__: the class refuses setattr) */
         if (rd_fixarray(r, 1) < 0 || r->end - r->p < 18 || r->p[0] != 0xc4 || r->p[1] != 16)
             goto other;
-        PyObject *n = _PyLong_FromByteArray(r->p + 2, 16, 0, 0);
+        PyObject *n = long_from_be16(r->p + 2);
         if (!n)
             return NULL;
         r->p += 18;
@@ -1260,7 +1261,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
             }
             row_end = r.p;
         }
-        PyObject *d = has_dict ? _PyDict_NewPresized(n) : NULL;
+        PyObject *d = has_dict ? dict_presized(n) : NULL;
         if (has_dict && !d)
             goto done;
         for (Py_ssize_t j = 0; j < n; j++) {
