@@ -1572,6 +1572,7 @@ static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     return r;
 }
 
+#if CKPT_LAYOUT_311
 /* One pass of a dict's keys (which 0) or values (1), read in place. */
 static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject *owner)
 {
@@ -1588,6 +1589,7 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
     }
     return 0;
 }
+#endif
 
 /* [[keys], [values]] of a dict read in place, without the two snapshot lists: 0 done,
  * -1 error, 1 the dict changed meanwhile (only Python code run to discover a new class
@@ -3186,6 +3188,7 @@ PyMODINIT_FUNC PyInit__native(void)
     if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
         PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
+        PyModule_AddIntConstant(m, "fast_paths", CKPT_FAST_PATHS) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -35,7 +35,7 @@
 #define CKPT_LONG_COMPACT 0
 #endif
 
-/* 1 if this build reads CPython internals somewhere (native.fast_paths() reports it). */
+/* 1 if this build may read CPython internals (the module's `fast_paths`; 0 built portable). */
 #define CKPT_FAST_PATHS (!CKPT_PORTABLE)
 
 /* ---- iterating a set or frozenset --------------------------------------------------------
