@@ -9,28 +9,26 @@ first error lines are kept beside the package in ``_native<EXT_SUFFIX>.build-err
 
 from __future__ import annotations
 
+import contextlib
 import os
-import subprocess
+import re
 import sys
-from typing import Any
+import tempfile
+from collections.abc import Iterator
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-try:
-    from setuptools.errors import CompileError
-except ImportError:  # setuptools < 59
-    from distutils.errors import CompileError  # type: ignore[no-redef]
-
 NOTE_SUFFIX = ".build-error.txt"  # native.BUILD_NOTE_SUFFIX reads the same name
 NOTE_LINES = 6  # the first error lines kept: enough for the cause, short enough to read
+ERROR = re.compile(r"(?i)\berror\b")  # gcc's and clang's "error:", not "-Werror=..."
 
 
 def error_lines(output: str, fallback: str) -> list[str]:
-    """The lines of a compiler's output that say what failed (or its last lines)."""
-    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
-    return (errors or lines[-NOTE_LINES:] or [fallback])[:NOTE_LINES]
+    """The lines of a compiler's output that say what failed, or else ``fallback`` (the
+    exception's message: a compiler that could not be run prints nothing)."""
+    errors = [line.rstrip() for line in output.splitlines() if ERROR.search(line)]
+    return errors[:NOTE_LINES] or [fallback]
 
 
 class OptionalBuildExt(build_ext):
@@ -47,10 +45,9 @@ class OptionalBuildExt(build_ext):
                 self._skipped(ext, exc)
 
     def build_extension(self, ext: Extension) -> None:
-        self._output = ""
-        self.compiler.spawn = self._spawn  # the compiler's output, kept for the note
         try:
-            super().build_extension(ext)
+            with self._captured():
+                super().build_extension(ext)
         except Exception as exc:
             self._skipped(ext, exc)
             return
@@ -58,21 +55,30 @@ class OptionalBuildExt(build_ext):
             if os.path.exists(note):
                 os.remove(note)  # built now: an old note would say otherwise
 
-    def _spawn(self, cmd: list[str], **_: Any) -> None:
-        """CCompiler.spawn, with the command's output captured (and echoed: ``pip -v``
-        still shows all of it)."""
-        if self.dry_run:
-            return
-        try:
-            proc = subprocess.run(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-            )
-        except OSError as exc:
-            raise CompileError(f"command {cmd[0]!r} failed: {exc.strerror}") from exc
-        sys.stderr.write(proc.stdout)
-        if proc.returncode:
-            self._output = proc.stdout
-            raise CompileError(f"command {cmd[0]!r} failed with exit code {proc.returncode}")
+    @contextlib.contextmanager
+    def _captured(self) -> Iterator[None]:
+        """The compiler's output (file descriptors 1 and 2: setuptools runs it as a child
+        process, by one function or another depending on its version) kept in
+        ``self._output`` and echoed, so ``pip install -v`` still shows all of it."""
+        self._output = ""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with tempfile.TemporaryFile() as tmp:
+            saved = [os.dup(1), os.dup(2)]
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                for fd in saved:
+                    os.close(fd)
+                tmp.seek(0)
+                self._output = tmp.read().decode(errors="replace")
+                sys.stderr.write(self._output)
 
     def _note_paths(self, ext: Extension) -> list[str]:
         """Beside where the extension would be (``_native.cpython-313-...so`` + suffix),
