@@ -31,9 +31,10 @@
 
 #define MAX_DEPTH 64
 
-#if CKPT_LAYOUT_311
-/* CPython 3.11 private dict layouts (Objects/dict-common.h), used only after the
- * import-time checks (check_layout, check_values) agree with them. */
+#if CKPT_DICT_TABLE
+/* CPython's private dict layouts (Objects/dict-common.h in 3.11, pycore_dict.h in 3.12
+ * and 3.13, the same for what is read here where the GIL exists), used only after the
+ * import-time checks (check_dict_table, check_layout, check_values) agree with them. */
 typedef struct {
     Py_ssize_t dk_refcnt;
     uint8_t dk_log2_size;
@@ -48,7 +49,13 @@ typedef struct {
 typedef struct {
     PyObject *me_key;
     PyObject *me_value;
-} UEntry311;
+} UEntry311; /* a str-keyed table's entry */
+
+typedef struct {
+    Py_hash_t me_hash;
+    PyObject *me_key;
+    PyObject *me_value;
+} GEntry311; /* any other table's entry */
 
 /* A combined or split table's entries, which follow its index array. */
 static inline UEntry311 *table_entries(Keys311 *k)
@@ -56,6 +63,93 @@ static inline UEntry311 *table_entries(Keys311 *k)
     return (UEntry311 *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
 }
 #endif
+
+/* 1 once check_dict_table (at import) found dict_next's reading equal to PyDict_Next's. */
+static int dict_table_ok;
+
+/* PyDict_Next, reading a combined table's entries in place where its layout is known
+ * and checked (a third of Encoding/map's instructions were PyDict_Next's, for three
+ * passes over a 1024-item dict). */
+static inline int dict_next(PyObject *d, Py_ssize_t *pos, PyObject **k, PyObject **v)
+{
+#if CKPT_DICT_TABLE
+    PyDictObject *dd = (PyDictObject *)d;
+    if (dict_table_ok && !dd->ma_values) {
+        Keys311 *dk = (Keys311 *)dd->ma_keys;
+        Py_ssize_t i = *pos, n = dk->dk_nentries;
+        if (i < 0)
+            return 0;
+        if (dk->dk_kind == 0) { /* DICT_KEYS_GENERAL */
+            GEntry311 *e = (GEntry311 *)table_entries(dk);
+            for (; i < n; i++)
+                if (e[i].me_value) {
+                    *k = e[i].me_key, *v = e[i].me_value, *pos = i + 1;
+                    return 1;
+                }
+        }
+        else if (dk->dk_kind == 1) { /* DICT_KEYS_UNICODE */
+            UEntry311 *e = table_entries(dk);
+            for (; i < n; i++)
+                if (e[i].me_value) {
+                    *k = e[i].me_key, *v = e[i].me_value, *pos = i + 1;
+                    return 1;
+                }
+        }
+        else
+            return PyDict_Next(d, pos, k, v);
+        *pos = i;
+        return 0;
+    }
+#endif
+    return PyDict_Next(d, pos, k, v);
+}
+
+/* dict_next against PyDict_Next on dicts of both key kinds, with deleted entries: any
+ * difference leaves dict_next to PyDict_Next.  0, or -1 on an error. */
+static int check_dict_table(void)
+{
+    dict_table_ok = 0;
+#if CKPT_DICT_TABLE
+    PyObject *general = PyDict_New(), *strs = PyDict_New();
+    int rc = general && strs ? 0 : -1;
+    for (long i = 0; i < 40 && rc == 0; i++) {
+        PyObject *n = PyLong_FromLong(i * 7919);
+        PyObject *s = n ? PyObject_Str(n) : NULL;
+        rc = s && PyDict_SetItem(general, n, s) == 0 && PyDict_SetItem(strs, s, n) == 0 &&
+                     (i % 3 != 1 || (PyDict_DelItem(general, n) == 0 &&
+                                     PyDict_DelItem(strs, s) == 0))
+                 ? 0
+                 : -1;
+        Py_XDECREF(n);
+        Py_XDECREF(s);
+    }
+    int same = rc == 0;
+    PyObject *dicts[2] = {general, strs};
+    for (int j = 0; j < 2 && same; j++) {
+        Py_ssize_t p1 = 0, p2 = 0, count = 0;
+        PyObject *k1, *v1, *k2, *v2;
+        dict_table_ok = 1; /* tentatively, so dict_next reads the table */
+        for (;;) {
+            int a = dict_next(dicts[j], &p1, &k1, &v1), b = PyDict_Next(dicts[j], &p2, &k2, &v2);
+            if (a != b || (a && (k1 != k2 || v1 != v2))) {
+                same = 0;
+                break;
+            }
+            if (!a)
+                break;
+            count++;
+        }
+        same = same && count == PyDict_GET_SIZE(dicts[j]);
+        dict_table_ok = 0;
+    }
+    Py_XDECREF(general);
+    Py_XDECREF(strs);
+    if (rc < 0)
+        return -1;
+    dict_table_ok = same;
+#endif
+    return 0;
+}
 
 /* Field ops (save and load); must match native.py. */
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
@@ -1505,7 +1599,7 @@ static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmas
         return 1;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
-    while (PyDict_Next(d, &pos, &k, &v)) {
+    while (dict_next(d, &pos, &k, &v)) {
         if ((kop == E_SCALAR && !(fit_bit(k) & kmask)) || (kop == E_REF && !ref_fits(w, k)))
             return 0;
         if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) || (vop == E_REF && !ref_fits(w, v)))
@@ -1572,7 +1666,7 @@ static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     return r;
 }
 
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_311 || PY_VERSION_HEX >= 0x030C0000
 /* One pass of a dict's keys (which 0) or values (1), read in place. */
 static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject *owner)
 {
@@ -1580,13 +1674,28 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
         return -1;
     Py_ssize_t pos = 0;
     PyObject *k, *x;
-    while (PyDict_Next(d, &pos, &k, &x)) {
+    while (dict_next(d, &pos, &k, &x)) {
         PyObject *item = Py_NewRef(which ? x : k); /* held: discovering may run Python */
         int r = w_elem(w, b, op, item, owner);
         Py_DECREF(item);
         if (r < 0)
             return -1;
     }
+    return 0;
+}
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* The dict w_dict_direct is reading (3.12+), and whether it changed meanwhile. */
+static int dict_watcher = -1;
+static PyObject *watched_dict;
+static int watched_changed;
+
+static int on_dict_event(PyDict_WatchEvent event, PyObject *d, PyObject *key, PyObject *value)
+{
+    (void)event, (void)key, (void)value;
+    if (d == watched_dict)
+        watched_changed = 1;
     return 0;
 }
 #endif
@@ -1611,6 +1720,32 @@ static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObjec
         b->len = start;
         r = 1;
     }
+    Py_DECREF(d);
+    return r;
+#elif PY_VERSION_HEX >= 0x030C0000
+    /* No version tag to compare from 3.12: a dict watcher (public API) says whether
+     * the dict changed.  One dict at a time (a nested walk takes snapshots). */
+    if (dict_watcher < 0 || watched_dict)
+        return 1;
+    if (PyDict_Watch(dict_watcher, d) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    Py_ssize_t start = b->len;
+    watched_dict = Py_NewRef(d);
+    watched_changed = 0;
+    int r = w_byte(b, 0x92);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 0, kop, owner);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 1, vop, owner);
+    if (PyDict_Unwatch(dict_watcher, d) < 0 && r == 0)
+        r = -1;
+    if (r == 0 && watched_changed) {
+        b->len = start;
+        r = 1;
+    }
+    watched_dict = NULL;
     Py_DECREF(d);
     return r;
 #else
@@ -3176,6 +3311,13 @@ PyMODINIT_FUNC PyInit__native(void)
         PyType_Ready(&PlanType) < 0)
         return NULL;
     look_min_init();
+    if (check_dict_table() < 0)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    dict_watcher = PyDict_AddWatcher(on_dict_event);
+    if (dict_watcher < 0)
+        PyErr_Clear(); /* all taken: dicts are written from snapshots */
+#endif
     str_value_ = PyUnicode_InternFromString("_value_");
     str_before_save = PyUnicode_InternFromString("__before_save__");
     str_native_plan = PyUnicode_InternFromString("_native_plan");
@@ -3189,6 +3331,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
         PyModule_AddIntConstant(m, "fast_paths", CKPT_FAST_PATHS) < 0 ||
+        PyModule_AddIntConstant(m, "dict_table", dict_table_ok) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;

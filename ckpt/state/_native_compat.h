@@ -9,6 +9,7 @@
  *
  *   CKPT_LAYOUT_311  CPython 3.11's dict and inline-values layouts (Objects/dict-common.h),
  *                    read and written by _native.c after import-time checks agree.
+ *   CKPT_DICT_TABLE  a dict's combined table (entries after the index array), 3.11-3.13.
  *   CKPT_LONG_311    3.11's int layout (signed digit count in ob_size, longintrepr.h).
  *   CKPT_LONG_COMPACT  3.12's unstable API for one-digit ints (PyUnstable_Long_*).
  */
@@ -27,6 +28,14 @@
 #else
 #define CKPT_LAYOUT_311 0
 #define CKPT_LONG_311 0
+#endif
+
+/* dicts' combined tables (the same fields from 3.11 to 3.13 where the GIL exists) */
+#if !CKPT_PORTABLE && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 &&             \
+    !defined(Py_GIL_DISABLED)
+#define CKPT_DICT_TABLE 1
+#else
+#define CKPT_DICT_TABLE 0
 #endif
 
 #if !CKPT_PORTABLE && PY_VERSION_HEX >= 0x030C0000
