@@ -4,6 +4,8 @@
 # length, byte flips, a hostile value at every position; hypothesis random graphs; the
 # native cross-check) under it.  Any ASan report aborts the run with a non-zero status.
 # Leak detection is off: CPython itself keeps allocations alive at exit.
+# CKPT_PYTHON picks the interpreter (default python3; e.g. a 3.13 venv's python, which
+# needs the dev extra installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -12,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 cp -r ckpt tests pyproject.toml "$work"/
 find "$work" -name '*.so' -delete
 find "$work" -name '__pycache__' -prune -exec rm -rf {} +
-py=python3
+py=${CKPT_PYTHON:-python3}
 suffix=$($py -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 include=$($py -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
@@ -43,7 +45,8 @@ $py -m pytest -q -p no:cacheprovider \
     tests/state/test_native_plan.py tests/state/test_native_huge_tables.py \
     tests/state/test_native_load_ahead.py tests/state/test_native_save_paths.py \
     tests/state/test_fresh_containers.py tests/state/test_native_values.py \
-    tests/state/test_native_tuple_lists.py tests/state/test_native_root.py
+    tests/state/test_native_tuple_lists.py tests/state/test_native_root.py \
+    tests/state/test_native_versions.py
 rc=$?
 set -e
 echo "asan: pytest exit $rc after $(( $(date +%s) - started )) s" >&2

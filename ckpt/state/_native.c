@@ -25,14 +25,16 @@
 #include <sys/mman.h>
 #endif
 
+#include "_native_compat.h"
 #include "_native_read.h"
 #include <datetime.h>
 
 #define MAX_DEPTH 64
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-/* CPython 3.11 private dict layouts (Objects/dict-common.h), used only after the
- * import-time checks (check_layout, check_values) agree with them. */
+#if CKPT_DICT_TABLE
+/* CPython's private dict layouts (Objects/dict-common.h in 3.11, pycore_dict.h in 3.12
+ * and 3.13, the same for what is read here where the GIL exists), used only after the
+ * import-time checks (check_dict_table, check_layout, check_values) agree with them. */
 typedef struct {
     Py_ssize_t dk_refcnt;
     uint8_t dk_log2_size;
@@ -47,7 +49,13 @@ typedef struct {
 typedef struct {
     PyObject *me_key;
     PyObject *me_value;
-} UEntry311;
+} UEntry311; /* a str-keyed table's entry */
+
+typedef struct {
+    Py_hash_t me_hash;
+    PyObject *me_key;
+    PyObject *me_value;
+} GEntry311; /* any other table's entry */
 
 /* A combined or split table's entries, which follow its index array. */
 static inline UEntry311 *table_entries(Keys311 *k)
@@ -55,6 +63,93 @@ static inline UEntry311 *table_entries(Keys311 *k)
     return (UEntry311 *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
 }
 #endif
+
+/* 1 once check_dict_table (at import) found dict_next's reading equal to PyDict_Next's. */
+static int dict_table_ok;
+
+/* PyDict_Next, reading a combined table's entries in place where its layout is known
+ * and checked (a third of Encoding/map's instructions were PyDict_Next's, for three
+ * passes over a 1024-item dict). */
+static inline int dict_next(PyObject *d, Py_ssize_t *pos, PyObject **k, PyObject **v)
+{
+#if CKPT_DICT_TABLE
+    PyDictObject *dd = (PyDictObject *)d;
+    if (dict_table_ok && !dd->ma_values) {
+        Keys311 *dk = (Keys311 *)dd->ma_keys;
+        Py_ssize_t i = *pos, n = dk->dk_nentries;
+        if (i < 0)
+            return 0;
+        if (dk->dk_kind == 0) { /* DICT_KEYS_GENERAL */
+            GEntry311 *e = (GEntry311 *)table_entries(dk);
+            for (; i < n; i++)
+                if (e[i].me_value) {
+                    *k = e[i].me_key, *v = e[i].me_value, *pos = i + 1;
+                    return 1;
+                }
+        }
+        else if (dk->dk_kind == 1) { /* DICT_KEYS_UNICODE */
+            UEntry311 *e = table_entries(dk);
+            for (; i < n; i++)
+                if (e[i].me_value) {
+                    *k = e[i].me_key, *v = e[i].me_value, *pos = i + 1;
+                    return 1;
+                }
+        }
+        else
+            return PyDict_Next(d, pos, k, v);
+        *pos = i;
+        return 0;
+    }
+#endif
+    return PyDict_Next(d, pos, k, v);
+}
+
+/* dict_next against PyDict_Next on dicts of both key kinds, with deleted entries: any
+ * difference leaves dict_next to PyDict_Next.  0, or -1 on an error. */
+static int check_dict_table(void)
+{
+    dict_table_ok = 0;
+#if CKPT_DICT_TABLE
+    PyObject *general = PyDict_New(), *strs = PyDict_New();
+    int rc = general && strs ? 0 : -1;
+    for (long i = 0; i < 40 && rc == 0; i++) {
+        PyObject *n = PyLong_FromLong(i * 7919);
+        PyObject *s = n ? PyObject_Str(n) : NULL;
+        rc = s && PyDict_SetItem(general, n, s) == 0 && PyDict_SetItem(strs, s, n) == 0 &&
+                     (i % 3 != 1 || (PyDict_DelItem(general, n) == 0 &&
+                                     PyDict_DelItem(strs, s) == 0))
+                 ? 0
+                 : -1;
+        Py_XDECREF(n);
+        Py_XDECREF(s);
+    }
+    int same = rc == 0;
+    PyObject *dicts[2] = {general, strs};
+    for (int j = 0; j < 2 && same; j++) {
+        Py_ssize_t p1 = 0, p2 = 0, count = 0;
+        PyObject *k1, *v1, *k2, *v2;
+        dict_table_ok = 1; /* tentatively, so dict_next reads the table */
+        for (;;) {
+            int a = dict_next(dicts[j], &p1, &k1, &v1), b = PyDict_Next(dicts[j], &p2, &k2, &v2);
+            if (a != b || (a && (k1 != k2 || v1 != v2))) {
+                same = 0;
+                break;
+            }
+            if (!a)
+                break;
+            count++;
+        }
+        same = same && count == PyDict_GET_SIZE(dicts[j]);
+        dict_table_ok = 0;
+    }
+    Py_XDECREF(general);
+    Py_XDECREF(strs);
+    if (rc < 0)
+        return -1;
+    dict_table_ok = same;
+#endif
+    return 0;
+}
 
 /* Field ops (save and load); must match native.py. */
 enum { OP_PY = 0, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT, OP_TUPLE,
@@ -251,6 +346,9 @@ static int w_len(Buf *b, Py_ssize_t n, uint8_t fix, Py_ssize_t fixmax, uint8_t c
     return -1;
 }
 
+/* The bytes w_array writes for n items (n below 2**32). */
+static inline Py_ssize_t array_head_len(Py_ssize_t n) { return n < 16 ? 1 : n < 65536 ? 3 : 5; }
+
 static inline int w_array(Buf *b, Py_ssize_t n) { return w_len(b, n, 0x90, 16, 0xdc, 0xdd); }
 static inline int w_map(Buf *b, Py_ssize_t n) { return w_len(b, n, 0x80, 16, 0xde, 0xdf); }
 
@@ -307,7 +405,12 @@ static int w_bin(Buf *b, const char *p, Py_ssize_t n)
 
 static inline int w_long(Buf *b, PyObject *v)
 {
-#if PY_VERSION_HEX < 0x030C0000
+#if CKPT_LONG_COMPACT
+    /* below 2**30 in magnitude: 3.12's unstable API reads it without a call */
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v))
+        return w_int(b, (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)v));
+#endif
+#if CKPT_LONG_311
     /* one 30-bit digit or zero: read it directly (3.11 int layout, public in longintrepr.h) */
     Py_ssize_t size = Py_SIZE(v);
     if (size == 0)
@@ -368,9 +471,12 @@ static inline int type_bit(PyObject *v)
 /* An int MessagePack holds: -2**63 <= v < 2**64. */
 static int int_fits(PyObject *v)
 {
-#if PY_VERSION_HEX < 0x030C0000
+#if CKPT_LONG_311
     Py_ssize_t size = Py_SIZE(v); /* signed count of 30-bit digits */
     if (size >= -2 && size <= 2)
+        return 1;
+#elif CKPT_LONG_COMPACT
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v))
         return 1;
 #endif
     int overflow;
@@ -861,13 +967,10 @@ static int w_std_value(Buf *b, Field *f, PyObject *v)
         if (!n)
             return -1;
         unsigned char raw[16];
-        int rc = PyLong_CheckExact(n) ? _PyLong_AsByteArray((PyLongObject *)n, raw, 16, 0, 0)
-                                      : -1;
+        int rc = PyLong_CheckExact(n) ? long_to_be16(n, raw) : 1;
         Py_DECREF(n);
-        if (rc < 0) {
-            PyErr_Clear();
-            return 1;
-        }
+        if (rc != 0)
+            return rc;
         if (w_raw(b, "\x91\xc4\x10", 3) < 0) /* [bin8 of 16 bytes] */
             return -1;
         return w_raw(b, (const char *)raw, 16);
@@ -1134,13 +1237,21 @@ static int all_refs_fit(Walk *w, PyObject *list)
 
 static int set_refs_fit(Walk *w, PyObject *set)
 {
-    Py_ssize_t pos = 0;
+    SetIter si;
     PyObject *k;
-    Py_hash_t h;
-    while (_PySet_NextEntry(set, &pos, &k, &h))
-        if (!ref_fits(w, k))
-            return 0;
-    return 1;
+    int r, fits = 1;
+    if (set_iter_init(&si, set) < 0) {
+        PyErr_Clear(); /* the slot function meets it again and says so */
+        return 0;
+    }
+    while (fits && (r = set_iter_next(&si, &k)) > 0)
+        fits = ref_fits(w, k);
+    set_iter_done(&si);
+    if (fits && r < 0) {
+        PyErr_Clear();
+        fits = 0;
+    }
+    return fits;
 }
 
 static Py_ssize_t discover(Walk *w, PyObject *x)
@@ -1465,13 +1576,21 @@ static int set_fits(PyObject *s, int op, int mask)
 {
     if (op != E_SCALAR)
         return 1;
-    Py_ssize_t pos = 0;
+    SetIter si;
     PyObject *k;
-    Py_hash_t h;
-    while (_PySet_NextEntry(s, &pos, &k, &h))
-        if (!(fit_bit(k) & mask))
-            return 0;
-    return 1;
+    int r, fits = 1;
+    if (set_iter_init(&si, s) < 0) {
+        PyErr_Clear(); /* the slot function meets it again and says so */
+        return 0;
+    }
+    while (fits && (r = set_iter_next(&si, &k)) > 0)
+        fits = (fit_bit(k) & mask) != 0;
+    set_iter_done(&si);
+    if (fits && r < 0) {
+        PyErr_Clear();
+        fits = 0;
+    }
+    return fits;
 }
 
 static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmask)
@@ -1480,7 +1599,7 @@ static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmas
         return 1;
     Py_ssize_t pos = 0;
     PyObject *k, *v;
-    while (PyDict_Next(d, &pos, &k, &v)) {
+    while (dict_next(d, &pos, &k, &v)) {
         if ((kop == E_SCALAR && !(fit_bit(k) & kmask)) || (kop == E_REF && !ref_fits(w, k)))
             return 0;
         if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) || (vop == E_REF && !ref_fits(w, v)))
@@ -1520,13 +1639,18 @@ static int w_scalar_set(Buf *b, PyObject *v)
 {
     if (w_array(b, PySet_GET_SIZE(v)) < 0)
         return -1;
-    Py_ssize_t pos = 0;
+    SetIter si;
     PyObject *k;
-    Py_hash_t h;
-    while (_PySet_NextEntry(v, &pos, &k, &h))
-        if (w_scalar(b, k, type_bit(k)) < 0)
-            return -1;
-    return 0;
+    int r;
+    if (set_iter_init(&si, v) < 0)
+        return -1;
+    while ((r = set_iter_next(&si, &k)) > 0)
+        if (w_scalar(b, k, type_bit(k)) < 0) {
+            r = -1;
+            break;
+        }
+    set_iter_done(&si);
+    return r;
 }
 
 static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
@@ -1542,6 +1666,7 @@ static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     return r;
 }
 
+#if CKPT_LAYOUT_311 || PY_VERSION_HEX >= 0x030C0000
 /* One pass of a dict's keys (which 0) or values (1), read in place. */
 static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject *owner)
 {
@@ -1549,7 +1674,7 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
         return -1;
     Py_ssize_t pos = 0;
     PyObject *k, *x;
-    while (PyDict_Next(d, &pos, &k, &x)) {
+    while (dict_next(d, &pos, &k, &x)) {
         PyObject *item = Py_NewRef(which ? x : k); /* held: discovering may run Python */
         int r = w_elem(w, b, op, item, owner);
         Py_DECREF(item);
@@ -1558,6 +1683,22 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
     }
     return 0;
 }
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* The dict w_dict_direct is reading (3.12+), and whether it changed meanwhile. */
+static int dict_watcher = -1;
+static PyObject *watched_dict;
+static int watched_changed;
+
+static int on_dict_event(PyDict_WatchEvent event, PyObject *d, PyObject *key, PyObject *value)
+{
+    (void)event, (void)key, (void)value;
+    if (d == watched_dict)
+        watched_changed = 1;
+    return 0;
+}
+#endif
 
 /* [[keys], [values]] of a dict read in place, without the two snapshot lists: 0 done,
  * -1 error, 1 the dict changed meanwhile (only Python code run to discover a new class
@@ -1566,7 +1707,7 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
  * differently (an object discovered keeps its id). */
 static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObject *owner)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     Py_ssize_t start = b->len;
     uint64_t version = ((PyDictObject *)d)->ma_version_tag;
     Py_INCREF(d);
@@ -1579,6 +1720,32 @@ static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObjec
         b->len = start;
         r = 1;
     }
+    Py_DECREF(d);
+    return r;
+#elif PY_VERSION_HEX >= 0x030C0000
+    /* No version tag to compare from 3.12: a dict watcher (public API) says whether
+     * the dict changed.  One dict at a time (a nested walk takes snapshots). */
+    if (dict_watcher < 0 || watched_dict)
+        return 1;
+    if (PyDict_Watch(dict_watcher, d) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    Py_ssize_t start = b->len;
+    watched_dict = Py_NewRef(d);
+    watched_changed = 0;
+    int r = w_byte(b, 0x92);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 0, kop, owner);
+    if (r == 0)
+        r = w_dict_pass(w, b, d, 1, vop, owner);
+    if (PyDict_Unwatch(dict_watcher, d) < 0 && r == 0)
+        r = -1;
+    if (r == 0 && watched_changed) {
+        b->len = start;
+        r = 1;
+    }
+    watched_dict = NULL;
     Py_DECREF(d);
     return r;
 #else
@@ -1766,7 +1933,7 @@ static int dict_layout_ok;
 
 static inline PyObject *instance_dict(PyObject *obj)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (dict_layout_ok && (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
         PyObject *d = ((PyObject **)obj)[-3];
         if (d && PyDict_CheckExact(d))
@@ -1779,7 +1946,7 @@ static inline PyObject *instance_dict(PyObject *obj)
 static PyObject *check_layout(PyObject *mod, PyObject *obj)
 {
     dict_layout_ok = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (Py_TYPE(obj)->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
         PyObject *d = PyObject_GenericGetDict(obj, NULL);
         if (!d)
@@ -1806,7 +1973,7 @@ static PyObject *check_layout(PyObject *mod, PyObject *obj)
  * at import against getattr, and any mismatch turns this path off. */
 static int values_layout_ok;
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 
 /* A class whose instances may keep their attributes in inline values. */
 static inline int managed_heap_type(PyTypeObject *tp)
@@ -1903,7 +2070,7 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "OU", &obj, &name))
         return NULL;
     values_layout_ok = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     PyTypeObject *tp = Py_TYPE(obj);
     if (managed_heap_type(tp) && !((PyObject **)obj)[-3]) {
         PyObject **values = ((PyObject ***)obj)[-4];
@@ -1930,7 +2097,7 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
  * instance dict CPython builds from the values, in order); any mismatch turns it off. */
 static int store_layout_ok;
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
 {
     PyObject *old = values[ix];
@@ -1953,7 +2120,7 @@ static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
 
 const void *ckpt_store_keys(PyTypeObject *tp)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (!store_layout_ok || !managed_heap_type(tp))
         return NULL;
     return split_keys(tp);
@@ -1965,7 +2132,7 @@ const void *ckpt_store_keys(PyTypeObject *tp)
 
 Py_ssize_t ckpt_store_index(const void *keys, PyObject *name)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     return keys ? key_index((Keys311 *)keys, name) : -1;
 #else
     (void)keys, (void)name;
@@ -1975,7 +2142,7 @@ Py_ssize_t ckpt_store_index(const void *keys, PyObject *name)
 
 PyObject **ckpt_store_values(PyObject *obj, const void *keys)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     PyTypeObject *tp = Py_TYPE(obj);
     if (!keys || ckpt_store_keys(tp) != keys || ((PyObject **)obj)[-3])
         return NULL; /* keys changed, or the instance has a dict of its own */
@@ -1989,7 +2156,7 @@ PyObject **ckpt_store_values(PyObject *obj, const void *keys)
 int ckpt_store_put(PyObject *obj, const void *keys, PyObject **values, Py_ssize_t ix,
                    PyObject *v)
 {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     /* ckpt_store_values checked the layout for this object; here only what Python code
      * run since could change: its class (and so its keys), or a dict made from its
      * values (the values pointer is then NULL) */
@@ -2012,7 +2179,7 @@ static PyObject *check_store(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "OUOUO", &obj, &na, &a, &nb, &b))
         return NULL;
     store_layout_ok = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (!values_layout_ok)
         Py_RETURN_FALSE;
     store_layout_ok = 1; /* tentatively, so the helpers answer for the probe */
@@ -2049,7 +2216,7 @@ static inline PyObject *field_value(PyObject *obj, PyObject *d, Py_ssize_t *pos,
     if (d && f->dict_ok) {
         Py_ssize_t at = *pos;
         PyObject *k, *v;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
         /* A combined str-keyed table (what the loaders and __init__ make): look at the
          * entry in insertion order directly (layout checked by check_layout). */
         PyDictObject *dd = (PyDictObject *)d;
@@ -2129,7 +2296,7 @@ static inline void ahead_object(PyObject *o)
     __builtin_prefetch(o);
 }
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
 /* The array the object's attribute values are in, indexed by the class's shared keys:
  * its inline values or its dict's split table (NULL if neither, or unindexed). */
 static inline PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
@@ -2287,7 +2454,7 @@ static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
     Py_ssize_t n = te->npending;
     if (i + 4 * LOOK < n)
         ahead_object(p[i + 4 * LOOK]);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     if (i + 3 * LOOK < n)
         ahead_values(te, p[i + 3 * LOOK]);
     if (i + 2 * LOOK < n)
@@ -2310,8 +2477,9 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         return -1;
     /* Held: Python code run for a field (a slot function) may replace obj.__dict__. */
     PyObject *d = te->dict_ok ? Py_XNewRef(instance_dict(obj)) : NULL;
-    Py_ssize_t pos = 0, *vindex = NULL;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t pos = 0;
+#if CKPT_LAYOUT_311
+    Py_ssize_t *vindex = NULL;
     /* The full layout checks once per object (inline_values, value_indices); after a
      * field whose writing may have run Python code, only what that code could change:
      * the instance's class (__class__ assignment), its keys, or its values (gone once
@@ -2321,7 +2489,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         vindex = value_indices(te, tp);
 #endif
     int rc = 0;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
     PyObject **values = vindex ? ((PyObject ***)obj)[-4] : NULL;
     int stale = 0; /* Python code may have run since `values` was checked */
 #endif
@@ -2329,13 +2497,13 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         Field *f = &te->fields[i];
         if (f->op == OP_PY) {
             rc = w_fallback(w, b, f, obj);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
             stale = 1;
 #endif
             continue;
         }
         PyObject *v = NULL;
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
         if (vindex && vindex[i] >= 0) {
             if (stale) { /* read afresh (see above) */
                 values = ((PyObject ***)obj)[-4];
@@ -2365,7 +2533,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         }
         rc = w_field(w, b, f, obj, v);
         Py_DECREF(v);
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if CKPT_LAYOUT_311
         stale = 1;
 #endif
     }
@@ -2597,7 +2765,7 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
         goto done;
     Py_ssize_t total = header + pre.len + mid.len + suf.len;
     for (Py_ssize_t t = 0; t < w->ntypes; t++)
-        total += 5 + w->tents[t]->rows.len;
+        total += array_head_len(w->tents[t]->nrows) + w->tents[t]->rows.len;
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out)
         goto done;
@@ -2625,8 +2793,10 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
     }
     memcpy(p, suf.buf, suf.len);
     p += suf.len;
-    if (_PyBytes_Resize(&out, p - PyBytes_AS_STRING(out)) < 0)
-        out = NULL;
+    if (p - PyBytes_AS_STRING(out) != total) { /* sized exactly above: no resize */
+        PyErr_SetString(PyExc_SystemError, "ckpt native: assembled stream size mismatch");
+        Py_CLEAR(out);
+    }
 done:
     PyMem_Free(mid.data);
     PyBuffer_Release(&pre);
@@ -3141,6 +3311,13 @@ PyMODINIT_FUNC PyInit__native(void)
         PyType_Ready(&PlanType) < 0)
         return NULL;
     look_min_init();
+    if (check_dict_table() < 0)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    dict_watcher = PyDict_AddWatcher(on_dict_event);
+    if (dict_watcher < 0)
+        PyErr_Clear(); /* all taken: dicts are written from snapshots */
+#endif
     str_value_ = PyUnicode_InternFromString("_value_");
     str_before_save = PyUnicode_InternFromString("__before_save__");
     str_native_plan = PyUnicode_InternFromString("_native_plan");
@@ -3153,6 +3330,8 @@ PyMODINIT_FUNC PyInit__native(void)
     if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
         PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
+        PyModule_AddIntConstant(m, "fast_paths", CKPT_FAST_PATHS) < 0 ||
+        PyModule_AddIntConstant(m, "dict_table", dict_table_ok) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;

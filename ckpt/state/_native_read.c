@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_native_compat.h"
 #include "_native_read.h"
 #include <datetime.h>
 
@@ -677,7 +678,7 @@ static PyObject *value_of(LField *f, PyObject *raw, PyObject *objs, PyObject *ct
                 break;
             if (f->op == L_DICT && !plain_items(vals))
                 break;
-            PyObject *d = _PyDict_NewPresized(PyList_GET_SIZE(keys));
+            PyObject *d = dict_presized(PyList_GET_SIZE(keys));
             if (!d)
                 return NULL;
             for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
@@ -981,7 +982,7 @@ static PyObject *rd_value(LField *f, Rd *r)
          * its two slots (object.__setattr__: the class refuses setattr) */
         if (rd_fixarray(r, 1) < 0 || r->end - r->p < 18 || r->p[0] != 0xc4 || r->p[1] != 16)
             goto other;
-        PyObject *n = _PyLong_FromByteArray(r->p + 2, 16, 0, 0);
+        PyObject *n = long_from_be16(r->p + 2);
         if (!n)
             return NULL;
         r->p += 18;
@@ -1049,6 +1050,61 @@ fail:
     return NULL;
 }
 
+/* A dict field's [[keys], [values]] read straight into the dict (plain keys; plain values
+ * for L_DICT, ids below the object count for L_DICT_REF): what value_of makes of the
+ * two decoded lists, without them (Decoding/map spent a quarter of its instructions
+ * building and checking those lists).  NULL with r->p unchanged and no error set for
+ * any other shape, and for bytes it cannot read: the general path then reads them and
+ * reports what it finds. */
+static PyObject *rd_dict(LField *f, Rd *r, Py_ssize_t nobjs, PyObject *objs)
+{
+    const uint8_t *start = r->p;
+    Val kh, vh;
+    PyObject *d = NULL, **keys = NULL;
+    Py_ssize_t nkeys = 0;
+    if (r->end - r->p < 2 || r->p[0] != 0x92 || !is_container_byte(r->p[1]))
+        return NULL;
+    r->p++;
+    if (rd_head(r, &kh) < 0 || kh.kind != V_ARRAY)
+        goto other;
+    /* rd_head checked the count against the bytes left: at most one key a byte */
+    keys = PyMem_Malloc((size_t)(kh.n ? kh.n : 1) * sizeof(PyObject *));
+    if (!keys)
+        goto other;
+    for (; nkeys < kh.n; nkeys++) {
+        if (next_is_composite(r) || !(keys[nkeys] = rd_obj(r, 0))) /* a scalar: no recursion */
+            goto other;
+    }
+    if (r->p >= r->end || !is_container_byte(*r->p) || rd_head(r, &vh) < 0 ||
+        vh.kind != V_ARRAY || vh.n != kh.n || !(d = dict_presized(kh.n)))
+        goto other;
+    for (Py_ssize_t i = 0; i < kh.n; i++) {
+        PyObject *v;
+        if (f->op == L_DICT_REF) {
+            Py_ssize_t id = rd_id(r, nobjs);
+            v = id < 0 ? NULL : Py_NewRef(PyList_GET_ITEM(objs, id));
+        }
+        else
+            v = next_is_composite(r) ? NULL : rd_obj(r, 0);
+        int rc = v ? PyDict_SetItem(d, keys[i], v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0)
+            goto other;
+    }
+    for (Py_ssize_t i = 0; i < nkeys; i++)
+        Py_DECREF(keys[i]);
+    PyMem_Free(keys);
+    return d;
+other:
+    PyErr_Clear();
+    for (Py_ssize_t i = 0; i < nkeys; i++)
+        Py_DECREF(keys[i]);
+    PyMem_Free(keys);
+    Py_XDECREF(d);
+    r->p = start;
+    return NULL;
+}
+
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
     const uint8_t *start = r->p;
@@ -1097,6 +1153,11 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
     else if (f->op == L_SEQ_TUPLE) {
         PyObject *v = rd_tuple_list(r, f->vk);
         if (v || PyErr_Occurred())
+            return v;
+    }
+    else if (f->op == L_DICT || f->op == L_DICT_REF) {
+        PyObject *v = rd_dict(f, r, nobjs, objs);
+        if (v)
             return v;
     }
     PyObject *raw = rd_obj(r, 0);
@@ -1260,7 +1321,7 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
             }
             row_end = r.p;
         }
-        PyObject *d = has_dict ? _PyDict_NewPresized(n) : NULL;
+        PyObject *d = has_dict ? dict_presized(n) : NULL;
         if (has_dict && !d)
             goto done;
         for (Py_ssize_t j = 0; j < n; j++) {

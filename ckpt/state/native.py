@@ -9,8 +9,9 @@ writes what it returns; so wherever the typed engine's per-field encoding change
 native engine follows, and its stream is the typed engine's byte for byte (it records
 ``typed`` as the writer).
 
-Without the compiled core (no C compiler at install time, or ``CKPT_PURE_PYTHON=1``)
-``native_status()`` says why and ``default_engine()`` is ``typed``.
+Without the compiled core (a failed compile at install, or ``CKPT_PURE_PYTHON=1``)
+``native_status()`` says why, in the compiler's words that setup.py kept, and
+``default_engine()`` is ``typed``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import enum
 import importlib.util
 import os
 import sys
+import sysconfig
 import zlib
 from dataclasses import MISSING
 from itertools import repeat
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -65,7 +68,7 @@ def _load_core() -> tuple[Any, str]:
     if os.environ.get("CKPT_PURE_PYTHON", "") not in ("", "0"):
         return None, "disabled by CKPT_PURE_PYTHON=1"
     if importlib.util.find_spec("ckpt.state._native") is None:
-        return None, "the C extension was not built at install (no C compiler?); reinstall with one"
+        return None, not_built_reason(Path(__file__).parent)
     try:
         from ckpt.state import _native
     except ImportError as exc:
@@ -82,6 +85,31 @@ def _load_core() -> tuple[Any, str]:
         a, b = object(), object()
         _native.check_store(object.__new__(_StoreProbe), sys.intern("a"), a, sys.intern("b"), b)
     return _native, "C extension loaded"
+
+
+BUILD_NOTE_SUFFIX = ".build-error.txt"  # as setup.py's NOTE_SUFFIX writes it
+
+
+def not_built_reason(package_dir: Path) -> str:
+    """Why the C extension is missing, in the compiler's words when setup.py kept them
+    (``_native<EXT_SUFFIX>.build-error.txt``); otherwise what is known for certain."""
+    so_name = "_native" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    try:
+        first = (package_dir / (so_name + BUILD_NOTE_SUFFIX)).read_text("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        first = []
+    first = [line.strip() for line in first if line.strip()][:1]
+    if first:
+        why = first[0] if len(first[0]) <= 200 else first[0][:197] + "..."
+        return (
+            f"the C extension failed to compile at install: {why}; `pip install -v` shows the rest"
+        )
+    others = sorted(p.name for p in package_dir.glob("_native.*") if p.suffix in (".so", ".pyd"))
+    built = f"; built only as {', '.join(others)}" if others else ""
+    return (
+        f"the C extension is not built for this Python ({so_name} is missing{built}); "
+        "reinstall ckpt with `pip install -v` to see why"
+    )
 
 
 def _decode_slice(view: memoryview) -> Any:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -209,7 +210,11 @@ def test_cleanup_removes_a_frozen_populated_group(scope: Scope) -> None:
 def _as_nobody(fn: Callable[[], object]) -> object:
     """Run ``fn`` in a forked child that dropped root to nobody; return what it returned."""
     r, w = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns of any fork while threads run (here: other tests' chunk
+        # pool); the child only drops root, runs fn and exits.
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # child: never return into pytest
         code = 0
         try:

@@ -205,6 +205,9 @@ def test_caller_may_reuse_its_buffer_after_write(tmp_path: Path) -> None:
     assert statefile.open_image(tmp_path / "img").read_state() == b"a" * 3000 + b"b" * 10
 
 
+# Forking while the chunk pool's threads run is the case under test (Python 3.12 and later
+# warn about any fork of a multi-threaded process).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_works_in_a_forked_child(tmp_path: Path) -> None:
     # The chunk pool is made in this process first; a forked child must get its own.
     with statefile.ImageWriter(tmp_path / "a") as img:
