@@ -15,7 +15,6 @@ from ckpt.bench.cgroup_stat import naive_stat
 from ckpt.bench.harness import BenchError
 from ckpt.cgroups.stat import StatReader
 from ckpt.cli import app
-
 from tests.cgroups.fakefs import SIZES, make_tree
 
 
