@@ -22,12 +22,11 @@ from ckpt.bench import state_flat, state_models
 from .graph_equal import graph_diff
 from .kinds import KINDS, holder
 from .models import Color, Containers, Everything, Leaf, Level, Node, Pair, SLeaf
+from .requires import requires_native
 from .test_corruption import _small_graph
 from .test_random_graphs import graphs
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+pytestmark = requires_native
 
 
 def _first_difference(a: bytes, b: bytes) -> str:

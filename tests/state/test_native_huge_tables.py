@@ -18,9 +18,9 @@ import pytest
 
 from ckpt import state
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+from .requires import requires_native
+
+pytestmark = requires_native
 
 HUGE_MIN = 4 << 20  # bytes: _native.c's HUGE_MIN
 SPARE_MAX = 8 << 20  # bytes: the largest array a walk keeps for the next one

@@ -20,11 +20,10 @@ from ckpt.bench import state_flat, state_models
 from ckpt.state import wire
 
 from .graph_equal import graph_diff
+from .requires import requires_native
 from .test_corruption import HOSTILE, HOSTILE_TAGGED, ORIGINAL, _leaf_paths, _replaced
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+pytestmark = requires_native
 
 NEVER = 1 << 60
 

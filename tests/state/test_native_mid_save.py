@@ -21,9 +21,9 @@ import pytest
 from ckpt import state
 from ckpt.errors import StateError
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+from .requires import requires_native
+
+pytestmark = requires_native
 
 
 class Meddler:

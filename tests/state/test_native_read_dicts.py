@@ -15,10 +15,9 @@ from ckpt import state
 from ckpt.state import wire
 
 from .graph_equal import graph_diff
+from .requires import requires_native
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+pytestmark = requires_native
 
 
 @state.savable(name="test.native.DictReadLeaf")

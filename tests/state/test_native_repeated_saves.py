@@ -17,9 +17,9 @@ from ckpt import state
 from ckpt.bench import state_flat, state_models
 from ckpt.errors import StateError
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+from .requires import requires_native
+
+pytestmark = requires_native
 
 
 @pytest.fixture(autouse=True)

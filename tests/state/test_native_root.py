@@ -14,8 +14,9 @@ from ckpt import state
 
 from .graph_equal import graph_diff
 from .models import Color, Leaf, Level, Node
+from .requires import requires_native
 
-pytestmark = pytest.mark.skipif(not state.native_status()[0], reason="native core not built")
+pytestmark = requires_native
 
 LEAVES = [Leaf(i) for i in range(4)]
 scalars = (

@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 from ckpt import state
 
 from .graph_equal import graph_diff
+from .requires import requires_native
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+pytestmark = requires_native
 
 
 class Tone(enum.Enum):

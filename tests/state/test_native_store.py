@@ -22,10 +22,9 @@ from ckpt.bench import state_models as bench
 from ckpt.state import native
 
 from .graph_equal import assert_graph_equal
+from .requires import requires_native
 
-pytestmark = pytest.mark.skipif(
-    not state.native_status()[0], reason=f"native engine: {state.native_status()[1]}"
-)
+pytestmark = requires_native
 ON_311 = sys.version_info[:2] == (3, 11)
 
 

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from ckpt import state
 from ckpt.state import wire
 
-pytestmark = pytest.mark.skipif(not state.native_status()[0], reason="native core not built")
+from .requires import requires_native
+
+pytestmark = requires_native
 
 
 @state.savable(name="tests.native_tuple_lists.Aux")
