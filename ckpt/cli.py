@@ -268,7 +268,7 @@ def bench_state(
         typer.Option("--filter", "-f", help="Only benchmarks whose name/variant contains this."),
     ] = None,
     graph_nodes: Annotated[
-        int, typer.Option("--graph-nodes", help="Nodes in the random graph.")
+        int, typer.Option("--graph-nodes", metavar="N", help="Nodes in the random graph.")
     ] = 20000,
     quick: Annotated[
         bool, typer.Option("--quick", help="A short run: --count 3, no memory pass.")
@@ -376,7 +376,7 @@ def bench_instructions_cmd(
         ),
     ] = None,
     graph_nodes: Annotated[
-        int, typer.Option("--graph-nodes", min=1, help="Nodes in the graph shapes.")
+        int, typer.Option("--graph-nodes", min=1, metavar="N", help="Nodes in the graph shapes.")
     ] = 20000,
     json_out: JsonDocOpt = False,
     go: Annotated[
@@ -465,12 +465,15 @@ def inspect_statefile_cmd(
 def bench_statefile_cmd(
     count: Annotated[int, typer.Option("--count", min=1, help="Repetitions per case.")] = 3,
     size_mib: Annotated[
-        int, typer.Option("--size-mib", min=1, help="MiB of stream data per shape.")
+        int, typer.Option("--size-mib", min=1, metavar="MIB", help="MiB of stream data per shape.")
     ] = 100,
     pages_mib: Annotated[
         int | None,
         typer.Option(
-            "--pages-mib", min=1, help="MiB of pages (default 64, less if --size-mib < 100)."
+            "--pages-mib",
+            min=1,
+            metavar="MIB",
+            help="MiB of pages (default 64, less if --size-mib < 100).",
         ),
     ] = None,
     memory: Annotated[
@@ -961,6 +964,7 @@ def checkpoint_cmd(
         Path | None,
         typer.Option(
             "--parent-path",
+            metavar="PATH",
             help="The last image taken of this sandbox: write only the pages dirtied "
             "since it, and link to it.",
         ),

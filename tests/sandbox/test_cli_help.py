@@ -58,6 +58,8 @@ def test_help_fits_80_columns_and_reads_as_words(path: list[str]) -> None:
     assert not split, f"an option name broken across lines: {split}"
     assert not re.search(r"\{\w+\}|<(str|int|float|path|int range|float range)>", text), text
     assert "x>=0.0" not in text.split("Options:")[0]  # no range as a metavar
+    variable = re.findall(r"--[a-z-]+ ([A-Z]+_[A-Z_]+)\b", text)
+    assert not variable, f"a Python variable name as a metavar: {variable}"
 
 
 @pytest.mark.parametrize("path", [p for p in COMMANDS if p], ids=" ".join)
