@@ -73,6 +73,10 @@ READY_TIMEOUT_S = 30.0
 RESTORE_TIMEOUT_S = 120.0
 RESTORE_BYTES_PER_S = 512 * 1024
 RESTORE_TIMEOUT_ENV = "CKPT_RESTORE_TIMEOUT_S"
+# A checkpoint's own deadline: generous, since a sandbox of many GiB under a small quota
+# writes for minutes, and stopping the wait never kills the sandbox (it may still finish).
+CHECKPOINT_TIMEOUT_S = 1800.0
+CHECKPOINT_TIMEOUT_ENV = "CKPT_CHECKPOINT_TIMEOUT_S"
 EXIT_TIMEOUT_S = 10.0
 REAP_TIMEOUT_S = 3.0
 ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
@@ -984,10 +988,18 @@ def checkpoint(
     st.extra["checkpointing_to"] = request.image  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
+    deadline = _env_seconds(CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S)
     try:
         with timings.phase(CHECKPOINT):
-            reply: p.CheckpointReply = _call(root, st, request, timeout=None)
+            reply: p.CheckpointReply = _call(root, st, request, timeout=deadline)
     except CkptError as exc:
+        if isinstance(exc.__cause__, TimeoutError) and _alive(st.pid, st.pid_start):
+            raise SandboxError(
+                f"checkpoint of {sandbox_id} did not finish within {deadline:g} s; the "
+                f"sandbox is still at it: `ckpt state {sandbox_id}` shows when it ends, "
+                f"`ckpt kill {sandbox_id}` stops it (set {CHECKPOINT_TIMEOUT_ENV} to wait "
+                "longer)"
+            ) from exc
         if isinstance(exc, SandboxGone):  # EOF can come a moment before the exit shows
             _wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S)
         if not _alive(st.pid, st.pid_start):
@@ -1138,14 +1150,23 @@ def restore(
     return RestoreResult(st, timings, reply.stats, reply.stats_text, notes)
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment variable ``name``, else
+    ``default``."""
+    with contextlib.suppress(ValueError):
+        given = float(os.environ.get(name) or 0)
+        if given > 0:
+            return given
+    return default
+
+
 def restore_timeout(image: Path, cpus: float | None = None) -> float:
     """How long the restore RPC may take: ``CKPT_RESTORE_TIMEOUT_S`` if set, else
     RESTORE_TIMEOUT_S plus the image's size at RESTORE_BYTES_PER_S per CPU of the
     quota (``cpus``; no quota counts as one CPU)."""
-    with contextlib.suppress(ValueError):
-        given = float(os.environ.get(RESTORE_TIMEOUT_ENV) or 0)
-        if given > 0:
-            return given
+    given = _env_seconds(RESTORE_TIMEOUT_ENV, 0.0)
+    if given > 0:
+        return given
     size = 0
     with contextlib.suppress(OSError):
         for entry in os.scandir(image):
