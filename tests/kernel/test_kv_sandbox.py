@@ -6,13 +6,13 @@ asserts that no process or cgroup is left behind."""
 
 from __future__ import annotations
 
-import http.client
 import os
 from pathlib import Path
 
 import pytest
 from sandbox import conftest as sandbox_fixtures
 from sandbox.conftest import Cli
+from sandbox.kv_client import check_values, put_values
 
 from ckpt.sandbox.http import get_json
 
@@ -33,30 +33,12 @@ def _value(i: int) -> bytes:
 
 def _put_all(cli: Cli, first: int, count: int) -> dict[str, bytes]:
     """PUT ``count`` values on one keep-alive connection; the ones acknowledged."""
-    conn = http.client.HTTPConnection(*_address(cli), timeout=60)
-    acked = {}
-    try:
-        for i in range(first, first + count):
-            key, data = f"key-{i % 150}", _value(i)
-            conn.request("PUT", f"/kv/{key}", body=data)
-            reply = conn.getresponse()
-            reply.read()
-            if reply.status == 200:
-                acked[key] = data
-    finally:
-        conn.close()
-    return acked
+    items = ((f"key-{i % 150}", _value(i)) for i in range(first, first + count))
+    return put_values(_address(cli), items)
 
 
 def _check(cli: Cli, acked: dict[str, bytes], digest: str) -> None:
-    conn = http.client.HTTPConnection(*_address(cli), timeout=60)
-    try:
-        for key, data in acked.items():
-            conn.request("GET", f"/kv/{key}")
-            reply = conn.getresponse()
-            assert (reply.status, reply.read()) == (200, data), key
-    finally:
-        conn.close()
+    check_values(_address(cli), acked)
     assert get_json(*_address(cli), "/memory", timeout=60)[1]["memory_sha256"] == digest
 
 

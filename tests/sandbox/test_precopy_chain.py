@@ -19,6 +19,7 @@ import pytest
 from ckpt.sandbox.http import get_json
 
 from .conftest import Cli
+from .kv_client import check_values, put_values
 
 pytestmark = pytest.mark.slow
 SID = f"pc-{os.getpid()}"
@@ -36,30 +37,12 @@ def _digest(cli: Cli, sid: str = SID) -> str:
 
 def _put(cli: Cli, first: int, count: int, sid: str = SID) -> dict[str, bytes]:
     """PUT ``count`` values on one connection; returns the acknowledged ones."""
-    conn = http.client.HTTPConnection(*_address(cli, sid), timeout=60)
-    acked = {}
-    try:
-        for i in range(first, first + count):
-            key, data = f"k{i % 40}", b"%05d-" % i * (1 + i % 300)
-            conn.request("PUT", f"/kv/{key}", body=data)
-            reply = conn.getresponse()
-            reply.read()
-            if reply.status == 200:
-                acked[key] = data
-    finally:
-        conn.close()
-    return acked
+    items = ((f"k{i % 40}", b"%05d-" % i * (1 + i % 300)) for i in range(first, first + count))
+    return put_values(_address(cli, sid), items)
 
 
 def _check_values(cli: Cli, acked: dict[str, bytes], sid: str = SID) -> None:
-    conn = http.client.HTTPConnection(*_address(cli, sid), timeout=60)
-    try:
-        for key, data in acked.items():
-            conn.request("GET", f"/kv/{key}")
-            reply = conn.getresponse()
-            assert (reply.status, reply.read()) == (200, data), key
-    finally:
-        conn.close()
+    check_values(_address(cli, sid), acked)
 
 
 def _run(cli: Cli, workload: str, sid: str = SID) -> None:
