@@ -179,26 +179,33 @@ def _remove_image_dir(parent: str, name: str) -> list[str]:
     except OSError:
         return [entry]
     try:
-        try:
-            dfd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
-        except FileNotFoundError:
-            return []
-        except OSError:  # ELOOP or ENOTDIR: a symlink or a file; never followed
-            return [entry]
-        try:
-            left = _empty_image_dir(dfd, entry, 0)
-        finally:
-            os.close(dfd)
-        if not left:
-            try:
-                os.rmdir(name, dir_fd=pfd)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                left.append(entry)
-        return left
+        return _remove_dir_at(pfd, name, entry, 0)
     finally:
         os.close(pfd)
+
+
+def _remove_dir_at(pfd: int, name: str, entry: str, level: int) -> list[str]:
+    """Open ``name`` in the directory ``pfd`` without following a link, empty it of an
+    image's own files (``_empty_image_dir`` at ``level``) and remove it; return what was
+    left in place (``entry`` itself if it is not a real directory or stays non-empty)."""
+    try:
+        dfd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+    except FileNotFoundError:
+        return []
+    except OSError:  # ELOOP or ENOTDIR: a symlink or a file; never followed
+        return [entry]
+    try:
+        left = _empty_image_dir(dfd, entry, level)
+    finally:
+        os.close(dfd)
+    if not left:
+        try:
+            os.rmdir(name, dir_fd=pfd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            left.append(entry)
+    return left
 
 
 def _empty_image_dir(dfd: int, entry: str, level: int) -> list[str]:
@@ -209,21 +216,7 @@ def _empty_image_dir(dfd: int, entry: str, level: int) -> list[str]:
     for file in os.listdir(dfd):
         path = os.path.join(entry, file)
         if (level == 0 and file == ROUNDS_DIR) or (level == 1 and _ROUND.match(file)):
-            try:
-                sub = os.open(file, _DIR_FLAGS, dir_fd=dfd)
-            except OSError:
-                left.append(path)
-                continue
-            try:
-                below = _empty_image_dir(sub, path, level + 1)
-            finally:
-                os.close(sub)
-            if not below:
-                try:
-                    os.rmdir(file, dir_fd=dfd)
-                except OSError:
-                    below = [path]
-            left += below
+            left += _remove_dir_at(dfd, file, path, level + 1)
             continue
         if level == 1 or file not in IMAGE_FILES:
             left.append(path)
