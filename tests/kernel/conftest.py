@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from ckpt import state
+from ckpt import state, statefile
 from ckpt.kernel import Kernel, build_workload
 from ckpt.kernel.vfs import O_CREAT, O_RDWR
 
@@ -48,6 +49,21 @@ def checkpoint(k: Kernel, engine: str) -> tuple[Kernel, MemoryPages]:
     restored.memory_file.restore_pages(pages)
     assert_same_state(k, restored)
     return restored, pages
+
+
+def through_image(k: Kernel, engine: str, target: Path) -> Kernel:
+    """Pause ``k``, write it as a real image at ``target`` (the statefile writer, pages
+    and all) and load a new kernel from that image, pages read lazily; it is paused,
+    and its fingerprint is checked against ``k``'s."""
+    k.pause()
+    with statefile.ImageWriter(target, metadata={"workload": k.workload}) as img:
+        state.save(k, img.state_file, engine=engine)
+        img.write_pages(k.memory_file.pages())
+    image = statefile.open_image(target)
+    restored = state.load(image.state_reader(), engine=engine)
+    restored.memory_file.restore_pages(image.open_pages(lazy=True))
+    assert restored.fingerprint() == k.fingerprint()
+    return restored
 
 
 def assert_same_state(a: Kernel, b: Kernel) -> None:

@@ -7,7 +7,14 @@ import pytest
 from ckpt import kernel, state, statefile
 from ckpt.errors import CkptError
 
-from .conftest import MS, MemoryPages, assert_same_state, checkpoint, resume_same_instant
+from .conftest import (
+    MS,
+    MemoryPages,
+    assert_same_state,
+    checkpoint,
+    resume_same_instant,
+    through_image,
+)
 
 
 @pytest.mark.parametrize("workload", ["empty", "http", "nginx", "files:200"])
@@ -44,14 +51,7 @@ def test_http_restore_through_a_real_image_counts_the_restore(tmp_path, engine):
     k = kernel.build_workload("http", id="sb-9")
     k.set_http_listen_address("127.0.0.1", 40000)
     k.http_request("GET", "/")
-    k.pause()
-    with statefile.ImageWriter(tmp_path / "img", metadata={"workload": k.workload}) as img:
-        state.save(k, img.state_file, engine=engine)
-        img.write_pages(k.memory_file.pages())
-    image = statefile.open_image(tmp_path / "img")
-    r = state.load(image.state_reader(), engine=engine)
-    r.memory_file.restore_pages(image.open_pages(lazy=True))
-    assert r.fingerprint() == k.fingerprint()
+    r = through_image(k, engine, tmp_path / "img")
     r.resume()
     r.note_restored()
     status, body = r.http_request("GET", "/after")

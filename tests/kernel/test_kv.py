@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt import state, statefile
 from ckpt.errors import KernelError
 from ckpt.kernel import Kernel, build_workload
 from ckpt.kernel.programs import KV_MAX_VALUE, KvServer, kv_slot_class
 from ckpt.sandbox import http
+
+from .conftest import through_image
 
 MIB = 1 << 20
 KEY_CHARS = string.ascii_letters + string.digits + "_.-"
@@ -184,14 +185,7 @@ def test_every_acknowledged_value_and_the_digest_survive_a_real_image(tmp_path, 
             acked[key] = data
     assert len(acked) == 120
     before = digest(k)
-    k.pause()
-    with statefile.ImageWriter(tmp_path / "img", metadata={"workload": k.workload}) as img:
-        state.save(k, img.state_file, engine=engine)
-        img.write_pages(k.memory_file.pages())
-    image = statefile.open_image(tmp_path / "img")
-    r = state.load(image.state_reader(), engine=engine)
-    r.memory_file.restore_pages(image.open_pages(lazy=True))
-    assert r.fingerprint() == k.fingerprint()
+    r = through_image(k, engine, tmp_path / "img")
     r.resume()
     assert digest(r) == before
     for key, data in acked.items():
