@@ -16,6 +16,7 @@ from pathlib import Path
 from ckpt.sandbox.http import get_json
 from ckpt.storage.repository import Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
+from tests.sandbox.waiting import wait_for
 
 MEM = f"s3mem-{os.getpid()}"
 FAULT_BUCKET = "ckpt-fault"
@@ -124,8 +125,16 @@ def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
     try:
         url = f"s3://{FAULT_BUCKET}/t/img"
         digest = _run(cli, env={"CKPT_TEMPLATE": "0", "CKPT_FAULT": "checkpoint-stall:4"})
+        store = S3Store.from_url(f"s3://{FAULT_BUCKET}/t", server.env())
+        store.put("marker", b"written before the checkpoint")
         proc = cli.popen("checkpoint", MEM, "--image-path", url, env=server.env())
-        time.sleep(2.0)  # not a timing assertion: the kill lands in the stall or before it
+        # Kill the store once the pages are in it, which is inside the 4 s stall before
+        # the commit; under load that can take a while, so wait for it, not for a time.
+        wait_for(
+            lambda: any(o.key.startswith(".chunks/") for o in store.list("")) or None,
+            "the checkpoint's first chunk in the store",
+            timeout=30,
+        )
         server.process.kill()
         out, err = proc.communicate(timeout=40)
         assert proc.returncode == 1, (out, err)
@@ -138,9 +147,9 @@ def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
     again = seaweed.start(data)
     try:
         store = S3Store.from_url(f"s3://{FAULT_BUCKET}/t", again.env())
-        # The restarted store holds what was sent before the kill (so it is the same
-        # store, not an empty one), and no manifest: the image never became visible.
-        assert any(obj.key.startswith(".chunks/") for obj in store.list(""))
+        # The restarted store is the same store (it holds what was written before), and
+        # it holds no manifest: the image never became visible.
+        assert store.head("marker") is not None
         assert store.head("img/manifest") is None
         assert Repository(store).images() == []
     finally:
