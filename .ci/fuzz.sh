@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A bounded coverage-guided fuzz run of the state and statefile decoders (issue 12), then
+# A bounded coverage-guided fuzz run of the state and statefile decoders, then
 # every input it kept replayed under AddressSanitizer.  Fails on any finding and prints
 # the input.  About 2 minutes: FUZZ_SECONDS (default 45) per target, both targets at
 # once (one per core), then the sanitized replay.  See tests/fuzz/README.md.

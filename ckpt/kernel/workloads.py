@@ -404,7 +404,7 @@ def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "min
     sockets, sessions, stop/continue, exit, running the clock).
 
     What it asks of the kernel grows linearly with ``n``, as a real program's does
-    (redefined in session 2; fingerprints changed once): a thread group holds at most
+    (redefined once, which changed the fingerprints): a thread group holds at most
     ``GRAPH_TIMERS_PER_GROUP`` POSIX timers (it deletes its oldest with timer_delete
     before creating another) and ``GRAPH_MAPPINGS_PER_GROUP`` anonymous mappings (it
     unmaps one first), and periodic timers fire every 100 ms to 2 s rather than every

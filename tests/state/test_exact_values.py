@@ -124,7 +124,7 @@ def test_both_engines_read_each_others_streams_identically(cells: list[tuple[str
         assert graph_diff(a, b) is None
 
 
-# --- the cases, one by one -------------------------------------------------
+# --- the reported cases, one by one -------------------------------------------------
 
 
 @state.savable(name="tests.state.exact.Node")
