@@ -41,36 +41,20 @@ from ckpt.sandbox.deadlines import (
     env_seconds,
     restore_timeout,
 )
-from ckpt.sandbox.group import (
-    cpu_usec,
-    freezable,
-    group_procs,
-    open_cgroup,
-    own_group,
-    remove_cgroup,
-)
+from ckpt.sandbox.group import cpu_usec, freezable, open_cgroup, own_group, remove_cgroup
 from ckpt.sandbox.outcomes import checkpoint_died, image_identity, listener_notes, said
-from ckpt.sandbox.paths import (
-    CREATING,
-    PAUSED,
-    RUNNING,
-    STOPPED,
-    UNREADABLE,
-    Root,
-    SandboxState,
-)
+from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState
 from ckpt.sandbox.pids import (
     EXIT_TIMEOUT_S,
     REAP_TIMEOUT_S,
     alive,
-    is_ours,
     kill_pid,
-    socket_owner,
     stop_all,
     wait_dead,
     wait_reaped,
 )
 from ckpt.sandbox.spawn import discard, finish, make_sandbox, note_start, remove_files
+from ckpt.sandbox.status import refresh, unreadable
 from ckpt.sandbox.testhooks import pause_point
 from ckpt.sandbox.timings import (
     CHECKPOINT,
@@ -113,35 +97,7 @@ class RestoreResult:
     notes: list[str] = field(default_factory=list)
 
 
-# -- state -----------------------------------------------------------------------------
-
-
-def _creator_alive(st: SandboxState) -> bool:
-    """Is the CLI that is creating this sandbox still at work?"""
-    by = st.extra.get("creating_by")
-    if not (isinstance(by, list) and len(by) == 2):
-        return False
-    try:
-        return alive(int(by[0]), float(by[1]))
-    except (TypeError, ValueError):
-        return False
-
-
-def refresh(root: Root, sandbox_id: str) -> SandboxState:
-    """A sandbox's state as it really is; writes nothing (``list`` and ``state`` are
-    read-only).  A sandbox none of whose processes is left shows as stopped; one whose
-    creating CLI died part-way shows as creating while any of it remains."""
-    st = root.read(sandbox_id)
-    if st.status not in (RUNNING, PAUSED, CREATING):
-        return st
-    if st.status == CREATING and _creator_alive(st):
-        return st
-    group = own_group(root, st, strict=False)
-    if is_ours(root, st, group) or group_procs(group) or socket_owner(root, st, group):
-        return st
-    st.status = STOPPED
-    st.address = None
-    return st
+# -- status ----------------------------------------------------------------------------
 
 
 def list_sandboxes(root: Root) -> list[SandboxState]:
@@ -154,15 +110,8 @@ def list_sandboxes(root: Root) -> list[SandboxState]:
         except SandboxNotFound:
             continue  # deleted meanwhile
         except SandboxError:
-            out.append(_unreadable(sandbox_id))
+            out.append(unreadable(sandbox_id))
     return out
-
-
-def _unreadable(sandbox_id: str) -> SandboxState:
-    """A stand-in for a record that cannot be read: nothing in it is known."""
-    return SandboxState(
-        id=sandbox_id, pid=0, status=UNREADABLE, workload="?", cgroup=None, created=""
-    )
 
 
 def _running(root: Root, sandbox_id: str, verb: str) -> SandboxState:
@@ -320,7 +269,7 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
     except SandboxError:
         if not force:
             raise
-        st = _unreadable(sandbox_id)
+        st = unreadable(sandbox_id)
     group = own_group(root, st, strict=True)
     if st.status != STOPPED and not force:
         raise SandboxError(
@@ -375,10 +324,9 @@ def checkpoint(
     st = _running(root, sandbox_id, "checkpoint")
     engine = engine or st.engine
     mgr = open_cgroup(own_group(root, st, strict=True))
-    was_paused = st.status == PAUSED
-    freezer = freezable(mgr)
-    if was_paused and freezer is not None:
-        freezer.thaw()  # the kernel stays frozen; the process must run to write the image
+    refreeze = freezable(mgr) if st.status == PAUSED else None
+    if refreeze is not None:
+        refreeze.thaw()  # the kernel stays frozen; the process must run to write the image
     cpu0 = cpu_usec(mgr)
     timings = Timings()
     from ckpt.sandbox.protocol import CheckpointRequest, Handover
@@ -406,25 +354,9 @@ def checkpoint(
         with timings.phase(CHECKPOINT):
             reply: p.CheckpointReply = _call(root, st, request, timeout=deadline)
     except CkptError as exc:
-        if isinstance(exc.__cause__, TimeoutError) and alive(st.pid, st.pid_start):
-            raise SandboxError(
-                f"checkpoint of {sandbox_id} did not finish within {deadline:g} s; the "
-                f"sandbox is still at it: `ckpt state {sandbox_id}` shows when it ends, "
-                f"`ckpt kill {sandbox_id}` stops it (set {CHECKPOINT_TIMEOUT_ENV} to wait "
-                "longer)"
-            ) from exc
-        if isinstance(exc, SandboxGone):  # EOF can come a moment before the exit shows
-            wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S)
-        if not alive(st.pid, st.pid_start):
-            from ckpt import statefile
-
-            with contextlib.suppress(CkptError):
-                stop_all(root, st, root.cgroup_name(sandbox_id))
-            wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
-            statefile.clean_stale(Path(image))
-            raise SandboxError(checkpoint_died(sandbox_id, image, before, key, exc)) from exc
-        if was_paused and freezer is not None:
-            freezer.freeze()
+        _checkpoint_failed(root, st, exc, deadline, image, before, key)
+        if refreeze is not None:
+            refreeze.freeze()
         st.extra.pop("checkpointing_to", None)
         with contextlib.suppress(CkptError):
             root.write(st)
@@ -439,14 +371,10 @@ def checkpoint(
         st.address = None
     else:
         cpu1 = cpu_usec(mgr)
-        if was_paused and freezer is not None:
-            freezer.freeze()
-    timings.phases_ns[SUSPEND_TOTAL] = time.perf_counter_ns() - t0
-    if cpu0 is not None and cpu1 is not None:
-        timings.cpu_usec, timings.cpu_source = cpu1 - cpu0, "cgroup"
-    else:
-        timings.cpu_usec, timings.cpu_source = reply.cpu_usec, "process"
-    timings.counters = dict(reply.counters)
+        if refreeze is not None:
+            refreeze.freeze()
+    used = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+    _settle(timings, SUSPEND_TOTAL, t0, used, reply)
     timings.counters["checkpoint_in_sandbox_ms"] = round(reply.checkpoint_ns / 1e6, 3)
     if reply.handover is not None:
         timings.counters["handover"] = said(reply.handover.value, reply.handover_detail)
@@ -461,6 +389,51 @@ def checkpoint(
             f"{st.status}), but its record was not updated: {exc}"
         ) from exc
     return CheckpointResult(st, image, timings, reply.stats, reply.stats_text, reply.rounds)
+
+
+def _checkpoint_failed(
+    root: Root,
+    st: SandboxState,
+    exc: CkptError,
+    deadline: float,
+    image: Path | str,
+    before: Any,
+    key: bytes | None,
+) -> None:
+    """Raise what a failed checkpoint RPC means when the sandbox is still writing (the
+    deadline passed) or died (its remains are removed, and the message says what is left
+    at ``image``); return when it is alive and was left as it was."""
+    sandbox_id = st.id
+    if isinstance(exc.__cause__, TimeoutError) and alive(st.pid, st.pid_start):
+        raise SandboxError(
+            f"checkpoint of {sandbox_id} did not finish within {deadline:g} s; the "
+            f"sandbox is still at it: `ckpt state {sandbox_id}` shows when it ends, "
+            f"`ckpt kill {sandbox_id}` stops it (set {CHECKPOINT_TIMEOUT_ENV} to wait "
+            "longer)"
+        ) from exc
+    if isinstance(exc, SandboxGone):  # EOF can come a moment before the exit shows
+        wait_dead(st.pid, st.pid_start, EXIT_TIMEOUT_S)
+    if not alive(st.pid, st.pid_start):
+        from ckpt import statefile
+
+        with contextlib.suppress(CkptError):
+            stop_all(root, st, root.cgroup_name(sandbox_id))
+        wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
+        statefile.clean_stale(Path(image))
+        raise SandboxError(checkpoint_died(sandbox_id, image, before, key, exc)) from exc
+
+
+def _settle(timings: Timings, total: str, t0: int, cgroup_cpu: int | None, reply: Any) -> None:
+    """Close a checkpoint's or restore's timings: phase ``total`` from ``t0`` to now, the
+    CPU used (from the sandbox's cgroup, which counts exactly the work inside it, when it
+    has one; else what the sandbox process counted, ``reply.cpu_usec``), and the
+    sandbox's counters."""
+    timings.phases_ns[total] = time.perf_counter_ns() - t0
+    if cgroup_cpu is not None:
+        timings.cpu_usec, timings.cpu_source = cgroup_cpu, "cgroup"
+    else:
+        timings.cpu_usec, timings.cpu_source = reply.cpu_usec, "process"
+    timings.counters = dict(reply.counters)
 
 
 def restore(
@@ -490,18 +463,7 @@ def restore(
     image = Path(image).absolute()
     if not remote and not image.exists():
         raise SandboxError(f"no image at {image}: check --image-path")
-    if root.exists(sandbox_id):
-        old = refresh(root, sandbox_id)
-        if old.status != STOPPED:
-            raise SandboxError(
-                f"sandbox {sandbox_id} is {old.status}; restore into a new ID, or kill and "
-                f"delete it first"
-            )
-        handed_over = old.extra.get("handover") == "template"
-        stop_all(root, old, own_group(root, old, strict=True))
-        remove_files(root, sandbox_id)
-    else:
-        handed_over = False
+    handed_over = _clear_stopped(root, sandbox_id)
     notes: list[str] = []
     timings = Timings()
     st, mgr, spawned = make_sandbox(
@@ -535,12 +497,7 @@ def restore(
         discard(root, st)
         raise
     timings.phases_ns[RESTORE] = reply.restore_ns
-    timings.phases_ns[RESUME_TOTAL] = time.perf_counter_ns() - t0
-    if cpu is not None:
-        timings.cpu_usec, timings.cpu_source = cpu, "cgroup"
-    else:
-        timings.cpu_usec, timings.cpu_source = reply.cpu_usec, "process"
-    timings.counters = dict(reply.counters)
+    _settle(timings, RESUME_TOTAL, t0, cpu, reply)
     if reply.listener is Listener.HANDED_OVER:
         timings.counters["listener"] = reply.listener.value
     elif reply.listener is Listener.BOUND_ANEW:
@@ -556,6 +513,24 @@ def restore(
     else:
         notes.extend(listener_notes(reply, handed_over))
     return RestoreResult(st, timings, reply.stats, reply.stats_text, notes)
+
+
+def _clear_stopped(root: Root, sandbox_id: str) -> bool:
+    """Remove what is left of a stopped sandbox of this ID before a restore into it
+    (refusing one that is not stopped); returns whether its checkpoint handed its
+    sockets to the template."""
+    if not root.exists(sandbox_id):
+        return False
+    old = refresh(root, sandbox_id)
+    if old.status != STOPPED:
+        raise SandboxError(
+            f"sandbox {sandbox_id} is {old.status}; restore into a new ID, or kill and "
+            f"delete it first"
+        )
+    handed_over = old.extra.get("handover") == "template"
+    stop_all(root, old, own_group(root, old, strict=True))
+    remove_files(root, sandbox_id)
+    return handed_over
 
 
 def _image_workload(image: Path) -> str | None:
