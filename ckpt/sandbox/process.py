@@ -228,6 +228,67 @@ class _Adoption:
         self.held_for = held_for
 
 
+def _ms(ns: int) -> float:
+    """Nanoseconds as the milliseconds a counter shows."""
+    return round(ns / 1e6, 3)
+
+
+class _Dump:
+    """What a checkpoint decided before writing its image, for ``Host._write_image``
+    (here, or in a forked child)."""
+
+    def __init__(
+        self,
+        request: p.CheckpointRequest,
+        *,
+        engine: str,
+        metadata: dict[str, Any],
+        link: dict[str, Any],
+        rounds: Any,
+        stats: Any,
+        frozen_at: int,
+        freezing_ns: int,
+        allocated: int,
+        dirty: Any,
+    ) -> None:
+        self.request, self.engine, self.metadata = request, engine, metadata
+        self.link, self.rounds, self.stats = link, rounds, stats
+        self.frozen_at, self.freezing_ns = frozen_at, freezing_ns
+        self.allocated, self.dirty = allocated, dirty
+
+
+def _dump_counters(
+    job: _Dump, result: Any, summary: dict[str, Any], memdump_ns: int, phases: dict[str, int]
+) -> dict[str, Any]:
+    """A checkpoint's counters, as CRIU's stats-dump names them, from its timed phases
+    (``memdump`` is the pages' reading, the rest of ``memdump_memwrite`` their writing)."""
+    pages_ns = phases["memdump_memwrite"]
+    counters: dict[str, Any] = {
+        "objects": getattr(result, "objects", None),
+        "types": getattr(result, "types", None),
+        "state_bytes": getattr(result, "bytes", None),
+        "freezing_time_ms": _ms(job.freezing_ns),
+        "state_dump_time_ms": _ms(phases["state_dump"]),
+        "memdump_memwrite_time_ms": _ms(pages_ns),
+        "memdump_time_ms": _ms(memdump_ns),
+        "memwrite_time_ms": _ms(pages_ns - memdump_ns),
+        **{
+            f"pages_{k_}" if not k_.startswith("pages") else k_: v
+            for k_, v in summary.items()
+            if isinstance(v, int | float)
+        },
+    }
+    if "fingerprint" in phases:
+        counters["fingerprint_time_ms"] = _ms(phases["fingerprint"])
+    if "pages_stored" in counters:
+        counters["pages_written"] = counters["pages_stored"]
+    counters["pages_skipped_parent"] = job.allocated - len(job.dirty) if job.link else 0
+    counters["rounds"] = 0
+    if job.rounds is not None:
+        counters.update(job.rounds.counters())
+    return counters
+
+
 class Host:
     """The kernel and everything serving it inside this process."""
 
@@ -529,9 +590,9 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt import state
         from ckpt.sandbox import precopy, remote_image, snapshot
         from ckpt.sandbox.protocol import CheckpointReply
+        from ckpt.sandbox.timings import Timings
 
         if (request.pre_dump or request.parent or request.pre_copy) and remote_image.is_remote(
             request.image
@@ -543,152 +604,38 @@ class Host:
         params = {f: getattr(request, f) for f in request.__struct_fields__}
         if request.pre_dump:
             return self._pre_dump(params)
-        k = self.kernel
-        engine = request.engine or state.default_engine()
         was_running = not self.frozen
         leave_running = request.leave_running
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
-        key = _key(request.key_hex)
         rounds = precopy.Rounds(self, params) if request.pre_copy else None
-        try:
-            link = (
-                rounds.run().parent_metadata(key)
-                if rounds is not None
-                else precopy.parent_metadata(self, request.parent, request.image, key)
-                if request.parent
-                else {}
-            )
-        except BaseException:
-            if rounds is not None:
-                rounds.discard()
-            raise
-        t0_final = time.perf_counter_ns()
-        remote_image.prepare(request)  # s3:// images: open the store before freezing
-        drained = self._drain(request.drain_timeout) if not leave_running else None
-        t_drained = time.perf_counter_ns()
-        if was_running:
-            self._freeze()
-        t_frozen = time.perf_counter_ns()
-        stats = state.Stats() if request.stats else None
-        metadata = {
-            "sandbox_id": self.id,
-            "workload": k.workload,
-            "engine": engine,
-            "address": self._address(),
-            **link,
-        }
-        mf = k.memory_file
-        allocated = len(mf.refs)
-        dirty = mf.take_dirty()  # a dump resets tracking; a child writes only these
-        self.last_dump = None
-        frames = dirty if link else None
+        link = self._link(request, rounds)
+        clock = Timings()
+        with clock.phase("freezing"):
+            with clock.phase("drain"):
+                remote_image.prepare(request)  # s3:// images: open the store before freezing
+                drained = self._drain(request.drain_timeout) if not leave_running else None
+            if was_running:
+                self._freeze()
+        job = self._dump_job(request, link, rounds, clock.phases_ns["freezing"])
         use_fork = bool(
             leave_running
             and was_running
             and not self.stall
             and not remote_image.is_remote(request.image)  # its store client is not forked
-            and snapshot.usable(k)
+            and snapshot.usable(self.kernel)
         )
-
-        def write_image() -> dict[str, Any]:
-            """Write the image of the frozen kernel (here, or in a forked child)."""
-            try:
-                with remote_image.image_writer(
-                    request,
-                    force=request.force,
-                    compression=request.compression or "zstd",
-                    level=request.level,
-                    key=_key(request.key_hex),
-                    metadata=metadata,
-                ) as img:
-                    t_state0 = time.perf_counter_ns()
-                    result = state.save(k, img.state_file, engine=engine, stats=stats)
-                    img.note_save(result, engine)
-                    t_state = time.perf_counter_ns()
-                    dump = _TimedPages(mf.pages(frames))
-                    summary = _summary_dict(img.write_pages(dump))
-                    t_pages = time.perf_counter_ns()
-                    if rounds is not None:
-                        rounds.adopt(img.temp_dir)
-                    fingerprint_ms = None
-                    if stats is not None:
-                        # Only with --stats: the digest of everything observable (~10 ms
-                        # on http), so the image can be checked against a restore; no
-                        # plain checkpoint needs it.  Timed apart; the kernel is frozen.
-                        img.metadata["fingerprint"] = k.fingerprint()
-                        fingerprint_ms = round((time.perf_counter_ns() - t_pages) / 1e6, 3)
-                    if self.stall:
-                        log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
-                        _stall(self.stall, self.stall_release)
-                    counters: dict[str, Any] = {
-                        "objects": getattr(result, "objects", None),
-                        "types": getattr(result, "types", None),
-                        "state_bytes": getattr(result, "bytes", None),
-                        "freezing_time_ms": round((t_frozen - t0_final) / 1e6, 3),
-                        "state_dump_time_ms": round((t_state - t_state0) / 1e6, 3),
-                        "memdump_memwrite_time_ms": round((t_pages - t_state) / 1e6, 3),
-                        "memdump_time_ms": round(dump.ns / 1e6, 3),
-                        "memwrite_time_ms": round((t_pages - t_state - dump.ns) / 1e6, 3),
-                        **{
-                            f"pages_{k_}" if not k_.startswith("pages") else k_: v
-                            for k_, v in summary.items()
-                            if isinstance(v, int | float)
-                        },
-                    }
-                    if fingerprint_ms is not None:
-                        counters["fingerprint_time_ms"] = fingerprint_ms
-                    if "pages_stored" in counters:
-                        counters["pages_written"] = counters["pages_stored"]
-                    counters["pages_skipped_parent"] = allocated - len(dirty) if link else 0
-                    counters["rounds"] = 0
-                    if rounds is not None:
-                        counters.update(rounds.counters())
-                    if stats is not None:
-                        img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
-                    t_commit = time.perf_counter_ns()
-                t_end = time.perf_counter_ns()
-                counters["commit_time_ms"] = round((t_end - t_commit) / 1e6, 3)
-                counters["frozen_time_ms"] = round((t_end - t_frozen) / 1e6, 3)
-            except OSError as exc:
-                raise _image_write_error(exc, request.image) from exc
-            return {
-                "counters": counters,
-                "image_id": img.image_id.hex(),
-                "t_end": t_end,
-                "stats": stats.as_dict() if stats is not None else None,
-                "stats_text": str(stats) if stats is not None else None,
-            }
-
-        thawed = False
         try:
-            if use_fork:
-                pid, fd = snapshot.start(write_image)
-                self._thaw()  # the child holds a copy-on-write image of the frozen kernel
-                thawed = True
-                t_thawed = time.perf_counter_ns()
-                written = snapshot.collect(pid, fd)
-                counters = written["counters"]
-                counters["frozen_time_ms"] = round((t_thawed - t_frozen) / 1e6, 3)
-                counters["snapshot"] = "fork"
-                t_end = time.perf_counter_ns()
-            else:
-                written = write_image()
-                counters, t_end = written["counters"], written["t_end"]
+            written = self._write_forked(job) if use_fork else self._write_image(job)
             self.last_dump = written["image_id"]
         except BaseException as exc:
-            if rounds is not None:
-                rounds.discard()
-            if was_running and not thawed:
-                self._thaw()
-            if drained is not None and self.http is not None:
-                self.http.undrain()
-            log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
+            self._undo_checkpoint(request, rounds, was_running, drained, exc)
             if isinstance(exc, OSError):
                 raise _image_write_error(exc, request.image) from exc
             raise
+        counters = written["counters"]
         reply = CheckpointReply(
-            checkpoint_ns=t_end - t0,
+            checkpoint_ns=written["t_end"] - t0,
             cpu_usec=0,
             stopping=not leave_running,
             counters=counters,
@@ -697,17 +644,152 @@ class Host:
             rounds=rounds.results if rounds is not None else None,
         )
         if drained is not None:
-            counters["drain_time_ms"] = round((t_drained - t0_final) / 1e6, 3)
+            counters["drain_time_ms"] = _ms(clock.phases_ns["drain"])
             counters["connections_parked"] = drained
             reply.handover, reply.handover_detail = self._hand_over()
         if leave_running:
-            if was_running and not thawed:
+            if was_running and self.frozen:
                 self._thaw()
         else:
             self.server.after_reply(self._exit)
         log(f"checkpoint written to {request.image} (leave_running={leave_running})")
         reply.cpu_usec = self_cpu_usec() - cpu0
         return reply
+
+    def _undo_checkpoint(
+        self,
+        request: p.CheckpointRequest,
+        rounds: Any,
+        was_running: bool,
+        drained: int | None,
+        exc: BaseException,
+    ) -> None:
+        """Leave the sandbox as it was before a checkpoint that failed: its pre-copy
+        rounds removed, the kernel thawed if it was running, new connections accepted."""
+        if rounds is not None:
+            rounds.discard()
+        if was_running and self.frozen:
+            self._thaw()
+        if drained is not None and self.http is not None:
+            self.http.undrain()
+        log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
+
+    def _dump_job(
+        self, request: p.CheckpointRequest, link: dict[str, Any], rounds: Any, freezing_ns: int
+    ) -> _Dump:
+        """What the image of the kernel, just frozen, is written from."""
+        from ckpt import state
+
+        frozen_at = time.perf_counter_ns()
+        engine = request.engine or state.default_engine()
+        k = self.kernel
+        mf = k.memory_file
+        job = _Dump(
+            request,
+            engine=engine,
+            metadata={
+                "sandbox_id": self.id,
+                "workload": k.workload,
+                "engine": engine,
+                "address": self._address(),
+                **link,
+            },
+            link=link,
+            rounds=rounds,
+            stats=state.Stats() if request.stats else None,
+            frozen_at=frozen_at,
+            freezing_ns=freezing_ns,
+            allocated=len(mf.refs),
+            dirty=mf.take_dirty(),  # a dump resets tracking; a child writes only these
+        )
+        self.last_dump = None
+        return job
+
+    def _write_forked(self, job: _Dump) -> dict[str, Any]:
+        """``--leave-running``: a forked child writes the image from its copy-on-write
+        copy of the frozen kernel while this process thaws at once; the frozen time is
+        the fork."""
+        from ckpt.sandbox import snapshot
+
+        pid, fd = snapshot.start(lambda: self._write_image(job))
+        self._thaw()
+        t_thawed = time.perf_counter_ns()
+        written = snapshot.collect(pid, fd)
+        counters = written["counters"]
+        counters["frozen_time_ms"] = _ms(t_thawed - job.frozen_at)
+        counters["snapshot"] = "fork"
+        written["t_end"] = time.perf_counter_ns()
+        return written
+
+    def _link(self, request: p.CheckpointRequest, rounds: Any) -> dict[str, Any]:
+        """The metadata linking this image to its parent: the last pre-copy round's, the
+        ``--parent-path`` image's, or none (a full image)."""
+        from ckpt.sandbox import precopy
+
+        key = _key(request.key_hex)
+        try:
+            if rounds is not None:
+                return rounds.run().parent_metadata(key)
+            if request.parent:
+                return precopy.parent_metadata(self, request.parent, request.image, key)
+            return {}
+        except BaseException:
+            if rounds is not None:
+                rounds.discard()
+            raise
+
+    def _write_image(self, job: _Dump) -> dict[str, Any]:
+        """Write the image of the frozen kernel (here, or in a forked child): its state,
+        the pages (all, or the dirty ones when it has a parent), stats, then commit.
+        Each step is timed as CRIU's stats-dump names it."""
+        from ckpt import state
+        from ckpt.sandbox import remote_image
+        from ckpt.sandbox.timings import Timings
+
+        request, k, stats, rounds = job.request, self.kernel, job.stats, job.rounds
+        clock = Timings()
+        try:
+            with remote_image.image_writer(
+                request,
+                force=request.force,
+                compression=request.compression or "zstd",
+                level=request.level,
+                key=_key(request.key_hex),
+                metadata=job.metadata,
+            ) as img:
+                with clock.phase("state_dump"):
+                    result = state.save(k, img.state_file, engine=job.engine, stats=stats)
+                    img.note_save(result, job.engine)
+                with clock.phase("memdump_memwrite"):
+                    dump = _TimedPages(k.memory_file.pages(job.dirty if job.link else None))
+                    summary = _summary_dict(img.write_pages(dump))
+                if rounds is not None:
+                    rounds.adopt(img.temp_dir)
+                if stats is not None:
+                    # Only with --stats: the digest of everything observable (~10 ms on
+                    # http), so the image can be checked against a restore; no plain
+                    # checkpoint needs it.  Timed apart; the kernel is frozen.
+                    with clock.phase("fingerprint"):
+                        img.metadata["fingerprint"] = k.fingerprint()
+                if self.stall:
+                    log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
+                    _stall(self.stall, self.stall_release)
+                counters = _dump_counters(job, result, summary, dump.ns, clock.phases_ns)
+                if stats is not None:
+                    img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
+                t_commit = time.perf_counter_ns()  # the commit is the writer's exit
+            t_end = time.perf_counter_ns()
+            counters["commit_time_ms"] = _ms(t_end - t_commit)
+            counters["frozen_time_ms"] = _ms(t_end - job.frozen_at)
+        except OSError as exc:
+            raise _image_write_error(exc, request.image) from exc
+        return {
+            "counters": counters,
+            "image_id": img.image_id.hex(),
+            "t_end": t_end,
+            "stats": stats.as_dict() if stats is not None else None,
+            "stats_text": str(stats) if stats is not None else None,
+        }
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
