@@ -23,11 +23,18 @@ as it needs, whatever the machine's load, and then let it finish.
 the restore's deadline end the wait and clean up.
 
 Stdlib and ``ckpt`` only; no typer, rich, argparse or typing, so start-up stays fast.
+
+Why one file: ``Host`` is one state machine.  Its RPC handlers, the HTTP responder and
+the ticker share one lock (``Host.cond``), the frozen flag and the listener, and each
+handler's failure path undoes the others' steps (a failed restore drops the kernel it
+loaded, a failed checkpoint thaws and accepts again).  What stands apart already has its
+module: writing the image (``dump.py``), pre-copy (``precopy.py``), handing sockets to
+the template (``handover.py``), HTTP (``http.py``).  The argument parsing stays here, as
+the cold start's entry point, where one module fewer to import is start-up saved.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import sys
@@ -44,6 +51,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ckpt.sandbox import dump
     from ckpt.sandbox import protocol as p
 
 TICK_S = 0.05
@@ -107,41 +115,8 @@ def _stall(seconds: float, release: str | None) -> None:
         time.sleep(min(left, 0.02) if release is not None else left)
 
 
-def _image_write_error(exc: OSError, image: str) -> StatefileError:
-    """An OSError while writing an image, as one line naming the image and what to do.
-    The writer has already removed its temporary directory, so nothing is left behind."""
-    import errno
-
-    hints = {
-        errno.ENOSPC: "free some space or pass another --image-path",
-        errno.EDQUOT: "the disk quota is used up; free some space or pass another --image-path",
-        errno.EROFS: "that file system is read-only; pass another --image-path",
-        errno.EACCES: "check the directory's permissions or pass another --image-path",
-        errno.EPERM: "check the directory's permissions or pass another --image-path",
-    }
-    hint = hints.get(exc.errno, "check --image-path")
-    return StatefileError(
-        f"cannot write the image at {image}: {exc.strerror or exc}; {hint} "
-        "(the sandbox keeps running, nothing was written)"
-    )
-
-
 def _key(key_hex: str | None) -> bytes | None:
     return bytes.fromhex(key_hex) if key_hex else None
-
-
-def _summary_dict(summary: Any) -> dict[str, Any]:
-    """A page summary from statefile as a plain dict, whatever its exact type."""
-    if summary is None:
-        return {}
-    if isinstance(summary, dict):
-        return dict(summary)
-    for attr in ("as_dict", "_asdict", "to_dict"):
-        fn = getattr(summary, attr, None)
-        if callable(fn):
-            return dict(fn())
-    fields = getattr(summary, "__dataclass_fields__", None) or getattr(summary, "__slots__", ())
-    return {name: getattr(summary, name) for name in fields if hasattr(summary, name)}
 
 
 def _warm_imports(sandbox_id: str, root: str | None) -> None:
@@ -157,30 +132,7 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
 
         title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
-
-
-class _TimedPages:
-    """Wraps the kernel's page iterator to time the dump (reading pages) apart from the
-    write (compressing and writing them), as CRIU reports memdump and memwrite.  Pages
-    are read a batch at a time under one clock reading, so every checkpoint reports both
-    for 5-14 ms per GiB of pages (a clock read per page cost 81 ms)."""
-
-    BATCH = 256
-
-    def __init__(self, pages: Any) -> None:
-        self._pages = pages
-        self.ns = 0
-
-    def __iter__(self) -> Any:
-        it = iter(self._pages)
-        islice, clock, batch = itertools.islice, time.perf_counter_ns, self.BATCH
-        while True:
-            t = clock()
-            run = list(islice(it, batch))
-            self.ns += clock() - t
-            if not run:
-                return
-            yield from run
+    from ckpt.sandbox import dump, timings  # noqa: F401  (the checkpoint path)
 
 
 def _serves_http(k: Any) -> bool:
@@ -226,67 +178,6 @@ class _Adoption:
         self.reason, self.why, self.listener = reason, why, listener
         self.conns = conns or []
         self.held_for = held_for
-
-
-def _ms(ns: int) -> float:
-    """Nanoseconds as the milliseconds a counter shows."""
-    return round(ns / 1e6, 3)
-
-
-class _Dump:
-    """What a checkpoint decided before writing its image, for ``Host._write_image``
-    (here, or in a forked child)."""
-
-    def __init__(
-        self,
-        request: p.CheckpointRequest,
-        *,
-        engine: str,
-        metadata: dict[str, Any],
-        link: dict[str, Any],
-        rounds: Any,
-        stats: Any,
-        frozen_at: int,
-        freezing_ns: int,
-        allocated: int,
-        dirty: Any,
-    ) -> None:
-        self.request, self.engine, self.metadata = request, engine, metadata
-        self.link, self.rounds, self.stats = link, rounds, stats
-        self.frozen_at, self.freezing_ns = frozen_at, freezing_ns
-        self.allocated, self.dirty = allocated, dirty
-
-
-def _dump_counters(
-    job: _Dump, result: Any, summary: dict[str, Any], memdump_ns: int, phases: dict[str, int]
-) -> dict[str, Any]:
-    """A checkpoint's counters, as CRIU's stats-dump names them, from its timed phases
-    (``memdump`` is the pages' reading, the rest of ``memdump_memwrite`` their writing)."""
-    pages_ns = phases["memdump_memwrite"]
-    counters: dict[str, Any] = {
-        "objects": getattr(result, "objects", None),
-        "types": getattr(result, "types", None),
-        "state_bytes": getattr(result, "bytes", None),
-        "freezing_time_ms": _ms(job.freezing_ns),
-        "state_dump_time_ms": _ms(phases["state_dump"]),
-        "memdump_memwrite_time_ms": _ms(pages_ns),
-        "memdump_time_ms": _ms(memdump_ns),
-        "memwrite_time_ms": _ms(pages_ns - memdump_ns),
-        **{
-            f"pages_{k_}" if not k_.startswith("pages") else k_: v
-            for k_, v in summary.items()
-            if isinstance(v, int | float)
-        },
-    }
-    if "fingerprint" in phases:
-        counters["fingerprint_time_ms"] = _ms(phases["fingerprint"])
-    if "pages_stored" in counters:
-        counters["pages_written"] = counters["pages_stored"]
-    counters["pages_skipped_parent"] = job.allocated - len(job.dirty) if job.link else 0
-    counters["rounds"] = 0
-    if job.rounds is not None:
-        counters.update(job.rounds.counters())
-    return counters
 
 
 class Host:
@@ -590,7 +481,7 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt.sandbox import precopy, remote_image, snapshot
+        from ckpt.sandbox import dump, precopy, remote_image, snapshot
         from ckpt.sandbox.protocol import CheckpointReply
         from ckpt.sandbox.timings import Timings
 
@@ -626,12 +517,12 @@ class Host:
             and snapshot.usable(self.kernel)
         )
         try:
-            written = self._write_forked(job) if use_fork else self._write_image(job)
+            written = self._write_forked(job) if use_fork else dump.write_image(job)
             self.last_dump = written["image_id"]
         except BaseException as exc:
             self._undo_checkpoint(request, rounds, was_running, drained, exc)
             if isinstance(exc, OSError):
-                raise _image_write_error(exc, request.image) from exc
+                raise dump.image_write_error(exc, request.image) from exc
             raise
         counters = written["counters"]
         reply = CheckpointReply(
@@ -644,7 +535,7 @@ class Host:
             rounds=rounds.results if rounds is not None else None,
         )
         if drained is not None:
-            counters["drain_time_ms"] = _ms(clock.phases_ns["drain"])
+            counters["drain_time_ms"] = dump.ms(clock.phases_ns["drain"])
             counters["connections_parked"] = drained
             reply.handover, reply.handover_detail = self._hand_over()
         if leave_running:
@@ -676,16 +567,20 @@ class Host:
 
     def _dump_job(
         self, request: p.CheckpointRequest, link: dict[str, Any], rounds: Any, freezing_ns: int
-    ) -> _Dump:
+    ) -> dump.Dump:
         """What the image of the kernel, just frozen, is written from."""
         from ckpt import state
+        from ckpt.sandbox.dump import Dump
 
         frozen_at = time.perf_counter_ns()
         engine = request.engine or state.default_engine()
         k = self.kernel
         mf = k.memory_file
-        job = _Dump(
+        job = Dump(
             request,
+            kernel=k,
+            key=_key(request.key_hex),
+            stall=self._stall_checkpoint if self.stall else None,
             engine=engine,
             metadata={
                 "sandbox_id": self.id,
@@ -705,21 +600,27 @@ class Host:
         self.last_dump = None
         return job
 
-    def _write_forked(self, job: _Dump) -> dict[str, Any]:
+    def _write_forked(self, job: dump.Dump) -> dict[str, Any]:
         """``--leave-running``: a forked child writes the image from its copy-on-write
         copy of the frozen kernel while this process thaws at once; the frozen time is
         the fork."""
-        from ckpt.sandbox import snapshot
+        from ckpt.sandbox import dump, snapshot
 
-        pid, fd = snapshot.start(lambda: self._write_image(job))
+        pid, fd = snapshot.start(lambda: dump.write_image(job))
         self._thaw()
         t_thawed = time.perf_counter_ns()
         written = snapshot.collect(pid, fd)
         counters = written["counters"]
-        counters["frozen_time_ms"] = _ms(t_thawed - job.frozen_at)
+        counters["frozen_time_ms"] = dump.ms(t_thawed - job.frozen_at)
         counters["snapshot"] = "fork"
         written["t_end"] = time.perf_counter_ns()
         return written
+
+    def _stall_checkpoint(self) -> None:
+        """``CKPT_FAULT=checkpoint-stall``: hold the checkpoint between the object stream
+        and the commit (see the module docstring)."""
+        log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
+        _stall(self.stall, self.stall_release)
 
     def _link(self, request: p.CheckpointRequest, rounds: Any) -> dict[str, Any]:
         """The metadata linking this image to its parent: the last pre-copy round's, the
@@ -738,59 +639,6 @@ class Host:
                 rounds.discard()
             raise
 
-    def _write_image(self, job: _Dump) -> dict[str, Any]:
-        """Write the image of the frozen kernel (here, or in a forked child): its state,
-        the pages (all, or the dirty ones when it has a parent), stats, then commit.
-        Each step is timed as CRIU's stats-dump names it."""
-        from ckpt import state
-        from ckpt.sandbox import remote_image
-        from ckpt.sandbox.timings import Timings
-
-        request, k, stats, rounds = job.request, self.kernel, job.stats, job.rounds
-        clock = Timings()
-        try:
-            with remote_image.image_writer(
-                request,
-                force=request.force,
-                compression=request.compression or "zstd",
-                level=request.level,
-                key=_key(request.key_hex),
-                metadata=job.metadata,
-            ) as img:
-                with clock.phase("state_dump"):
-                    result = state.save(k, img.state_file, engine=job.engine, stats=stats)
-                    img.note_save(result, job.engine)
-                with clock.phase("memdump_memwrite"):
-                    dump = _TimedPages(k.memory_file.pages(job.dirty if job.link else None))
-                    summary = _summary_dict(img.write_pages(dump))
-                if rounds is not None:
-                    rounds.adopt(img.temp_dir)
-                if stats is not None:
-                    # Only with --stats: the digest of everything observable (~10 ms on
-                    # http), so the image can be checked against a restore; no plain
-                    # checkpoint needs it.  Timed apart; the kernel is frozen.
-                    with clock.phase("fingerprint"):
-                        img.metadata["fingerprint"] = k.fingerprint()
-                if self.stall:
-                    log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
-                    _stall(self.stall, self.stall_release)
-                counters = _dump_counters(job, result, summary, dump.ns, clock.phases_ns)
-                if stats is not None:
-                    img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
-                t_commit = time.perf_counter_ns()  # the commit is the writer's exit
-            t_end = time.perf_counter_ns()
-            counters["commit_time_ms"] = _ms(t_end - t_commit)
-            counters["frozen_time_ms"] = _ms(t_end - job.frozen_at)
-        except OSError as exc:
-            raise _image_write_error(exc, request.image) from exc
-        return {
-            "counters": counters,
-            "image_id": img.image_id.hex(),
-            "t_end": t_end,
-            "stats": stats.as_dict() if stats is not None else None,
-            "stats_text": str(stats) if stats is not None else None,
-        }
-
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
         from ckpt.sandbox import precopy
@@ -801,7 +649,9 @@ class Host:
         try:
             counters = precopy.pre_dump(self, params)
         except OSError as exc:
-            raise _image_write_error(exc, params["image"]) from exc
+            from ckpt.sandbox.dump import image_write_error
+
+            raise image_write_error(exc, params["image"]) from exc
         counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
         log(f"pre-dump written to {params['image']}")
         return CheckpointReply(
