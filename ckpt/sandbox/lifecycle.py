@@ -1,5 +1,6 @@
-"""Sandbox lifecycle as library functions: run, list, state, pause, resume, kill, delete,
-checkpoint, restore.  They raise ``SandboxError`` (or another ``CkptError``) and never print.
+"""Sandbox lifecycle as library functions: run, list, state, pause, resume, set_cpu, kill,
+delete, checkpoint, restore.  They raise ``SandboxError`` (or another ``CkptError``) and
+never print.
 
 A sandbox is a detached process (its own session) running ``ckpt.sandbox.process``,
 placed in cgroup ``ckpt/<root hash>/ID`` (``Root.cgroup_name``) *before it executes
@@ -223,6 +224,30 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
 
     _call(root, st, ResumeRequest())
     st.status = RUNNING
+    root.write(st)
+    return st
+
+
+def set_cpu(root: Root, sandbox_id: str, cpus: float | None) -> SandboxState:
+    """Put a running sandbox under a quota of ``cpus`` CPUs (None: uncapped) through its
+    own cgroup, and record it.  A sandbox without a cgroup can only stay uncapped."""
+    st = _running(root, sandbox_id, "set the CPU quota of")
+    if st.cgroup is None:
+        if cpus is not None:
+            raise CgroupError(
+                f"sandbox {sandbox_id} runs without a cgroup, so quota {cpus:g} cannot be "
+                "applied; start it without --ignore-cgroups or use --cpu uncapped"
+            )
+        return st
+    group = own_group(root, st, strict=True)
+    mgr = open_cgroup(group)
+    if mgr is None:
+        raise CgroupError(
+            f"cgroup {group} of sandbox {sandbox_id} is gone; `ckpt kill {sandbox_id}` and "
+            "run it again"
+        )
+    mgr.set_cpu_quota(cpus)
+    st.cpu = cpus
     root.write(st)
     return st
 
