@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpt.errors import CgroupError, SandboxError
+from ckpt.errors import SandboxError
 from ckpt.sandbox import lifecycle
 from ckpt.sandbox.paths import Root
 from ckpt.sandbox.timings import CHECKPOINT, RESTORE, RESUME_TOTAL, SANDBOX_CREATE, SUSPEND_TOTAL
@@ -247,20 +247,7 @@ def python_start_ns(repeats: int) -> list[float]:
 
 def _set_quota(root: Root, sandbox_id: str, quota: float | None) -> bool:
     """Put the running sandbox under ``quota``; returns whether it uses a cgroup."""
-    st = lifecycle.state(root, sandbox_id)
-    if st.cgroup is None:
-        if quota is not None:
-            raise CgroupError(
-                f"sandbox {sandbox_id} runs without a cgroup, so quota {quota:g} cannot be "
-                "applied; start it without --ignore-cgroups or use --cpu uncapped"
-            )
-        return False
-    from ckpt import cgroups
-
-    cgroups.open_group(st.cgroup).set_cpu_quota(quota)
-    st.cpu = quota
-    root.write(st)
-    return True
+    return lifecycle.set_cpu(root, sandbox_id, quota).cgroup is not None
 
 
 def run(root: Root, plan: Plan, console: Any = None) -> Report:

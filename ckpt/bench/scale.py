@@ -15,6 +15,10 @@ after) and restored eagerly into a new sandbox; ``memory:N`` is also restored wi
 
 Sizes run one after the other, each ``count`` times (medians); a size that fails (a
 boot past the sandbox's 120 s limit, say) is reported as failed and the rest go on.
+
+Why one file: as each suite under ``ckpt/bench/``, it is one module per
+``ckpt bench`` command: measuring, summarizing, judging, rendering, Go benchmark lines
+and the plot all read the same ``Point`` fields, so a new measure is added in one place.
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ server holding N MiB of dirty anonymous memory (zero, text-like and incompressib
 pages, see ``memfill``) whose ``GET /memory`` returns its digest; ``kv:N`` the same
 server keeping the values of ``PUT /kv/KEY`` in those N MiB.  Everything is derived from
 ``seed``, so two builds with the same options are identical (same fingerprint).
+
+Why one file: every workload is a recipe of system calls on a fresh kernel
+built from the same few helpers (``new_kernel``, ``std_fds``, ``map_image``,
+``_serve_http``), and ``graph:N``'s steps (``_g_*``) are a table that ``build_graph``
+draws from.  ``build_workload`` names them all, so split by workload, each part would
+import the same helpers and the registry would import every part back; read side by
+side, the recipes show what each workload adds to the others.
 """
 
 from __future__ import annotations

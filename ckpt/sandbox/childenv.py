@@ -1,6 +1,6 @@
 """The environment of a sandbox or template interpreter that this process starts.
 
-A module of its own so that ``lifecycle`` (cold sandboxes) and ``template_client`` (the
+A module of its own so that ``spawn`` (cold sandboxes) and ``template_client`` (the
 template) both use it without importing each other.
 """
 

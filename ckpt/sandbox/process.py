@@ -23,11 +23,18 @@ as it needs, whatever the machine's load, and then let it finish.
 the restore's deadline end the wait and clean up.
 
 Stdlib and ``ckpt`` only; no typer, rich, argparse or typing, so start-up stays fast.
+
+Why one file: ``Host`` is one state machine.  Its RPC handlers, the HTTP responder and
+the ticker share one lock (``Host.cond``), the frozen flag and the listener, and each
+handler's failure path undoes the others' steps (a failed restore drops the kernel it
+loaded, a failed checkpoint thaws and accepts again).  What stands apart already has its
+module: writing the image (``dump.py``), pre-copy (``precopy.py``), handing sockets to
+the template (``handover.py``), HTTP (``http.py``).  The argument parsing stays here, as
+the cold start's entry point, where one module fewer to import is start-up saved.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import sys
@@ -44,6 +51,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ckpt.sandbox import dump
     from ckpt.sandbox import protocol as p
 
 TICK_S = 0.05
@@ -107,41 +115,8 @@ def _stall(seconds: float, release: str | None) -> None:
         time.sleep(min(left, 0.02) if release is not None else left)
 
 
-def _image_write_error(exc: OSError, image: str) -> StatefileError:
-    """An OSError while writing an image, as one line naming the image and what to do.
-    The writer has already removed its temporary directory, so nothing is left behind."""
-    import errno
-
-    hints = {
-        errno.ENOSPC: "free some space or pass another --image-path",
-        errno.EDQUOT: "the disk quota is used up; free some space or pass another --image-path",
-        errno.EROFS: "that file system is read-only; pass another --image-path",
-        errno.EACCES: "check the directory's permissions or pass another --image-path",
-        errno.EPERM: "check the directory's permissions or pass another --image-path",
-    }
-    hint = hints.get(exc.errno, "check --image-path")
-    return StatefileError(
-        f"cannot write the image at {image}: {exc.strerror or exc}; {hint} "
-        "(the sandbox keeps running, nothing was written)"
-    )
-
-
 def _key(key_hex: str | None) -> bytes | None:
     return bytes.fromhex(key_hex) if key_hex else None
-
-
-def _summary_dict(summary: Any) -> dict[str, Any]:
-    """A page summary from statefile as a plain dict, whatever its exact type."""
-    if summary is None:
-        return {}
-    if isinstance(summary, dict):
-        return dict(summary)
-    for attr in ("as_dict", "_asdict", "to_dict"):
-        fn = getattr(summary, attr, None)
-        if callable(fn):
-            return dict(fn())
-    fields = getattr(summary, "__dataclass_fields__", None) or getattr(summary, "__slots__", ())
-    return {name: getattr(summary, name) for name in fields if hasattr(summary, name)}
 
 
 def _warm_imports(sandbox_id: str, root: str | None) -> None:
@@ -157,30 +132,7 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
 
         title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
-
-
-class _TimedPages:
-    """Wraps the kernel's page iterator to time the dump (reading pages) apart from the
-    write (compressing and writing them), as CRIU reports memdump and memwrite.  Pages
-    are read a batch at a time under one clock reading, so every checkpoint reports both
-    for 5-14 ms per GiB of pages (a clock read per page cost 81 ms)."""
-
-    BATCH = 256
-
-    def __init__(self, pages: Any) -> None:
-        self._pages = pages
-        self.ns = 0
-
-    def __iter__(self) -> Any:
-        it = iter(self._pages)
-        islice, clock, batch = itertools.islice, time.perf_counter_ns, self.BATCH
-        while True:
-            t = clock()
-            run = list(islice(it, batch))
-            self.ns += clock() - t
-            if not run:
-                return
-            yield from run
+    from ckpt.sandbox import dump, timings  # noqa: F401  (the checkpoint path)
 
 
 def _serves_http(k: Any) -> bool:
@@ -529,9 +481,9 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt import state
-        from ckpt.sandbox import precopy, remote_image, snapshot
+        from ckpt.sandbox import dump, precopy, remote_image, snapshot
         from ckpt.sandbox.protocol import CheckpointReply
+        from ckpt.sandbox.timings import Timings
 
         if (request.pre_dump or request.parent or request.pre_copy) and remote_image.is_remote(
             request.image
@@ -543,152 +495,38 @@ class Host:
         params = {f: getattr(request, f) for f in request.__struct_fields__}
         if request.pre_dump:
             return self._pre_dump(params)
-        k = self.kernel
-        engine = request.engine or state.default_engine()
         was_running = not self.frozen
         leave_running = request.leave_running
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
-        key = _key(request.key_hex)
         rounds = precopy.Rounds(self, params) if request.pre_copy else None
-        try:
-            link = (
-                rounds.run().parent_metadata(key)
-                if rounds is not None
-                else precopy.parent_metadata(self, request.parent, request.image, key)
-                if request.parent
-                else {}
-            )
-        except BaseException:
-            if rounds is not None:
-                rounds.discard()
-            raise
-        t0_final = time.perf_counter_ns()
-        remote_image.prepare(request)  # s3:// images: open the store before freezing
-        drained = self._drain(request.drain_timeout) if not leave_running else None
-        t_drained = time.perf_counter_ns()
-        if was_running:
-            self._freeze()
-        t_frozen = time.perf_counter_ns()
-        stats = state.Stats() if request.stats else None
-        metadata = {
-            "sandbox_id": self.id,
-            "workload": k.workload,
-            "engine": engine,
-            "address": self._address(),
-            **link,
-        }
-        mf = k.memory_file
-        allocated = len(mf.refs)
-        dirty = mf.take_dirty()  # a dump resets tracking; a child writes only these
-        self.last_dump = None
-        frames = dirty if link else None
+        link = self._link(request, rounds)
+        clock = Timings()
+        with clock.phase("freezing"):
+            with clock.phase("drain"):
+                remote_image.prepare(request)  # s3:// images: open the store before freezing
+                drained = self._drain(request.drain_timeout) if not leave_running else None
+            if was_running:
+                self._freeze()
+        job = self._dump_job(request, link, rounds, clock.phases_ns["freezing"])
         use_fork = bool(
             leave_running
             and was_running
             and not self.stall
             and not remote_image.is_remote(request.image)  # its store client is not forked
-            and snapshot.usable(k)
+            and snapshot.usable(self.kernel)
         )
-
-        def write_image() -> dict[str, Any]:
-            """Write the image of the frozen kernel (here, or in a forked child)."""
-            try:
-                with remote_image.image_writer(
-                    request,
-                    force=request.force,
-                    compression=request.compression or "zstd",
-                    level=request.level,
-                    key=_key(request.key_hex),
-                    metadata=metadata,
-                ) as img:
-                    t_state0 = time.perf_counter_ns()
-                    result = state.save(k, img.state_file, engine=engine, stats=stats)
-                    img.note_save(result, engine)
-                    t_state = time.perf_counter_ns()
-                    dump = _TimedPages(mf.pages(frames))
-                    summary = _summary_dict(img.write_pages(dump))
-                    t_pages = time.perf_counter_ns()
-                    if rounds is not None:
-                        rounds.adopt(img.temp_dir)
-                    fingerprint_ms = None
-                    if stats is not None:
-                        # Only with --stats: the digest of everything observable (~10 ms
-                        # on http), so the image can be checked against a restore; no
-                        # plain checkpoint needs it.  Timed apart; the kernel is frozen.
-                        img.metadata["fingerprint"] = k.fingerprint()
-                        fingerprint_ms = round((time.perf_counter_ns() - t_pages) / 1e6, 3)
-                    if self.stall:
-                        log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
-                        _stall(self.stall, self.stall_release)
-                    counters: dict[str, Any] = {
-                        "objects": getattr(result, "objects", None),
-                        "types": getattr(result, "types", None),
-                        "state_bytes": getattr(result, "bytes", None),
-                        "freezing_time_ms": round((t_frozen - t0_final) / 1e6, 3),
-                        "state_dump_time_ms": round((t_state - t_state0) / 1e6, 3),
-                        "memdump_memwrite_time_ms": round((t_pages - t_state) / 1e6, 3),
-                        "memdump_time_ms": round(dump.ns / 1e6, 3),
-                        "memwrite_time_ms": round((t_pages - t_state - dump.ns) / 1e6, 3),
-                        **{
-                            f"pages_{k_}" if not k_.startswith("pages") else k_: v
-                            for k_, v in summary.items()
-                            if isinstance(v, int | float)
-                        },
-                    }
-                    if fingerprint_ms is not None:
-                        counters["fingerprint_time_ms"] = fingerprint_ms
-                    if "pages_stored" in counters:
-                        counters["pages_written"] = counters["pages_stored"]
-                    counters["pages_skipped_parent"] = allocated - len(dirty) if link else 0
-                    counters["rounds"] = 0
-                    if rounds is not None:
-                        counters.update(rounds.counters())
-                    if stats is not None:
-                        img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
-                    t_commit = time.perf_counter_ns()
-                t_end = time.perf_counter_ns()
-                counters["commit_time_ms"] = round((t_end - t_commit) / 1e6, 3)
-                counters["frozen_time_ms"] = round((t_end - t_frozen) / 1e6, 3)
-            except OSError as exc:
-                raise _image_write_error(exc, request.image) from exc
-            return {
-                "counters": counters,
-                "image_id": img.image_id.hex(),
-                "t_end": t_end,
-                "stats": stats.as_dict() if stats is not None else None,
-                "stats_text": str(stats) if stats is not None else None,
-            }
-
-        thawed = False
         try:
-            if use_fork:
-                pid, fd = snapshot.start(write_image)
-                self._thaw()  # the child holds a copy-on-write image of the frozen kernel
-                thawed = True
-                t_thawed = time.perf_counter_ns()
-                written = snapshot.collect(pid, fd)
-                counters = written["counters"]
-                counters["frozen_time_ms"] = round((t_thawed - t_frozen) / 1e6, 3)
-                counters["snapshot"] = "fork"
-                t_end = time.perf_counter_ns()
-            else:
-                written = write_image()
-                counters, t_end = written["counters"], written["t_end"]
+            written = self._write_forked(job) if use_fork else dump.write_image(job)
             self.last_dump = written["image_id"]
         except BaseException as exc:
-            if rounds is not None:
-                rounds.discard()
-            if was_running and not thawed:
-                self._thaw()
-            if drained is not None and self.http is not None:
-                self.http.undrain()
-            log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
+            self._undo_checkpoint(request, rounds, was_running, drained, exc)
             if isinstance(exc, OSError):
-                raise _image_write_error(exc, request.image) from exc
+                raise dump.image_write_error(exc, request.image) from exc
             raise
+        counters = written["counters"]
         reply = CheckpointReply(
-            checkpoint_ns=t_end - t0,
+            checkpoint_ns=written["t_end"] - t0,
             cpu_usec=0,
             stopping=not leave_running,
             counters=counters,
@@ -697,17 +535,109 @@ class Host:
             rounds=rounds.results if rounds is not None else None,
         )
         if drained is not None:
-            counters["drain_time_ms"] = round((t_drained - t0_final) / 1e6, 3)
+            counters["drain_time_ms"] = dump.ms(clock.phases_ns["drain"])
             counters["connections_parked"] = drained
             reply.handover, reply.handover_detail = self._hand_over()
         if leave_running:
-            if was_running and not thawed:
+            if was_running and self.frozen:
                 self._thaw()
         else:
             self.server.after_reply(self._exit)
         log(f"checkpoint written to {request.image} (leave_running={leave_running})")
         reply.cpu_usec = self_cpu_usec() - cpu0
         return reply
+
+    def _undo_checkpoint(
+        self,
+        request: p.CheckpointRequest,
+        rounds: Any,
+        was_running: bool,
+        drained: int | None,
+        exc: BaseException,
+    ) -> None:
+        """Leave the sandbox as it was before a checkpoint that failed: its pre-copy
+        rounds removed, the kernel thawed if it was running, new connections accepted."""
+        if rounds is not None:
+            rounds.discard()
+        if was_running and self.frozen:
+            self._thaw()
+        if drained is not None and self.http is not None:
+            self.http.undrain()
+        log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
+
+    def _dump_job(
+        self, request: p.CheckpointRequest, link: dict[str, Any], rounds: Any, freezing_ns: int
+    ) -> dump.Dump:
+        """What the image of the kernel, just frozen, is written from."""
+        from ckpt import state
+        from ckpt.sandbox.dump import Dump
+
+        frozen_at = time.perf_counter_ns()
+        engine = request.engine or state.default_engine()
+        k = self.kernel
+        mf = k.memory_file
+        job = Dump(
+            request,
+            kernel=k,
+            key=_key(request.key_hex),
+            stall=self._stall_checkpoint if self.stall else None,
+            engine=engine,
+            metadata={
+                "sandbox_id": self.id,
+                "workload": k.workload,
+                "engine": engine,
+                "address": self._address(),
+                **link,
+            },
+            link=link,
+            rounds=rounds,
+            stats=state.Stats() if request.stats else None,
+            frozen_at=frozen_at,
+            freezing_ns=freezing_ns,
+            allocated=len(mf.refs),
+            dirty=mf.take_dirty(),  # a dump resets tracking; a child writes only these
+        )
+        self.last_dump = None
+        return job
+
+    def _write_forked(self, job: dump.Dump) -> dict[str, Any]:
+        """``--leave-running``: a forked child writes the image from its copy-on-write
+        copy of the frozen kernel while this process thaws at once; the frozen time is
+        the fork."""
+        from ckpt.sandbox import dump, snapshot
+
+        pid, fd = snapshot.start(lambda: dump.write_image(job))
+        self._thaw()
+        t_thawed = time.perf_counter_ns()
+        written = snapshot.collect(pid, fd)
+        counters = written["counters"]
+        counters["frozen_time_ms"] = dump.ms(t_thawed - job.frozen_at)
+        counters["snapshot"] = "fork"
+        written["t_end"] = time.perf_counter_ns()
+        return written
+
+    def _stall_checkpoint(self) -> None:
+        """``CKPT_FAULT=checkpoint-stall``: hold the checkpoint between the object stream
+        and the commit (see the module docstring)."""
+        log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
+        _stall(self.stall, self.stall_release)
+
+    def _link(self, request: p.CheckpointRequest, rounds: Any) -> dict[str, Any]:
+        """The metadata linking this image to its parent: the last pre-copy round's, the
+        ``--parent-path`` image's, or none (a full image)."""
+        from ckpt.sandbox import precopy
+
+        key = _key(request.key_hex)
+        try:
+            if rounds is not None:
+                return rounds.run().parent_metadata(key)
+            if request.parent:
+                return precopy.parent_metadata(self, request.parent, request.image, key)
+            return {}
+        except BaseException:
+            if rounds is not None:
+                rounds.discard()
+            raise
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
@@ -719,7 +649,9 @@ class Host:
         try:
             counters = precopy.pre_dump(self, params)
         except OSError as exc:
-            raise _image_write_error(exc, params["image"]) from exc
+            from ckpt.sandbox.dump import image_write_error
+
+            raise image_write_error(exc, params["image"]) from exc
         counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
         log(f"pre-dump written to {params['image']}")
         return CheckpointReply(

@@ -40,6 +40,13 @@ sleeps S seconds before acting on a ``hold`` whose descriptors it has received.
 
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
+
+Why one file: the template is one single-threaded server, and every handler (spawn,
+hold, adopt, release, status) works on the same state: the listening socket, the
+requests still arriving, the sockets held for sandboxes, the children to reap.  The
+request checks and the forked child's set-up (``check_spawn`` to ``_become_sandbox``)
+are its security boundary and read best beside the handler that calls them; they are
+the seam to cut first if the file grows.
 """
 
 from __future__ import annotations
@@ -94,7 +101,7 @@ def warm() -> dict[str, Any]:
     """
     t0 = time.perf_counter_ns()
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import http, process, protocol, rpc  # noqa: F401
+    from ckpt.sandbox import dump, http, process, protocol, rpc, timings  # noqa: F401
 
     t_import = time.perf_counter_ns()
     for workload in proto.WARM_WORKLOADS:

@@ -8,6 +8,13 @@ the new one is in place, through directory descriptors and only its own files (t
 parent may be writable by others).  A crash therefore leaves either the old image or the
 new one under the target name, plus at most a dot-named leftover that the next writer for the
 same target sweeps away (or restores, if the crash hit between the two renames).
+
+Why one file: the commit and the removal of a replaced or stale image are one
+protocol over one set of names (the temporary and the set-aside directories beside the
+target, the exchange rename, the sweep of dead writers' leftovers): each step presumes
+the others' naming and their order, and ``Image`` reads what ``ImageWriter`` commits.
+About a third of the file is the removal through directory descriptors, which could
+stand alone if another writer came to need it.
 """
 
 from __future__ import annotations

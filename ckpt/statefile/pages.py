@@ -14,6 +14,12 @@ rather than let it run on with memory it does not have.
 
 Testing hook: ``CKPT_FAULT=pages-fill-delay:SECONDS`` makes the background fill sleep
 that long before each run, so a test can see requests served while pages still load.
+
+Why one file: the writer (``PageWriter``), the map reader and its checks
+(``read_pages_meta``, ``check_page_map``) and the loader (``LoadedPages``) share one run
+layout (``StoredRun``, ``_run_tag``, ``_seal_run``), and each check made on load mirrors
+one step of the write; kept together, a change to the layout is one diff and the two
+sides cannot drift apart.
 """
 
 from __future__ import annotations

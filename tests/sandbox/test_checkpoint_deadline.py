@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckpt.sandbox import lifecycle
+from ckpt.sandbox import deadlines
 
 from .conftest import Cli
 from .test_fault_campaign import cold, new_id, one_line_error
@@ -33,7 +33,7 @@ def test_a_checkpoint_past_its_deadline_ends_the_wait_and_spares_the_sandbox(
         "--image-path",
         str(target),
         check=False,
-        env={lifecycle.CHECKPOINT_TIMEOUT_ENV: "2"},
+        env={deadlines.CHECKPOINT_TIMEOUT_ENV: "2"},
     )
     assert done.returncode == 1, done.stderr
     one_line_error(done.returncode, done.stderr)
@@ -47,8 +47,8 @@ def test_a_checkpoint_past_its_deadline_ends_the_wait_and_spares_the_sandbox(
 
 
 def test_the_environment_sets_the_checkpoint_deadline(monkeypatch) -> None:
-    monkeypatch.setenv(lifecycle.CHECKPOINT_TIMEOUT_ENV, "7.5")
-    assert lifecycle._env_seconds(lifecycle.CHECKPOINT_TIMEOUT_ENV, 1.0) == 7.5
+    monkeypatch.setenv(deadlines.CHECKPOINT_TIMEOUT_ENV, "7.5")
+    assert deadlines.env_seconds(deadlines.CHECKPOINT_TIMEOUT_ENV, 1.0) == 7.5
     for bad in ("0", "-1", "soon", ""):
-        monkeypatch.setenv(lifecycle.CHECKPOINT_TIMEOUT_ENV, bad)
-        assert lifecycle._env_seconds(lifecycle.CHECKPOINT_TIMEOUT_ENV, 1.0) == 1.0
+        monkeypatch.setenv(deadlines.CHECKPOINT_TIMEOUT_ENV, bad)
+        assert deadlines.env_seconds(deadlines.CHECKPOINT_TIMEOUT_ENV, 1.0) == 1.0

@@ -5,7 +5,7 @@ alive) and ``ckpt delete --force`` leaves no process, cgroup, socket, temporary 
 directory or record.
 
 The CLI stops itself (SIGSTOP) at a step named by ``CKPT_TEST_PAUSE_AT``
-(``lifecycle.pause_point``), where the test kills it, or kills the sandbox or the template
+(``testhooks.pause_point``), where the test kills it, or kills the sandbox or the template
 and lets it go on.  Mid-checkpoint, the sandbox stalls through ``CKPT_FAULT``.
 Kill points and cases are counted in ``CASES`` below (printed with ``-s``).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ckpt.sandbox import lifecycle, template_client
+from ckpt.sandbox import template_client, testhooks
 from ckpt.sandbox.paths import Root
 
 from .conftest import CGROUP_ROOT, Cli
@@ -109,7 +109,7 @@ def assert_accounted(cli: Cli, sandbox_id: str, image: Path | None = None) -> No
 
 def paused(cli: Cli, step: str, *args: str) -> subprocess.Popen[str]:
     """Start ``ckpt ARGS`` and return once it has stopped itself at ``step``."""
-    proc = cli.popen(*args, env={lifecycle.PAUSE_ENV: step})
+    proc = cli.popen(*args, env={testhooks.PAUSE_ENV: step})
 
     def stopped() -> str | None:
         if proc.poll() is not None:

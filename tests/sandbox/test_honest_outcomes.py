@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ckpt.errors import CgroupError, SandboxError, SandboxGone
-from ckpt.sandbox import lifecycle, rpc
+from ckpt.sandbox import lifecycle, pids, rpc
 from ckpt.sandbox import protocol as p
 from ckpt.sandbox.paths import Root
 
@@ -66,12 +66,12 @@ def test_kill_that_leaves_something_says_what_remains(
     are made to fail (as a process stuck in the kernel, or a busy group, would)."""
     st = lifecycle.run(root, "stuck", "http", template=False).state
     with monkeypatch.context() as m:
-        m.setattr(lifecycle, "_kill_pid", lambda pid, start: None)
+        m.setattr(pids, "kill_pid", lambda pid, start: None)
 
         def busy(name: str | None) -> None:
             raise CgroupError(f"cannot remove cgroup {name}: Device or resource busy")
 
-        m.setattr(lifecycle, "_remove_cgroup", busy)
+        m.setattr(pids, "remove_cgroup", busy)
         with pytest.raises(SandboxError) as caught:
             lifecycle.kill(root, "stuck")
     message = str(caught.value)

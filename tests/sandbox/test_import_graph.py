@@ -56,7 +56,8 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_sees_the_imports_it_should() -> None:
     graph = _graph()
     assert {"rpc", "protocol", "handover"} <= graph["process"]
-    assert "childenv" in graph["lifecycle"] and "childenv" in graph["template_client"]
+    assert "childenv" in graph["spawn"] and "childenv" in graph["template_client"]
+    assert {"spawn", "pids", "group"} <= graph["lifecycle"] and "group" in graph["pids"]
 
 
 def test_no_import_circle_in_the_sandbox_package() -> None:

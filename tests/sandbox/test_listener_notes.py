@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt.sandbox import lifecycle
+from ckpt.sandbox import outcomes
 from ckpt.sandbox import protocol as p
 
 
@@ -23,14 +23,14 @@ def _reply(reason: p.BindReason | None, detail: str = "", listener=p.Listener.BO
 
 @pytest.mark.parametrize("detail", ["no template", "nothing held", "words that changed"])
 def test_sockets_a_checkpoint_handed_over_and_lost_are_said(detail: str) -> None:
-    notes = lifecycle._listener_notes(_reply(p.BindReason.NOTHING_HELD, detail), True)
+    notes = outcomes.listener_notes(_reply(p.BindReason.NOTHING_HELD, detail), True)
     assert len(notes) == 1 and "are gone" in notes[0]
 
 
 def test_no_template_without_a_handover_says_clients_were_refused() -> None:
-    notes = lifecycle._listener_notes(_reply(p.BindReason.TEMPLATE_UNREACHABLE, "x"), False)
+    notes = outcomes.listener_notes(_reply(p.BindReason.TEMPLATE_UNREACHABLE, "x"), False)
     assert len(notes) == 1 and "no template held the listening socket" in notes[0]
-    assert lifecycle._listener_notes(_reply(p.BindReason.NOTHING_HELD), False) == []
+    assert outcomes.listener_notes(_reply(p.BindReason.NOTHING_HELD), False) == []
 
 
 @pytest.mark.parametrize(
@@ -38,8 +38,8 @@ def test_no_template_without_a_handover_says_clients_were_refused() -> None:
 )
 def test_a_restore_that_chose_to_bind_elsewhere_says_nothing(reason: p.BindReason) -> None:
     """Even when its words mention a template (a refusal's text is the template's)."""
-    assert lifecycle._listener_notes(_reply(reason, "(no template here)"), True) == []
+    assert outcomes.listener_notes(_reply(reason, "(no template here)"), True) == []
 
 
 def test_a_handed_over_listener_says_nothing() -> None:
-    assert lifecycle._listener_notes(_reply(None, listener=p.Listener.HANDED_OVER), True) == []
+    assert outcomes.listener_notes(_reply(None, listener=p.Listener.HANDED_OVER), True) == []

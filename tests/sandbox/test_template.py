@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from ckpt.sandbox import handover, lifecycle, template_client
+from ckpt.sandbox import handover, template_client
 from ckpt.sandbox import template_proto as proto
+from ckpt.sandbox.childenv import child_env
 from ckpt.sandbox.http import get_json
 from ckpt.sandbox.paths import Root
 
@@ -210,7 +211,7 @@ def _start_stale(root: Path) -> subprocess.Popen:
             stdout=log,
             stderr=log,
             start_new_session=True,
-            env=lifecycle.child_env(),
+            env=child_env(),
         )
     wait_for(
         lambda: (

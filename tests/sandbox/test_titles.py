@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from ckpt.sandbox import lifecycle, template_client
+from ckpt.sandbox import template_client
 from ckpt.sandbox.paths import Root
+from ckpt.sandbox.pids import cmdline_is_sandbox
 
 from .conftest import Cli, sandbox_processes
 from .test_template import run_http, serving, sid
@@ -42,8 +43,8 @@ def test_ps_shows_the_template_and_each_sandbox_by_title(tcli: Cli) -> None:
     assert template_client._template_pid(tcli.root) == info["pid"]
     r = Root(tcli.root)
     for sandbox_id in (cold, forked):
-        assert lifecycle._cmdline_is_sandbox(r, sandbox_id, tcli.state(sandbox_id)["pid"])
-    assert not lifecycle._cmdline_is_sandbox(r, cold, tcli.state(forked)["pid"])
+        assert cmdline_is_sandbox(r, sandbox_id, tcli.state(sandbox_id)["pid"])
+    assert not cmdline_is_sandbox(r, cold, tcli.state(forked)["pid"])
     pids = {p.pid for p in sandbox_processes(tcli.root)}
     assert {info["pid"], tcli.state(cold)["pid"], tcli.state(forked)["pid"]} <= pids
     template_client.stop(tcli.root)
