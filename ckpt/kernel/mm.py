@@ -91,6 +91,23 @@ def _recorded_frames(frames: Any, ranges: Iterator[tuple[int, int]]) -> set[int]
     return recorded.intersection(frames)
 
 
+def _marked(marks: bytearray) -> list[int]:
+    """The indices of the 1s in ``marks``, ascending.
+
+    A few marks (a final dump after pre-copy) are found by ``find``, which skips the
+    zeros at memchr speed: 21 of 262,144 in 0.01 ms, where ``compress`` over every
+    index takes 12 ms.  Many marks are ``compress``'s (``find`` is ~150 ns a mark)."""
+    if marks.count(1) * 32 > len(marks):
+        return list(itertools.compress(range(len(marks)), marks))
+    out: list[int] = []
+    find = marks.find
+    i = find(1)
+    while i >= 0:
+        out.append(i)
+        i = find(1, i + 1)
+    return out
+
+
 class MapKind(enum.Enum):
     ANON_PRIVATE = 0
     ANON_SHARED = 1
@@ -219,7 +236,7 @@ class MemoryFile:
 
     def dirty_pages(self) -> list[int]:
         """Frames allocated or written since the last clear, ascending."""
-        return list(itertools.compress(range(len(self._dirty)), self._dirty))
+        return _marked(self._dirty)
 
     def dirty_count(self) -> int:
         return self._dirty.count(1)
@@ -241,7 +258,7 @@ class MemoryFile:
         in the new set, so the next round writes it again.
         """
         taken, self._dirty = self._dirty, bytearray(len(self._dirty))
-        return list(itertools.compress(range(len(taken)), taken))
+        return _marked(taken)
 
     def copy(self, frame: int) -> int:
         """A new frame holding a copy of ``frame`` (the copy in copy-on-write)."""
