@@ -270,15 +270,19 @@ class MemoryFile:
 
     def pages(self, frames: Iterable[int] | None = None) -> Iterator[tuple[int, bytes]]:
         """Every allocated frame, ascending, as (index, 4096 bytes); zero frames too.
-        ``frames`` (ascending, e.g. ``take_dirty()``) limits it to those still allocated."""
-        if frames is None:
-            for frame in self.refs:
-                yield frame, self.read(frame)
-            return
+        ``frames`` (ascending, e.g. ``take_dirty()``) limits it to those still allocated.
+
+        Walks the reference runs beside ``frames`` rather than looking each frame up
+        (a bisection each), and reads the contents directly: every frame yielded is
+        allocated, so ``read``'s check would be spent on nothing."""
         refs = self.refs
-        for frame in frames:
-            if frame in refs:
-                yield frame, self.read(frame)
+        wanted = refs.keys() if frames is None else refs.held(frames)
+        unfetched, get = self._unfetched, self._data.get
+        for frame in wanted:
+            if unfetched and frame in unfetched:
+                self._fetch(frame)
+            data = get(frame)
+            yield frame, ZERO_PAGE if data is None else bytes(data)
 
     def restore_pages(self, loaded: LoadedPages) -> None:
         """Adopt a restored page file; frames are read from it on first touch.

@@ -17,7 +17,7 @@ saved map is the same bytes).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ckpt import state
@@ -72,6 +72,21 @@ class RunMap:
         """Every key, ascending."""
         for s, n in zip(self.starts, self.lens, strict=True):
             yield from range(s, s + n)
+
+    def held(self, keys: Iterable[int]) -> Iterator[int]:
+        """Those of ``keys`` the map holds.  Ascending keys cost one bisection per run
+        they meet, not one each; keys out of order are still answered right."""
+        starts, lens = self.starts, self.lens
+        start = end = 0
+        for key in keys:
+            if not start <= key < end:
+                i = bisect_right(starts, key) - 1
+                if i < 0:
+                    continue
+                start, end = starts[i], starts[i] + lens[i]
+                if key >= end:
+                    continue
+            yield key
 
     def items(self) -> Iterator[tuple[int, int]]:
         """Every ``(key, value)``, ascending."""

@@ -67,6 +67,8 @@ def test_run_map_matches_a_dict(step: int, ops: list[tuple[str, int, int, int]])
         assert dict(m.items()) == model and len(m) == len(model)
         assert all(m.get(k) == model.get(k) and (k in m) == (k in model) for k in range(60))
     assert list(m.keys()) == sorted(model)
+    for probe in (list(range(-2, 60)), [30, 2, 2, 45, 0, 17, 16]):
+        assert list(m.held(probe)) == [k for k in probe if k in model]
     lo, n = 5, 20
     assert {s + i: v + step * i for s, ln, v in m.runs_in(lo, n) for i in range(ln)} == {
         k: v for k, v in model.items() if lo <= k < lo + n
