@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from ckpt import state
@@ -43,9 +43,11 @@ run_ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(step=st.sampled_from([0, 1]), ops=run_ops)
-def test_run_map_matches_a_dict(step: int, ops: list[tuple[str, int, int, int]]) -> None:
+def test_run_map_matches_a_dict(
+    watchdog: None, step: int, ops: list[tuple[str, int, int, int]]
+) -> None:
     m, model = RunMap(step), {}
     for op, first, n, value in ops:
         if op == "assign":
@@ -184,10 +186,10 @@ def _check(mf: MemoryFile, mms: list[MemoryManager | None], model: Model) -> Non
     assert {f: mf.read(f) for f in model.data} == model.data
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(ops=mm_ops, engine=st.sampled_from(ENGINES))
 def test_page_tables_and_counts_match_a_per_page_model(
-    ops: list[tuple[str, int, int, int]], engine: str
+    watchdog: None, ops: list[tuple[str, int, int, int]], engine: str
 ) -> None:
     mf = MemoryFile()
     mms: list[MemoryManager | None] = [MemoryManager(1, mf)]
