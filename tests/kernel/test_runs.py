@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from ckpt import state
 from ckpt.errors import StateError
+from ckpt.kernel import build_workload
 from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MemoryFile, MemoryManager
 from ckpt.kernel.runs import RunMap
 
@@ -86,6 +87,14 @@ def test_a_filled_page_table_is_one_run() -> None:
     assert m.runs() == [(100, 500, 7), (600, 1, 99), (601, 499, 508)]
     m[600] = 507  # and putting the frame back makes it one again
     assert m.runs() == [(100, 1000, 7)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_saved_kernel_state_does_not_grow_with_memory(engine: str) -> None:
+    """kv:16 holds 16x kv:1's pages in as many runs: its state is the same size to a few
+    bytes (one dict entry per page made it 61 KB larger)."""
+    small, large = (len(state.dumps(build_workload(f"kv:{n}"), engine=engine)) for n in (1, 16))
+    assert large - small < 256, (small, large)
 
 
 @pytest.mark.parametrize(
