@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from ckpt import state
 from ckpt.errors import KernelError, SyscallError
+from ckpt.kernel.runs import RunMap
 from ckpt.kernel.vfs import PAGE_SIZE, Inode
 
 PROT_NONE = 0
@@ -60,6 +61,13 @@ class LoadedPages(Protocol):
     def read_page(self, index: int) -> bytes: ...
 
 
+def _key_span(frames: Any) -> tuple[int, int]:
+    """The lowest and highest of ``frames`` (a RunMap's from its ends)."""
+    if isinstance(frames, RunMap):
+        return frames.starts[0], frames.starts[-1] + frames.lens[-1] - 1
+    return min(frames), max(frames)
+
+
 def _recorded_frames(frames: Any, ranges: Iterator[tuple[int, int]]) -> set[int]:
     """The ``frames`` that the page file's ascending ``(first, count)`` runs record.
 
@@ -73,12 +81,31 @@ def _recorded_frames(frames: Any, ranges: Iterator[tuple[int, int]]) -> set[int]
             spans[-1][1] = first + n
         else:
             spans.append([first, first + n])
-    if len(spans) == 1 and frames and spans[0][0] <= min(frames) and max(frames) < spans[0][1]:
-        return set(frames)
+    if len(spans) == 1 and frames:
+        low, high = _key_span(frames)
+        if spans[0][0] <= low and high < spans[0][1]:
+            return set(frames)
     recorded: set[int] = set()
     for lo, hi in spans:
         recorded.update(range(lo, hi))
-    return frames & recorded
+    return recorded.intersection(frames)
+
+
+def _marked(marks: bytearray) -> list[int]:
+    """The indices of the 1s in ``marks``, ascending.
+
+    A few marks (a final dump after pre-copy) are found by ``find``, which skips the
+    zeros at memchr speed: 21 of 262,144 in 0.01 ms, where ``compress`` over every
+    index takes 12 ms.  Many marks are ``compress``'s (``find`` is ~150 ns a mark)."""
+    if marks.count(1) * 32 > len(marks):
+        return list(itertools.compress(range(len(marks)), marks))
+    out: list[int] = []
+    find = marks.find
+    i = find(1)
+    while i >= 0:
+        out.append(i)
+        i = find(1, i + 1)
+    return out
 
 
 class MapKind(enum.Enum):
@@ -97,9 +124,13 @@ class MapKind(enum.Enum):
 class MemoryFile:
     """Frames of 4 KiB with reference counts; contents kept host-side, not in the graph."""
 
-    refs: dict[int, int] = field(default_factory=dict)
+    # frame -> reference count, in runs of frames sharing a count (step 0)
+    refs: RunMap = field(default_factory=RunMap)
     next_frame: int = 0
-    free_frames: list[int] = field(default_factory=list)
+    # Freed frames, a stack of ascending runs ``(first, count)``: the next ``alloc``
+    # takes the top run's last frame.  Runs, not frames, so unmapping a large region
+    # adds one entry, not one per page.
+    free_runs: list[tuple[int, int]] = field(default_factory=list)
     # Host-side contents: frame -> data.  Absent frames are zero (or not fetched yet).
     # A frame fetched from a restored page file is a read-only view into the loaded run
     # (no copy: restored memory is held once); its first write makes it a bytearray.
@@ -114,30 +145,61 @@ class MemoryFile:
 
     def alloc(self) -> int:
         """A new zero frame with one reference (dirty: its contents are new)."""
-        frame = self.free_frames.pop() if self.free_frames else self._bump()
+        frame = self._pop_free() if self.free_runs else self._bump()
         self.refs[frame] = 1
         self._mark(frame)
         return frame
+
+    def _pop_free(self) -> int:
+        free = self.free_runs
+        first, n = free[-1]
+        if n == 1:
+            free.pop()
+        else:
+            free[-1] = (first, n - 1)
+        return first + n - 1
+
+    def _push_free(self, first: int, n: int) -> None:
+        free = self.free_runs
+        if free and free[-1][0] + free[-1][1] == first:
+            top, count = free[-1]
+            free[-1] = (top, count + n)
+        else:
+            free.append((first, n))
 
     def _bump(self) -> int:
         frame = self.next_frame
         self.next_frame += 1
         return frame
 
-    def incref(self, frame: int) -> None:
-        self.refs[frame] += 1
+    def incref(self, frame: int, n: int = 1) -> None:
+        """One more reference to each of the frames ``frame .. frame + n - 1``."""
+        self._held(frame, n)
+        self.refs.add(frame, n, 1)
 
-    def decref(self, frame: int) -> None:
-        count = self.refs[frame] - 1
-        if count:
-            self.refs[frame] = count
-            return
-        del self.refs[frame]
-        self._data.pop(frame, None)
-        self._unfetched.discard(frame)
-        self.free_frames.append(frame)
-        if frame < len(self._dirty):
-            self._dirty[frame] = 0  # dirty frames are allocated ones; alloc marks it again
+    def decref(self, frame: int, n: int = 1) -> None:
+        """One reference fewer to each of ``frame .. frame + n - 1``; a frame left with
+        none is freed (its contents dropped, its number reused by ``alloc``)."""
+        self._held(frame, n)
+        refs = self.refs
+        freed = [(s, length) for s, length, count in refs.runs_in(frame, n) if count == 1]
+        refs.add(frame, n, -1)
+        data, unfetched, dirty = self._data, self._unfetched, self._dirty
+        for first, length in freed:
+            refs.pop_range(first, length)
+            for f in range(first, first + length):
+                data.pop(f, None)
+            if unfetched:
+                unfetched.difference_update(range(first, first + length))
+            self._push_free(first, length)
+            if first < len(dirty):  # dirty frames are allocated ones; alloc marks it again
+                end = min(first + length, len(dirty))
+                dirty[first:end] = bytes(end - first)
+
+    def _held(self, frame: int, n: int) -> None:
+        held = sum(length for _, length, _ in self.refs.runs_in(frame, n))
+        if held != n:
+            raise KernelError(f"memory file frames {frame}..{frame + n - 1} are not all allocated")
 
     def shared(self, frame: int) -> bool:
         return self.refs[frame] > 1
@@ -174,7 +236,7 @@ class MemoryFile:
 
     def dirty_pages(self) -> list[int]:
         """Frames allocated or written since the last clear, ascending."""
-        return list(itertools.compress(range(len(self._dirty)), self._dirty))
+        return _marked(self._dirty)
 
     def dirty_count(self) -> int:
         return self._dirty.count(1)
@@ -196,7 +258,7 @@ class MemoryFile:
         in the new set, so the next round writes it again.
         """
         taken, self._dirty = self._dirty, bytearray(len(self._dirty))
-        return list(itertools.compress(range(len(taken)), taken))
+        return _marked(taken)
 
     def copy(self, frame: int) -> int:
         """A new frame holding a copy of ``frame`` (the copy in copy-on-write)."""
@@ -208,15 +270,19 @@ class MemoryFile:
 
     def pages(self, frames: Iterable[int] | None = None) -> Iterator[tuple[int, bytes]]:
         """Every allocated frame, ascending, as (index, 4096 bytes); zero frames too.
-        ``frames`` (ascending, e.g. ``take_dirty()``) limits it to those still allocated."""
-        if frames is None:
-            for frame in sorted(self.refs):
-                yield frame, self.read(frame)
-            return
+        ``frames`` (ascending, e.g. ``take_dirty()``) limits it to those still allocated.
+
+        Walks the reference runs beside ``frames`` rather than looking each frame up
+        (a bisection each), and reads the contents directly: every frame yielded is
+        allocated, so ``read``'s check would be spent on nothing."""
         refs = self.refs
-        for frame in frames:
-            if frame in refs:
-                yield frame, self.read(frame)
+        wanted = refs.keys() if frames is None else refs.held(frames)
+        unfetched, get = self._unfetched, self._data.get
+        for frame in wanted:
+            if unfetched and frame in unfetched:
+                self._fetch(frame)
+            data = get(frame)
+            yield frame, ZERO_PAGE if data is None else bytes(data)
 
     def restore_pages(self, loaded: LoadedPages) -> None:
         """Adopt a restored page file; frames are read from it on first touch.
@@ -228,9 +294,9 @@ class MemoryFile:
         self._data.clear()
         ranges = getattr(loaded.indices, "ranges", None)
         unfetched = (
-            _recorded_frames(self.refs.keys(), ranges())
+            _recorded_frames(self.refs, ranges())
             if ranges is not None
-            else self.refs.keys() & set(loaded.indices)
+            else set(loaded.indices).intersection(self.refs.keys())
         )
         if self.refs and not unfetched:
             raise KernelError(
@@ -338,7 +404,8 @@ class MemoryManager:
     id: int
     mf: MemoryFile
     vmas: list[VMA] = field(default_factory=list)
-    ptes: dict[int, int] = field(default_factory=dict)
+    # virtual page -> frame, in runs of pages whose frames follow each other (step 1)
+    ptes: RunMap = field(default_factory=lambda: RunMap(1))
     brk_start: int = 0x0060_0000
     brk: int = 0x0060_0000
     mmap_base: int = MMAP_TOP
@@ -462,12 +529,8 @@ class MemoryManager:
 
     def _drop_ptes(self, start: int, end: int) -> None:
         first, last = start // PAGE_SIZE, end // PAGE_SIZE
-        if last - first > len(self.ptes):
-            doomed = [vpn for vpn in self.ptes if first <= vpn < last]
-        else:
-            doomed = [vpn for vpn in range(first, last) if vpn in self.ptes]
-        for vpn in doomed:
-            self.mf.decref(self.ptes.pop(vpn))
+        for _, n, frame in self.ptes.pop_range(first, last - first):
+            self.mf.decref(frame, n)
 
     def find_vma(self, addr: int) -> VMA | None:
         for vma in self.vmas:
@@ -565,9 +628,9 @@ class MemoryManager:
             child.vmas.append(vma.clone())
             if vma.inode is not None:
                 vma.inode.open_count += 1
-        for frame in self.ptes.values():
-            self.mf.incref(frame)
-        child.ptes = dict(self.ptes)
+        for _, n, frame in self.ptes.runs():
+            self.mf.incref(frame, n)
+        child.ptes = self.ptes.copy()
         return child
 
     def release(self) -> None:
@@ -589,8 +652,9 @@ class MemoryManager:
                     if base <= fpage < base + (last - first):
                         yield vma, first + fpage - base, frame
             else:
-                for vpn in sorted(v for v in self.ptes if first <= v < last):
-                    yield vma, vpn, self.ptes[vpn]
+                for vpn, n, frame in self.ptes.runs_in(first, last - first):
+                    for i in range(n):
+                        yield vma, vpn + i, frame + i
 
 
 def _round_up(n: int) -> int:
