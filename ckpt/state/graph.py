@@ -351,7 +351,9 @@ def _sources(
         elif descriptors[i] != spec.kind.descriptor:
             raise StateError(
                 f"type {sch.name}: field {spec.name!r} changed kind from "
-                f"{descriptors[i]!r} in the stream to {spec.kind.descriptor!r} in the class"
+                f"{descriptors[i]!r} in the stream to {spec.kind.descriptor!r} in the class; "
+                "the stream was saved by another version of this class: save it again with "
+                "this one"
             )
         sources.append((spec, i))
     return tuple(sources)
