@@ -15,6 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from ckpt import cli
+from ckpt.cli.options import Compression, Engine
 
 WIDTH = 80
 
@@ -74,8 +75,8 @@ def test_fixed_choices_are_listed_and_match_the_library() -> None:
     from ckpt import statefile
     from ckpt.sandbox import lifecycle
 
-    assert tuple(e.value for e in cli.Engine) == lifecycle.ENGINES
-    assert tuple(c.value for c in cli.Compression) == statefile.COMPRESSIONS
+    assert tuple(e.value for e in Engine) == lifecycle.ENGINES
+    assert tuple(c.value for c in Compression) == statefile.COMPRESSIONS
     text = _help(["checkpoint"])
     assert "--engine [native|typed|reflect]" in text
     assert "--compression [none|zstd]" in text
