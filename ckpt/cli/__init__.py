@@ -1,10 +1,10 @@
 """The ``ckpt`` command line: typer commands that parse options, call library code and
 print through ``output``.  Library code raises ``CkptError`` and never prints; ``main``
-renders errors.
+in ``base`` renders errors.
 
 One module per command group, each with ``register(app)``::
 
-    base.py           the root app, global options, --version, main (error rendering)
+    base.py           the root app, global options, --version, error rendering
     options.py        shared arguments and options: ID, --image-path, --cpu, --engine...
     output.py         the one place that prints: lines, JSON, tables, results
     sandbox.py        run, list, state, pause, resume, kill, delete, checkpoint,
@@ -15,18 +15,79 @@ One module per command group, each with ``register(app)``::
     template.py       template status|start|stop
     image.py          image ls|rm|prune
 
-``GROUPS`` is the one place a group is added: a new module with ``register(app)`` goes
-into it.  ``ckpt --help`` lists commands in this order (top-level commands, then groups).
+``GROUPS`` is the one place a group is added: its module name and the top-level words
+it registers, in the order ``ckpt --help`` lists them (commands first, then groups).
+``main`` imports only the group that owns the command being run, so a command group
+costs nothing to the others' start-up; ``app`` (``from ckpt.cli import app``) is the
+whole CLI, every group registered, for tests and ``--help``.
 """
 
 from __future__ import annotations
 
-from ckpt.cli import bench, demo, image, inspect, sandbox, template
-from ckpt.cli.base import app, main
+import importlib
+import sys
+from typing import Any
 
-GROUPS = (sandbox, demo, bench, inspect, template, image)
+from ckpt.cli import base
 
-for _group in GROUPS:
-    _group.register(app)
+GROUPS: dict[str, tuple[str, ...]] = {
+    "sandbox": (
+        "run",
+        "list",
+        "state",
+        "pause",
+        "resume",
+        "kill",
+        "delete",
+        "checkpoint",
+        "restore",
+        "cycle",
+    ),
+    "demo": ("demo",),
+    "bench": ("bench",),
+    "inspect": ("inspect",),
+    "template": ("template",),
+    "image": ("image",),
+}
 
-__all__ = ["GROUPS", "app", "main"]
+_loaded: set[str] = set()
+
+
+def load(word: str | None = None) -> Any:
+    """The root app with the group that owns the top-level ``word`` registered, or
+    every group when ``word`` is None or no group owns it (click then says "No such
+    command" and lists them all).  Groups register in ``GROUPS`` order, whatever was
+    loaded before, so ``--help`` lists them the same way every time."""
+    wanted = {name for name, words in GROUPS.items() if word in words} or set(GROUPS)
+    if wanted <= _loaded:
+        return base.app
+    _loaded.update(wanted)
+    base.app.registered_commands, base.app.registered_groups = [], []
+    for name in GROUPS:
+        if name in _loaded:
+            importlib.import_module(f"ckpt.cli.{name}").register(base.app)
+    return base.app
+
+
+def __getattr__(name: str) -> Any:
+    """``ckpt.cli.app``: the whole CLI, built on first use (PEP 562)."""
+    if name == "app":
+        return load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main() -> None:
+    """Console-script entry point: register what the command line needs, then run.
+
+    ``--version`` alone needs no command; an empty command line or ``--help`` lists
+    them all."""
+    argv = sys.argv[1:]
+    words = base.command_path(argv)
+    if words:
+        load(words[0])
+    elif "--version" not in argv:
+        load()
+    base.main()
+
+
+__all__ = ["GROUPS", "app", "load", "main"]

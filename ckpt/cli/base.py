@@ -137,7 +137,7 @@ def main_options(
 _GLOBAL_OPTIONS_WITH_VALUE = {"--root"}
 
 
-def _command_path(argv: list[str]) -> list[str]:
+def command_path(argv: list[str]) -> list[str]:
     """The command words in ``argv`` (``["bench", "state"]``), skipping global options."""
     words: list[str] = []
     i = 0
@@ -197,7 +197,7 @@ def main() -> None:
     argv = sys.argv[1:]
     Globals.debug = "--debug" in argv
     try:
-        with _pruned(app, _command_path(argv)):
+        with _pruned(app, command_path(argv)):
             app(standalone_mode=True)
     except CkptError as exc:
         if Globals.debug:

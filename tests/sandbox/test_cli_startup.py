@@ -80,7 +80,7 @@ def test_rendering_a_table_loads_rich(tmp_path: Path) -> None:
     ],
 )
 def test_command_path_skips_global_options(argv: list[str], words: list[str]) -> None:
-    assert cli_base._command_path(argv) == words
+    assert cli_base.command_path(argv) == words
 
 
 def test_pruned_app_builds_only_the_command_and_restores_everything() -> None:
