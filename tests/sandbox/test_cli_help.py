@@ -142,3 +142,113 @@ def test_inspect_types_fold_long_names_rather_than_cut_them() -> None:
     first_column = "".join(line.split("│")[1].strip() for line in lines if line.count("│") > 2)
     for name in names:
         assert name in first_column, first_column
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "ckpt")
+def test_defaults_are_worded_one_way(path: list[str]) -> None:
+    """A default shows as ``[default: ...]`` (a description in parentheses inside it),
+    never in the option's prose as "(default: ...)"."""
+    text = _help(path)
+    options = text.split("Options:", 1)[-1]
+    assert not re.search(r"\(default\b", options), options
+
+
+@pytest.mark.parametrize("path", [p for p in COMMANDS if p], ids=" ".join)
+def test_every_argument_is_documented(path: list[str]) -> None:
+    text = _help(path)
+    usage = re.search(r"^Usage: .*?\[OPTIONS\](.*)$", text, re.M)
+    assert usage is not None, text
+    names = [
+        a for a in re.findall(r"\b[A-Z][A-Z_]*\b", usage.group(1)) if a not in ("COMMAND", "ARGS")
+    ]
+    for name in names:
+        assert re.search(rf"^  {name}\s+\S", text, re.M), f"{name} has no help line:\n{text}"
+
+
+def test_every_group_module_is_in_groups_and_adds_the_words_it_claims() -> None:
+    """``GROUPS`` is what ``main`` reads to import only the group a command needs: a
+    module left out of it, or a word it does not list, would be a command that is
+    never found."""
+    import importlib
+    import pkgutil
+
+    import ckpt.cli
+
+    with_register = {
+        info.name
+        for info in pkgutil.iter_modules(ckpt.cli.__path__)
+        if hasattr(importlib.import_module(f"ckpt.cli.{info.name}"), "register")
+    }
+    assert with_register == set(cli.GROUPS)
+    for name, words in cli.GROUPS.items():
+        fresh = typer.Typer()
+        importlib.import_module(f"ckpt.cli.{name}").register(fresh)
+        added = [c.name for c in fresh.registered_commands] + [
+            g.name for g in fresh.registered_groups
+        ]
+        assert tuple(added) == words, name
+
+
+def test_a_result_is_its_headline_then_timings_on_one_line_or_as_a_table(capsys) -> None:
+    from types import SimpleNamespace
+
+    from ckpt.cli import output
+    from ckpt.sandbox.timings import Timings
+
+    res = SimpleNamespace(
+        timings=Timings(phases_ns={"freeze": 2_000_000}), stats=None, stats_text="none"
+    )
+    output.result("checkpoint done", res, title="checkpoint timings", table=False, stats=False)
+    assert capsys.readouterr().out == "checkpoint done\n  freeze 2.0 ms\n"
+    output.result("checkpoint done", res, title="checkpoint timings", table=True, stats=False)
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert lines[:2] == ["checkpoint done", "checkpoint timings"]
+    assert any("freeze" in line and "2.00 ms" in line for line in lines), lines
+    output.result("checkpoint done", res, title="checkpoint timings", table=False, stats=True)
+    text = capsys.readouterr().out
+    assert "checkpoint timings" in text and text.rstrip().endswith("none"), text
+
+
+def test_json_is_one_indented_document_with_text_as_is(capsys) -> None:
+    import json
+
+    from ckpt.cli import output
+
+    output.emit_json({"root": "/tmp/ü [x]", "n": 1})
+    text = capsys.readouterr().out
+    assert text == '{\n  "root": "/tmp/ü [x]",\n  "n": 1\n}\n'
+    assert json.loads(text) == {"root": "/tmp/ü [x]", "n": 1}
+
+
+LONG_NAMES = [
+    "ckpt.kernel.net.UnixStreamSocketPairEndpoint",
+    "ckpt.kernel.mm.MemoryManagerWithAVeryLongNameIndeed",
+    "freeze_and_drain_every_connection_of_the_sandbox",
+]
+
+
+def _first_column(lines: list[str]) -> str:
+    return "".join(line.split("│")[1].strip() for line in lines if line.count("│") > 2)
+
+
+def test_result_tables_fold_long_names_rather_than_cut_them() -> None:
+    from ckpt.sandbox.render import stats_renderable, timings_table
+    from ckpt.sandbox.timings import Timings
+
+    stats = {
+        "types": [
+            {"type": n, "count": 1_234_567, "total_ns": 12_345_678_900, "per_object_ns": 1e6}
+            for n in LONG_NAMES
+        ],
+        "total_ns": 99_999_999_999,
+    }
+    timings = Timings(
+        phases_ns={n: 12_000_000 for n in LONG_NAMES},
+        counters={"listener": "bound anew (" + "a long reason " * 6 + ")"},
+    )
+    for renderable in (stats_renderable(stats, None), timings_table("restore timings", timings)):
+        lines = _render(renderable)
+        assert all(len(line) <= WIDTH for line in lines), lines
+        assert "…" not in "\n".join(lines), lines
+        for name in LONG_NAMES:
+            assert name in _first_column(lines), lines

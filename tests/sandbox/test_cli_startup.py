@@ -62,6 +62,14 @@ def test_lifecycle_commands_import_no_rendering_or_engine(tmp_path: Path, args: 
     assert heavy == []
 
 
+def test_main_imports_only_the_command_group_it_runs(tmp_path: Path) -> None:
+    groups = {f"ckpt.cli.{name}" for name in cli.GROUPS}
+    assert groups & imported(tmp_path, "state", "ghost") == {"ckpt.cli.sandbox"}
+    assert groups & imported(tmp_path, "image", "--help") == {"ckpt.cli.image"}
+    assert groups & imported(tmp_path, "--version") == set()
+    assert groups & imported(tmp_path, "--help") == groups
+
+
 def test_rendering_a_table_loads_rich(tmp_path: Path) -> None:
     assert "rich.table" in imported(tmp_path, "list")
 
