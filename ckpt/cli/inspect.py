@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ckpt.cli.options import JsonDocOpt
-from ckpt.cli.output import emit_json, out
+from ckpt.cli.output import emit_json, tables
 
 inspect_app = typer.Typer(help="Show what an image holds.")
 
@@ -60,7 +60,7 @@ def inspect_statefile_cmd(
     if json_out:
         emit_json(report)
     else:
-        out.print(render_report(report))
+        tables([render_report(report)])
     if report_failed(report):
         raise typer.Exit(1)
 

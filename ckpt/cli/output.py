@@ -57,16 +57,35 @@ def tables(
     renderables: Iterable[Any], lines: Iterable[str] = (), *, width: int | None = None
 ) -> None:
     """Rich tables at the terminal's width (at most ``width``), then plain ``lines``
-    unwrapped (Go benchmark lines for benchstat, paths that must stay whole)."""
+    unwrapped (Go benchmark lines for benchstat, paths that must stay whole).
+
+    A table too wide for the terminal folds what does not fit onto more lines; rich
+    would cut it with an ellipsis, and a cut name is a name nobody can read."""
     console = out
     if width is not None:
         from rich.console import Console
 
         console = Console(highlight=False, width=min(width, Console().width))
     for renderable in renderables:
-        console.print(renderable)
+        console.print(_folding(renderable))
     for line in lines:
         say(line)
+
+
+def _folding(renderable: Any) -> Any:
+    """``renderable``, with every column of every table in it that would cut its text
+    (rich's default overflow) folding it instead."""
+    from rich.console import Group
+    from rich.table import Table
+
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            if column.overflow == "ellipsis" and not column.no_wrap:
+                column.overflow = "fold"
+    elif isinstance(renderable, Group):
+        for inner in renderable.renderables:
+            _folding(inner)
+    return renderable
 
 
 class Result(Protocol):
@@ -81,13 +100,12 @@ def result(headline: str, res: Result, *, title: str, table: bool, stats: bool) 
     """A checkpoint's or restore's outcome: the headline, then its timings on one line,
     or as a table with ``table`` or ``stats``, then the engine's per-type stats."""
     say(headline)
-    if table or stats:
-        from ckpt.sandbox import render
-
-        out.print(render.timings_table(title, res.timings))
-    else:
+    if not (table or stats):
         say("  " + res.timings.summary())
-    if stats:
-        from ckpt.sandbox import render
+        return
+    from ckpt.sandbox import render
 
-        out.print(render.stats_renderable(res.stats, res.stats_text))
+    shown = [render.timings_table(title, res.timings)]
+    if stats:
+        shown.append(render.stats_renderable(res.stats, res.stats_text))
+    tables(shown)

@@ -27,7 +27,7 @@ from ckpt.cli.options import (
     lifecycle,
     sandbox_root,
 )
-from ckpt.cli.output import emit_json, err, note, out, result, say, tables
+from ckpt.cli.output import emit_json, err, note, result, say, tables
 
 commands = typer.Typer()
 
@@ -92,7 +92,7 @@ def list_cmd(json_out: JsonOpt = False) -> None:
     else:
         from ckpt.sandbox.render import sandboxes_table
 
-        out.print(sandboxes_table(states))
+        tables([sandboxes_table(states)])
 
 
 @commands.command("state")

@@ -253,3 +253,23 @@ def test_result_tables_fold_long_names_rather_than_cut_them() -> None:
         assert "…" not in "\n".join(lines), lines
         for name in LONG_NAMES:
             assert name in _first_column(lines), lines
+
+
+def test_the_cli_folds_any_table_that_would_cut_a_name(capsys, monkeypatch) -> None:
+    """Bench and inspect tables leave rich's default overflow, which cuts with "…" when
+    the terminal is narrow; the CLI's one renderer folds them instead."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from ckpt.cli import output
+
+    table = Table(title="bench")
+    table.add_column("benchmark")
+    table.add_column("variant")
+    table.add_row("Graph/" + "x" * 60, "native-with-a-long-variant-name-" + "y" * 20)
+    monkeypatch.setattr(output.out.real(), "width", WIDTH)  # a terminal 80 columns wide
+    output.tables([Group(table)])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= WIDTH for line in lines), lines
+    assert "…" not in "\n".join(lines), lines
+    assert "Graph/" + "x" * 60 in _first_column(lines), lines
