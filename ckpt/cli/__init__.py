@@ -16,7 +16,9 @@ One module per command group, each with ``register(app)``::
     image.py          image ls|rm|prune
 
 ``GROUPS`` is the one place a group is added: its module name and the top-level words
-it registers, in the order ``ckpt --help`` lists them (commands first, then groups).
+it adds, in the order ``ckpt --help`` lists them (commands first, then groups).  A module
+that adds a command to another group (``bench migrate``) also claims that group's word
+and comes after it.
 ``main`` imports only the group that owns the command being run, so a command group
 costs nothing to the others' start-up; ``app`` (``from ckpt.cli import app``) is the
 whole CLI, every group registered, for tests and ``--help``.
@@ -54,18 +56,25 @@ _loaded: set[str] = set()
 
 
 def load(word: str | None = None) -> Any:
-    """The root app with the group that owns the top-level ``word`` registered, or
-    every group when ``word`` is None or no group owns it (click then says "No such
-    command" and lists them all).  Groups register in ``GROUPS`` order, whatever was
-    loaded before, so ``--help`` lists them the same way every time."""
+    """The root app with every group that adds or extends the top-level ``word``
+    registered, or every group when ``word`` is None or no group claims it (click then
+    says "No such command" and lists them all).
+
+    Each group registers once, in ``GROUPS`` order (a group that extends another comes
+    after it), and the root's commands are kept in that order, so ``--help`` lists them
+    the same way whatever was loaded first."""
     wanted = {name for name, words in GROUPS.items() if word in words} or set(GROUPS)
-    if wanted <= _loaded:
-        return base.app
-    _loaded.update(wanted)
-    base.app.registered_commands, base.app.registered_groups = [], []
     for name in GROUPS:
-        if name in _loaded:
+        if name in wanted and name not in _loaded:
+            _loaded.add(name)
             importlib.import_module(f"ckpt.cli.{name}").register(base.app)
+    order = [w for words in GROUPS.values() for w in words]
+
+    def rank(word: str | None) -> int:
+        return order.index(word) if word in order else len(order)
+
+    base.app.registered_commands.sort(key=lambda info: rank(base.command_name(info)))
+    base.app.registered_groups.sort(key=lambda info: rank(info.name))
     return base.app
 
 

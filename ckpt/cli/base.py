@@ -168,7 +168,7 @@ def _pruned(typer_app: typer.Typer, words: list[str]) -> Iterator[None]:
     saved: list[tuple[typer.Typer, list, list]] = []
     level = typer_app
     for name in words:
-        commands = [c for c in level.registered_commands if _name(c) == name]
+        commands = [c for c in level.registered_commands if command_name(c) == name]
         groups = [g for g in level.registered_groups if g.name == name]
         if not commands and not groups:
             break
@@ -184,7 +184,8 @@ def _pruned(typer_app: typer.Typer, words: list[str]) -> Iterator[None]:
             level.registered_commands, level.registered_groups = commands, groups
 
 
-def _name(info: Any) -> str:
+def command_name(info: Any) -> str:
+    """The word that runs a registered command (typer's rule: the function's name)."""
     return info.name or info.callback.__name__.replace("_", "-")
 
 

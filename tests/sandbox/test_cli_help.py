@@ -15,6 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from ckpt import cli
+from ckpt.cli.base import command_name as base_name
 from ckpt.cli.options import Compression, Engine
 
 WIDTH = 80
@@ -167,9 +168,9 @@ def test_every_argument_is_documented(path: list[str]) -> None:
 
 
 def test_every_group_module_is_in_groups_and_adds_the_words_it_claims() -> None:
-    """``GROUPS`` is what ``main`` reads to import only the group a command needs: a
-    module left out of it, or a word it does not list, would be a command that is
-    never found."""
+    """``GROUPS`` is what ``main`` reads to import only the groups a command needs: a
+    module left out of it, or a word it does not claim, would be a command never found.
+    A module claims the top-level words it adds and the groups it adds commands to."""
     import importlib
     import pkgutil
 
@@ -181,13 +182,59 @@ def test_every_group_module_is_in_groups_and_adds_the_words_it_claims() -> None:
         if hasattr(importlib.import_module(f"ckpt.cli.{info.name}"), "register")
     }
     assert with_register == set(cli.GROUPS)
-    for name, words in cli.GROUPS.items():
-        fresh = typer.Typer()
-        importlib.import_module(f"ckpt.cli.{name}").register(fresh)
-        added = [c.name for c in fresh.registered_commands] + [
-            g.name for g in fresh.registered_groups
-        ]
-        assert tuple(added) == words, name
+
+    fresh = typer.Typer()
+    shared: dict[typer.Typer, list] = {}  # sub-apps are module globals: put them back
+
+    def sizes() -> dict[str, int]:
+        found = {base_name(c): 1 for c in fresh.registered_commands}
+        for group in fresh.registered_groups:
+            sub = group.typer_instance
+            shared.setdefault(sub, list(sub.registered_commands))
+            found[group.name] = 1 + len(sub.registered_commands)
+        return found
+
+    try:
+        for name, words in cli.GROUPS.items():
+            before = sizes()
+            importlib.import_module(f"ckpt.cli.{name}").register(fresh)
+            after = sizes()
+            changed = {w for w, n in after.items() if before.get(w) != n}
+            assert changed == set(words), name
+    finally:
+        for sub, commands in shared.items():
+            sub.registered_commands = commands
+
+
+LOAD_ORDER = """
+import json
+import ckpt.cli as cli
+from ckpt.cli.base import command_name
+for word in ("image", "state", None, "bench"):
+    cli.load(word)
+app = cli.base.app
+print(json.dumps([[command_name(c) for c in app.registered_commands],
+                  [g.name for g in app.registered_groups]]))
+"""
+
+
+def test_groups_load_once_each_and_list_in_one_order() -> None:
+    """Loaded in any order, each group registers once and ``--help`` lists the
+    commands, then the groups, in ``GROUPS`` order (in a fresh interpreter: this
+    one has loaded them all already)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_ORDER], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    commands, groups = json.loads(proc.stdout)
+    words = list(dict.fromkeys(w for claimed in cli.GROUPS.values() for w in claimed))
+    assert sorted(commands + groups) == sorted(words)  # each once, none missing
+    assert commands == sorted(commands, key=words.index)
+    assert groups == sorted(groups, key=words.index)
 
 
 def test_a_result_is_its_headline_then_timings_on_one_line_or_as_a_table(capsys) -> None:
