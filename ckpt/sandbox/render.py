@@ -47,8 +47,8 @@ def sandboxes_table(states: list[SandboxState]) -> Table:
 def timings_table(title: str, timings: Timings) -> Table:
     """Phases in milliseconds, then CPU and the CRIU-style counters."""
     table = Table(title=title, title_justify="left", show_header=True)
-    table.add_column("phase / counter")
-    table.add_column("value", justify="right")
+    table.add_column("phase / counter", overflow="fold")  # long names fold, never cut
+    table.add_column("value", justify="right", overflow="fold")
     for name, ns in timings.phases_ns.items():
         table.add_row(name, f"{ns / 1e6:.2f} ms")
     if timings.cpu_usec is not None:
@@ -73,8 +73,12 @@ def stats_renderable(
     if not isinstance(rows, list):
         return Text(text or "")
     table = Table(title=title, title_justify="left")
-    for col in ("type", "count", "total", "per object"):
-        table.add_column(col, justify="left" if col == "type" else "right")
+    # A type name is whole on one line up to 32 characters and folds (never cut) beyond,
+    # which leaves the figures room enough at 80 columns.
+    widest = max((len(str(row.get("type"))) for row in rows[:limit]), default=4)
+    table.add_column("type", overflow="fold", min_width=min(widest, 32))
+    for col in ("count", "total", "per object"):
+        table.add_column(col, justify="right")
     for row in rows[:limit]:
         table.add_row(
             Text(str(row.get("type"))),

@@ -142,13 +142,14 @@ def test_marginal_cost_cancels_the_fixed_cost_of_a_sandbox() -> None:
 
 
 def test_the_cli_defaults_are_the_benchmarks_own() -> None:
-    """``ckpt bench scale``'s option defaults are spelled in cli.py (it must not import
-    the benchmark to start): they must say what scale.py's defaults say."""
+    """``ckpt bench scale``'s option defaults are spelled in ckpt/cli/bench_sandbox.py
+    (it must not import the benchmark to start): they must say what scale.py's
+    defaults say."""
     import inspect
 
-    from ckpt import cli
+    from ckpt.cli.bench_sandbox import bench_scale_cmd
 
-    params = inspect.signature(cli.bench_scale_cmd).parameters
+    params = inspect.signature(bench_scale_cmd).parameters
     want = {
         "files": scale.DEFAULT_FILES,
         "graphs": scale.DEFAULT_GRAPHS,

@@ -12,6 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ckpt import cli
+from ckpt.cli import base as cli_base
+from ckpt.cli.bench import bench_app
 
 # Run the real entry point in a child, then list what it imported.
 PROBE = """
@@ -60,6 +62,14 @@ def test_lifecycle_commands_import_no_rendering_or_engine(tmp_path: Path, args: 
     assert heavy == []
 
 
+def test_main_imports_only_the_command_group_it_runs(tmp_path: Path) -> None:
+    groups = {f"ckpt.cli.{name}" for name in cli.GROUPS}
+    assert groups & imported(tmp_path, "state", "ghost") == {"ckpt.cli.sandbox"}
+    assert groups & imported(tmp_path, "image", "--help") == {"ckpt.cli.image"}
+    assert groups & imported(tmp_path, "--version") == set()
+    assert groups & imported(tmp_path, "--help") == groups
+
+
 def test_rendering_a_table_loads_rich(tmp_path: Path) -> None:
     assert "rich.table" in imported(tmp_path, "list")
 
@@ -78,22 +88,22 @@ def test_rendering_a_table_loads_rich(tmp_path: Path) -> None:
     ],
 )
 def test_command_path_skips_global_options(argv: list[str], words: list[str]) -> None:
-    assert cli._command_path(argv) == words
+    assert cli_base.command_path(argv) == words
 
 
 def test_pruned_app_builds_only_the_command_and_restores_everything() -> None:
     before = ([c.name for c in cli.app.registered_commands], len(cli.app.registered_groups))
-    bench_before = [c.name for c in cli.bench_app.registered_commands]
-    with cli._pruned(cli.app, ["bench", "state"]):
+    bench_before = [c.name for c in bench_app.registered_commands]
+    with cli_base._pruned(cli.app, ["bench", "state"]):
         assert cli.app.registered_commands == []
         assert [g.name for g in cli.app.registered_groups] == ["bench"]
-        assert [c.name for c in cli.bench_app.registered_commands] == ["state"]
+        assert [c.name for c in bench_app.registered_commands] == ["state"]
     assert ([c.name for c in cli.app.registered_commands], len(cli.app.registered_groups)) == before
-    assert [c.name for c in cli.bench_app.registered_commands] == bench_before
+    assert [c.name for c in bench_app.registered_commands] == bench_before
 
 
 def test_unknown_command_keeps_the_full_app() -> None:
-    with cli._pruned(cli.app, ["nonsense"]):
+    with cli_base._pruned(cli.app, ["nonsense"]):
         assert len(cli.app.registered_commands) > 10
 
 
@@ -146,8 +156,10 @@ def test_cli_bytecode_goes_to_the_cache_when_the_host_turns_bytecode_off(
         env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    written = {p.name.split(".")[0] for p in (cache / "pycache").rglob("*.pyc")}
-    assert {"cli", "lifecycle", "paths"} <= written
+    written = {
+        f"{p.parent.name}/{p.name.split('.')[0]}" for p in (cache / "pycache").rglob("*.pyc")
+    }
+    assert {"cli/base", "cli/sandbox", "sandbox/lifecycle", "sandbox/paths"} <= written
 
 
 def test_importing_ckpt_as_a_library_leaves_bytecode_settings_alone() -> None:

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ckpt.cli import app
-from ckpt.cli_image import human_bytes, parse_duration
+from ckpt.cli.image import human_bytes, parse_duration
 from ckpt.storage.repository import CHUNK_SIZE, Repository
 from tests.storage.conftest import BUCKET
 

@@ -1,5 +1,5 @@
 """``ckpt image ls|rm|prune``: the images of a repository (``s3://BUCKET/PREFIX`` or a
-directory), kept apart from ckpt/cli.py so the command group is one module with one job.
+directory).
 
 Commands parse options and call :class:`ckpt.storage.repository.Repository`; every error
 is a CkptError, which ``ckpt.cli.main`` renders as one line.  rich and the storage layer
@@ -8,16 +8,21 @@ are imported by the commands that use them, so other commands start no slower.
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 from typing import Annotated, Any
 
 import typer
 
+from ckpt.cli.output import emit_json, say, tables
 from ckpt.errors import CkptError
 
 image_app = typer.Typer(help="List, remove and prune images in s3:// or a directory.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ckpt image`` to ``app``."""
+    app.add_typer(image_app, name="image")
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RepoArg = Annotated[
@@ -56,10 +61,6 @@ def _when(created: float) -> str:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
-def _emit(document: object) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
-
-
 def images_table(url: str, images: list[Any]) -> Any:
     """One row per image; long names and IDs fold, so the table fits 80 columns."""
     from rich.table import Table
@@ -84,12 +85,6 @@ def images_table(url: str, images: list[Any]) -> Any:
     return table
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(highlight=False, width=min(80, Console().width))
-
-
 @image_app.command("ls")
 def ls_cmd(url: RepoArg, json_out: JsonOpt = False) -> None:
     """List images: size, unique bytes, sandbox, creation time, parent."""
@@ -101,12 +96,12 @@ def ls_cmd(url: RepoArg, json_out: JsonOpt = False) -> None:
     repo.store.check()
     images = repo.images()
     if json_out:
-        _emit({"repository": repo.store.url, "images": msgspec.to_builtins(images)})
+        emit_json({"repository": repo.store.url, "images": msgspec.to_builtins(images)})
         return
     if not images:
-        sys.stdout.write(f"no images in {repo.store.url}\n")
+        say(f"no images in {repo.store.url}")
         return
-    _console().print(images_table(repo.store.url, images))
+    tables([images_table(repo.store.url, images)], width=80)
 
 
 @image_app.command("rm")
@@ -123,9 +118,9 @@ def rm_cmd(
     repo.store.check()
     repo.remove(name)
     if json_out:
-        _emit({"removed": repo.image_url(name)})
+        emit_json({"removed": repo.image_url(name)})
         return
-    sys.stdout.write(f"image {repo.image_url(name)} removed; run `ckpt image prune` for chunks\n")
+    say(f"image {repo.image_url(name)} removed; run `ckpt image prune` for chunks")
 
 
 @image_app.command("prune")
@@ -134,7 +129,9 @@ def prune_cmd(
     grace: Annotated[
         str,
         typer.Option(
-            "--grace", help="Keep unreferenced chunks younger than this (30s, 15m, 1h, 2d)."
+            "--grace",
+            metavar="DURATION",
+            help="Keep unreferenced chunks younger than this (30s, 15m, 1h, 2d).",
         ),
     ] = "1h",
     json_out: JsonOpt = False,
@@ -149,62 +146,10 @@ def prune_cmd(
     repo.store.check()
     result = repo.prune(seconds)
     if json_out:
-        _emit({"repository": repo.store.url, "grace": seconds, **msgspec.to_builtins(result)})
+        emit_json({"repository": repo.store.url, "grace": seconds, **msgspec.to_builtins(result)})
         return
-    sys.stdout.write(
+    say(
         f"pruned {repo.store.url}: removed {result.removed_chunks} chunks"
         f" ({human_bytes(result.removed_bytes)}), kept {result.kept_referenced} referenced"
-        f" and {result.kept_young} younger than {grace}\n"
+        f" and {result.kept_young} younger than {grace}"
     )
-
-
-def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any]:
-    """``ckpt inspect statefile s3://BUCKET/PREFIX/NAME``: the image is fetched (every
-    chunk checked against the manifest, whose HMAC is checked with ``key``) into a
-    private temporary directory, inspected as a local image, and removed."""
-    import tempfile
-    from pathlib import Path
-
-    from ckpt import statefile
-    from ckpt.storage.repository import Repository
-
-    repo, name = Repository.for_image(url, key)
-    reader = repo.open_image(name)
-    with tempfile.TemporaryDirectory(prefix="ckpt-inspect-") as temp:
-        directory = Path(temp) / "image"
-        reader.download(directory)
-        report = statefile.inspect_image(directory, key, **options)
-    header = report.get("header")
-    if isinstance(header, dict) and "path" in header:
-        header["path"] = url
-    report["manifest"] = {
-        "image_id": reader.manifest.image_id,
-        "sandbox_id": reader.manifest.sandbox_id,
-        "parent": reader.manifest.parent,
-        "chunks": len(reader.manifest.chunk_refs()),
-        "sealed": key is not None,
-    }
-    return report
-
-
-def bench_store_cmd(
-    workload: Annotated[
-        str, typer.Option("--workload", help="A memory:N sandbox (its digest is checked).")
-    ] = "memory:64",
-    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Rounds.")] = 3,
-    json_out: JsonOpt = False,
-) -> None:
-    """Local image directory against S3 (a SeaweedFS started for the run), same sandbox.
-
-    Checkpoint wall, upload MB/s, restore wall, and the bytes a second checkpoint of the
-    unchanged sandbox uploads; medians; rich table, --json, Go benchmark lines.
-    """
-    from ckpt.bench import store
-
-    report = store.run(workload=workload, count=count)
-    if json_out:
-        _emit(store.to_json(report))
-        return
-    _console().print(store.render(report))
-    for line in store.go_lines(report):
-        sys.stdout.write(line + "\n")

@@ -1,0 +1,225 @@
+"""``ckpt bench`` suites that drive real sandboxes: lifecycle, frozen, load, scale,
+store.
+
+Each command runs ``ckpt.bench.<suite>`` (imported on use) and prints either one JSON
+document or its tables followed by Go benchmark lines for benchstat.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckpt.cli.options import JsonDocOpt, workdir_opt
+from ckpt.cli.output import emit_json, say, tables
+
+commands = typer.Typer()
+
+
+@commands.command("lifecycle")
+def bench_lifecycle_cmd(
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Timed rounds.")] = 5,
+    workloads: Annotated[
+        str, typer.Option("--workloads", metavar="WORKLOADS", help="Comma-separated workloads.")
+    ] = "http,nginx",
+    cpu: Annotated[
+        str, typer.Option("--cpu", metavar="CPUS", help="Comma-separated quotas.")
+    ] = "uncapped,0.25",
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--commands",
+            metavar="COMMANDS",
+            help="Only these, comma-separated (run, checkpoint, restore, state).",
+            show_default="all",
+        ),
+    ] = None,
+    json_out: JsonDocOpt = False,
+) -> None:
+    """Each CLI command timed as a whole process, exec to exit, against `python -c pass`.
+
+    run (cold and from the template), checkpoint, restore (template and cold) and state,
+    per workload and CPU quota, rounds interleaved; medians and spread.  Needs root for
+    quotas other than uncapped.
+    """
+    from ckpt.bench import lifecycle
+
+    report = lifecycle.run(
+        count=count,
+        workloads=[w for w in workloads.split(",") if w],
+        quotas=[q for q in cpu.split(",") if q],
+        commands=only.split(",") if only else None,
+        progress=not json_out,
+    )
+    if json_out:
+        emit_json(lifecycle.to_json(report))
+        return
+    tables([lifecycle.render(report)], lifecycle.go_lines(report))
+
+
+@commands.command("frozen")
+def bench_frozen_cmd(
+    sizes: Annotated[
+        str, typer.Option("--sizes", metavar="SIZES", help="Comma-separated MiB sizes.")
+    ] = "64,256,1024",
+    kinds: Annotated[
+        str,
+        typer.Option(
+            "--workloads", metavar="WORKLOADS", help="memory, kv or both, comma-separated."
+        ),
+    ] = "memory,kv",
+    modes: Annotated[
+        str,
+        typer.Option(
+            "--modes",
+            metavar="MODES",
+            help="Comma-separated, of stop, leave-running, pre-copy, chain.",
+        ),
+    ] = "stop,leave-running,pre-copy,chain",
+    rate: Annotated[
+        int,
+        typer.Option("--rate", min=4096, metavar="BYTES", help="kv write load, bytes a second."),
+    ] = 2 << 20,
+    plot_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", metavar="FILE", help="Also draw frozen time against size to FILE.png."
+        ),
+    ] = None,
+    json_out: JsonDocOpt = False,
+) -> None:
+    """Frozen time, longest request, total time, image size and lost writes per mode.
+
+    memory:N and kv:N at each size, loaded by a client on 127.0.0.1 while the
+    checkpoint runs; each image is restored and every acknowledged write read back.
+    """
+    from ckpt.bench import frozen, scale
+    from ckpt.bench.harness import BenchError
+
+    plot_to = scale.check_plot(plot_path) if plot_path is not None else None
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s]
+    except ValueError:
+        raise BenchError(f"bad --sizes {sizes!r}: give MiB counts such as 64,256") from None
+    report = frozen.run(
+        size_list,
+        [k for k in kinds.split(",") if k],
+        [m for m in modes.split(",") if m],
+        rate,
+        progress=None if json_out else (lambda text: say(f"  {text}")),
+    )
+    if plot_to is not None:
+        frozen.plot(report, plot_to)
+    if json_out:
+        emit_json(report)
+        return
+    tables([frozen.render(report)], frozen.go_lines(report))
+
+
+@commands.command("load")
+def bench_load_cmd(
+    clients: Annotated[
+        int, typer.Option("--clients", min=1, metavar="N", help="Concurrent clients.")
+    ] = 8,
+    cycles: Annotated[
+        int,
+        typer.Option("--cycles", min=1, metavar="N", help="Checkpoint/restore cycles per mode."),
+    ] = 8,
+    modes: Annotated[
+        str,
+        typer.Option("--modes", metavar="MODES", help="template, cold, or both (comma-separated)."),
+    ] = "template,cold",
+    json_out: JsonDocOpt = False,
+) -> None:
+    """Real HTTP clients keep an http sandbox busy across checkpoint/restore cycles.
+
+    Requests answered, refused and dropped, latency, and the server's count against the
+    clients', with the warm template (socket handover) and without.  127.0.0.1 only."""
+    from ckpt.bench import load
+
+    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if not chosen or any(m not in ("template", "cold") for m in chosen):
+        from ckpt.bench.harness import BenchError
+
+        raise BenchError(f"--modes {modes!r}: give template, cold, or both")
+    report = load.run(clients=clients, cycles=cycles, modes=chosen, progress=not json_out)
+    if json_out:
+        emit_json(load.to_json(report))
+        return
+    tables([load.render(report)], load.go_lines(report))
+
+
+@commands.command("scale")
+def bench_scale_cmd(
+    files: Annotated[
+        str,
+        typer.Option(
+            "--files", metavar="SIZES", help="files:N sizes, comma-separated ('' to skip)."
+        ),
+    ] = "1000,10000,100000",
+    graphs: Annotated[
+        str,
+        typer.Option(
+            "--graphs", metavar="SIZES", help="graph:N sizes, comma-separated ('' to skip)."
+        ),
+    ] = "1000,4000,16000,100000",
+    memory: Annotated[
+        str,
+        typer.Option("--memory", metavar="SIZES", help="memory:N sizes in MiB, comma-separated."),
+    ] = "16,64,256,1024",
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Repetitions per size.")] = 1,
+    workdir: Annotated[Path | None, workdir_opt("sandboxes and images")] = None,
+    plot_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", metavar="FILE", help="Also draw cost against size to FILE.png (needs [plot])."
+        ),
+    ] = None,
+    json_out: JsonDocOpt = False,
+) -> None:
+    """Checkpoint and restore cost against object count and memory size, real sandboxes."""
+    from ckpt.bench import scale
+
+    plot_to = scale.check_plot(plot_path) if plot_path is not None else None
+    res = scale.run(
+        scale.parse_sizes(files, "files"),
+        scale.parse_sizes(graphs, "graphs"),
+        scale.parse_sizes(memory, "memory"),
+        count=count,
+        workdir=workdir,
+        progress=True,
+    )
+    if plot_to is not None:
+        sys.stderr.write(f"plot written to {scale.plot(res, plot_to)}\n")
+    if json_out:
+        emit_json(scale.to_json(res))
+        return
+    tables([scale.render(res)], scale.go_lines(res["points"]))
+
+
+@commands.command("store")
+def bench_store_cmd(
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload", metavar="WORKLOAD", help="A memory:N sandbox (its digest is checked)."
+        ),
+    ] = "memory:64",
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Rounds.")] = 3,
+    json_out: JsonDocOpt = False,
+) -> None:
+    """Local image directory against S3 (a SeaweedFS started for the run), same sandbox.
+
+    Checkpoint wall, upload MB/s, restore wall, and the bytes a second checkpoint of the
+    unchanged sandbox uploads; medians; rich table, --json, Go benchmark lines.
+    """
+    from ckpt.bench import store
+
+    report = store.run(workload=workload, count=count)
+    if json_out:
+        emit_json(store.to_json(report))
+        return
+    tables([store.render(report)], store.go_lines(report), width=80)

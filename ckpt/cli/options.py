@@ -1,0 +1,92 @@
+"""Arguments and options that several commands share, declared once so their names,
+metavars (``ID``, ``PATH``, ``CPUS``), choices and help read the same everywhere.
+
+A default that is not a plain value is shown as ``[default: ...]`` through
+``show_default``, like every other default, rather than written into the help text.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ckpt.cli.base import Globals, default_root
+
+
+class Engine(enum.Enum):
+    """``lifecycle.ENGINES``, as choices (without importing lifecycle)."""
+
+    NATIVE = "native"
+    TYPED = "typed"
+    REFLECT = "reflect"
+
+
+class Compression(enum.Enum):
+    """``statefile.COMPRESSIONS``, as choices."""
+
+    NONE = "none"
+    ZSTD = "zstd"
+
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID: its name under the root.")]
+ImagePathOpt = Annotated[
+    str,
+    typer.Option(
+        "--image-path", metavar="PATH", help="Image directory, or s3://BUCKET/PREFIX/NAME."
+    ),
+]
+CpuOpt = Annotated[
+    str,
+    typer.Option("--cpu", metavar="CPUS", help="CPU quota in CPUs (e.g. 0.5), or 'uncapped'."),
+]
+EngineOpt = Annotated[
+    Engine | None,
+    typer.Option("--engine", help="State engine.", show_default="the fastest built"),
+]
+KeyOpt = Annotated[
+    Path | None,
+    typer.Option("--key-file", metavar="PATH", help="HMAC-SHA256 key for the image (raw bytes)."),
+]
+StatsOpt = Annotated[
+    bool, typer.Option("--stats", help="Per-type engine stats and CRIU-style counters.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+JsonDocOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document instead of tables.")
+]
+TimingsOpt = Annotated[
+    bool, typer.Option("--timings", help="Every phase and counter as a table, not one line.")
+]
+IgnoreCgroupsOpt = Annotated[
+    bool, typer.Option("--ignore-cgroups", help="Run without a cgroup (no quota, no freeze).")
+]
+GoOpt = Annotated[
+    bool, typer.Option("--go/--no-go", help="Print Go benchmark lines for benchstat.")
+]
+MemoryOpt = Annotated[
+    bool, typer.Option("--memory/--no-memory", help="Measure peak traced memory.")
+]
+
+
+def workdir_opt(what: str) -> Any:
+    """``--dir PATH``: where a benchmark writes ``what``, a temporary directory if unset."""
+    return typer.Option(
+        "--dir", metavar="PATH", help=f"Where {what} go.", show_default="a temporary directory"
+    )
+
+
+def sandbox_root() -> Any:
+    """The checked ``paths.Root`` of ``--root`` (imported on use: start-up stays lean)."""
+    from ckpt.sandbox import paths
+
+    return paths.Root(Globals.root or default_root()).check()
+
+
+def lifecycle() -> Any:
+    """``ckpt.sandbox.lifecycle``, imported on use so other commands start fast."""
+    from ckpt.sandbox import lifecycle
+
+    return lifecycle

@@ -1,0 +1,111 @@
+"""Everything the CLI prints goes through here: plain lines, notes, JSON documents,
+rich tables, and the result of a checkpoint or restore with its timings and stats.
+
+One place, so every command says things the same way: user data is written as is
+(no markup, no wrapping), a JSON document is one indented document on stdout, and
+rich (~35 ms to import) is loaded only when a table is actually drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+
+class _LazyConsole:
+    """A rich Console made on first use: most commands print a line or a JSON
+    document, which need none of rich."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def real(self) -> Any:
+        """The rich Console itself, for code that takes one (progress bars, the demo)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+
+out: Any = _LazyConsole(highlight=False)
+err: Any = _LazyConsole(stderr=True, highlight=False)
+
+
+def say(text: str) -> None:
+    """One line of user data on stdout, as is (no markup, no wrapping)."""
+    sys.stdout.write(text + "\n")
+
+
+def note(text: str) -> None:
+    """A remark about how a command ran, on stderr so stdout stays data."""
+    sys.stderr.write(f"note: {text}\n")
+
+
+def emit_json(document: object) -> None:
+    """One JSON document on stdout, indented; non-ASCII text stays readable."""
+    say(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+
+
+def tables(
+    renderables: Iterable[Any], lines: Iterable[str] = (), *, width: int | None = None
+) -> None:
+    """Rich tables at the terminal's width (at most ``width``), then plain ``lines``
+    unwrapped (Go benchmark lines for benchstat, paths that must stay whole).
+
+    A table too wide for the terminal folds what does not fit onto more lines; rich
+    would cut it with an ellipsis, and a cut name is a name nobody can read."""
+    console = out
+    if width is not None:
+        from rich.console import Console
+
+        console = Console(highlight=False, width=min(width, Console().width))
+    for renderable in renderables:
+        console.print(_folding(renderable))
+    for line in lines:
+        say(line)
+
+
+def _folding(renderable: Any) -> Any:
+    """``renderable``, with every column of every table in it that would cut its text
+    (rich's default overflow) folding it instead."""
+    from rich.console import Group
+    from rich.table import Table
+
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            if column.overflow == "ellipsis" and not column.no_wrap:
+                column.overflow = "fold"
+    elif isinstance(renderable, Group):
+        for inner in renderable.renderables:
+            _folding(inner)
+    return renderable
+
+
+class Result(Protocol):
+    """What ``lifecycle.checkpoint`` and ``lifecycle.restore`` return, as read here."""
+
+    timings: Any
+    stats: dict[str, Any] | None
+    stats_text: str | None
+
+
+def result(headline: str, res: Result, *, title: str, table: bool, stats: bool) -> None:
+    """A checkpoint's or restore's outcome: the headline, then its timings on one line,
+    or as a table with ``table`` or ``stats``, then the engine's per-type stats."""
+    say(headline)
+    if not (table or stats):
+        say("  " + res.timings.summary())
+        return
+    from ckpt.sandbox import render
+
+    shown = [render.timings_table(title, res.timings)]
+    if stats:
+        shown.append(render.stats_renderable(res.stats, res.stats_text))
+    tables(shown)

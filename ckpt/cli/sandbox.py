@@ -1,0 +1,308 @@
+"""Sandbox lifecycle commands: run, list, state, pause, resume, kill, delete,
+checkpoint, restore, and cycle (checkpoint/restore repeated, engines interleaved).
+
+Each command parses its options, calls ``ckpt.sandbox.lifecycle`` (imported on use) and
+prints through ``ckpt.cli.output``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckpt.cli.options import (
+    Compression,
+    CpuOpt,
+    Engine,
+    EngineOpt,
+    IdArg,
+    IgnoreCgroupsOpt,
+    ImagePathOpt,
+    JsonOpt,
+    KeyOpt,
+    StatsOpt,
+    TimingsOpt,
+    lifecycle,
+    sandbox_root,
+)
+from ckpt.cli.output import emit_json, err, note, result, say, tables
+
+commands = typer.Typer()
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``, at its top level."""
+    app.registered_commands += commands.registered_commands
+
+
+@commands.command("run")
+def run_cmd(
+    sandbox_id: IdArg,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            "-w",
+            metavar="WORKLOAD",
+            help="empty, http, nginx, files:N, graph:N, kv:N or memory:N (MiB).",
+        ),
+    ],
+    cpu: CpuOpt = "uncapped",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="TCP port to serve on; 0 = free.")
+    ] = 0,
+    engine: Annotated[
+        Engine | None,
+        typer.Option(
+            "--engine",
+            help="Default engine for its checkpoints.",
+            show_default="native where built, else typed",
+        ),
+    ] = None,
+    ignore_cgroups: IgnoreCgroupsOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Start a detached sandbox running WORKLOAD; returns when it is ready."""
+    res = lifecycle().run(
+        sandbox_root(),
+        sandbox_id,
+        workload,
+        cpus=lifecycle().parse_cpu(cpu),
+        port=port,
+        engine=engine.value if engine else None,
+        ignore_cgroups=ignore_cgroups,
+    )
+    for text in res.notes:
+        note(text)
+    if json_out:
+        emit_json({**res.state.to_json(), "timings": res.timings.as_dict()})
+        return
+    where = f", serving http://{res.state.address}/" if res.state.address else ""
+    say(f"sandbox {res.state.id} running (pid {res.state.pid}{where})")
+
+
+@commands.command("list")
+def list_cmd(json_out: JsonOpt = False) -> None:
+    """List sandboxes under the root."""
+    states = lifecycle().list_sandboxes(sandbox_root())
+    if json_out:
+        emit_json([st.to_json() for st in states])
+    else:
+        from ckpt.sandbox.render import sandboxes_table
+
+        tables([sandboxes_table(states)])
+
+
+@commands.command("state")
+def state_cmd(sandbox_id: IdArg) -> None:
+    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address)."""
+    emit_json(lifecycle().state(sandbox_root(), sandbox_id).to_json())
+
+
+@commands.command("pause")
+def pause_cmd(sandbox_id: IdArg) -> None:
+    """Freeze a sandbox's kernel and cgroup; HTTP requests wait until resume."""
+    lifecycle().pause(sandbox_root(), sandbox_id)
+    say(f"sandbox {sandbox_id} paused")
+
+
+@commands.command("resume")
+def resume_cmd(sandbox_id: IdArg) -> None:
+    """Thaw a paused sandbox."""
+    lifecycle().resume(sandbox_root(), sandbox_id)
+    say(f"sandbox {sandbox_id} running")
+
+
+@commands.command("kill")
+def kill_cmd(sandbox_id: IdArg) -> None:
+    """SIGKILL a sandbox and free its cgroup (its state stays, as stopped)."""
+    lifecycle().kill(sandbox_root(), sandbox_id)
+    say(f"sandbox {sandbox_id} stopped")
+
+
+@commands.command("delete")
+def delete_cmd(
+    sandbox_id: IdArg,
+    force: Annotated[bool, typer.Option("--force", help="Kill it first if running.")] = False,
+) -> None:
+    """Remove a sandbox: its process (with --force), cgroup and files."""
+    lifecycle().delete(sandbox_root(), sandbox_id, force=force)
+    say(f"sandbox {sandbox_id} deleted")
+
+
+@commands.command("checkpoint")
+def checkpoint_cmd(
+    sandbox_id: IdArg,
+    image_path: ImagePathOpt,
+    leave_running: Annotated[
+        bool, typer.Option("--leave-running", help="Keep the sandbox running afterwards.")
+    ] = False,
+    compression: Annotated[
+        Compression, typer.Option("--compression", help="Page compression.")
+    ] = Compression.ZSTD,
+    compression_level: Annotated[
+        int | None, typer.Option("--compression-level", metavar="LEVEL", help="zstd level.")
+    ] = None,
+    engine: EngineOpt = None,
+    stats: StatsOpt = False,
+    key_file: KeyOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing image.")] = False,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout",
+            min=0.0,
+            metavar="SECONDS",
+            help="Seconds accepted requests may take to finish before the sandbox stops; "
+            "past it the checkpoint fails and the sandbox goes on serving.",
+        ),
+    ] = 10.0,
+    pre_dump: Annotated[
+        bool,
+        typer.Option(
+            "--pre-dump",
+            help="Write memory pages only (all, or those dirtied since --parent-path); "
+            "the sandbox keeps serving.",
+        ),
+    ] = False,
+    parent_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--parent-path",
+            metavar="PATH",
+            help="The last image taken of this sandbox: write only the pages dirtied "
+            "since it, and link to it.",
+        ),
+    ] = None,
+    pre_copy: Annotated[
+        bool,
+        typer.Option(
+            "--pre-copy",
+            help="Copy memory in rounds while serving, then freeze briefly for the rest.",
+        ),
+    ] = False,
+    timings: TimingsOpt = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
+) -> None:
+    """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
+    from ckpt.sandbox import precopy
+
+    options = precopy.cli_options(pre_dump, parent_path, pre_copy)
+    res = lifecycle().checkpoint(
+        sandbox_root(),
+        sandbox_id,
+        image_path,
+        leave_running=leave_running,
+        compression=compression.value,
+        level=compression_level,
+        engine=engine.value if engine else None,
+        stats=stats,
+        key=lifecycle().read_key(key_file),
+        force=force,
+        drain_timeout=drain_timeout,
+        options=options,
+    )
+    if json_out:
+        emit_json(
+            {
+                "id": sandbox_id,
+                "image": str(res.image),
+                "status": res.state.status,
+                "timings": res.timings.as_dict(),
+                "stats": res.stats,
+                **({"rounds": res.rounds} if res.rounds else {}),
+            }
+        )
+        return
+    headline = f"checkpoint of {sandbox_id} written to {res.image} (sandbox {res.state.status})"
+    result(headline, res, title="checkpoint timings", table=timings, stats=stats)
+
+
+@commands.command("restore")
+def restore_cmd(
+    sandbox_id: IdArg,
+    image_path: ImagePathOpt,
+    cpu: CpuOpt = "uncapped",
+    engine: EngineOpt = None,
+    stats: StatsOpt = False,
+    background: Annotated[
+        bool, typer.Option("--background", help="Load memory pages lazily in the background.")
+    ] = False,
+    key_file: KeyOpt = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", min=0, max=65535, help="Listen here instead of the saved port (0 = free)."
+        ),
+    ] = None,
+    ignore_cgroups: IgnoreCgroupsOpt = False,
+    timings: TimingsOpt = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
+) -> None:
+    """Restore an image into a new sandbox process under an optional CPU quota."""
+    res = lifecycle().restore(
+        sandbox_root(),
+        sandbox_id,
+        image_path,
+        cpus=lifecycle().parse_cpu(cpu),
+        engine=engine.value if engine else None,
+        stats=stats,
+        background=background,
+        key=lifecycle().read_key(key_file),
+        port=port,
+        ignore_cgroups=ignore_cgroups,
+    )
+    for text in res.notes:
+        note(text)
+    if json_out:
+        emit_json({**res.state.to_json(), "timings": res.timings.as_dict(), "stats": res.stats})
+        return
+    where = f", serving http://{res.state.address}/" if res.state.address else ""
+    headline = f"sandbox {sandbox_id} restored (pid {res.state.pid}{where})"
+    result(headline, res, title="restore timings", table=timings, stats=stats)
+
+
+@commands.command("cycle")
+def cycle_cmd(
+    sandbox_id: IdArg,
+    image_path: Annotated[
+        Path,
+        typer.Option("--image-path", metavar="PATH", help="Directory for the cycles' images."),
+    ],
+    count: Annotated[int, typer.Option("--count", min=1, help="Cycles per engine and quota.")] = 5,
+    cpu: Annotated[
+        str,
+        typer.Option("--cpu", metavar="CPUS", help="Comma-separated quotas, e.g. uncapped,1,0.25."),
+    ] = "uncapped",
+    hold: Annotated[
+        float,
+        typer.Option("--hold", min=0.0, metavar="SECONDS", help="Seconds to wait between cycles."),
+    ] = 0.0,
+    engines: Annotated[
+        str | None,
+        typer.Option(
+            "--engines",
+            metavar="ENGINES",
+            help="Comma-separated engines; the first is the baseline.",
+            show_default="reflect,typed, and native where it is built",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Checkpoint/restore a running sandbox repeatedly, engines interleaved ABBA."""
+    from ckpt.bench import cycle
+
+    if engines is None:
+        from ckpt.state import native_status
+
+        engines = "reflect,typed,native" if native_status()[0] else "reflect,typed"
+    plan = cycle.Plan.parse(
+        sandbox_id, image_path, count=count, cpu=cpu, hold=hold, engines=engines
+    )
+    report = cycle.run(sandbox_root(), plan, console=None if json_out else err.real())
+    if json_out:
+        emit_json(report.to_json())
+        return
+    tables([cycle.render(report)], cycle.go_lines(report))
