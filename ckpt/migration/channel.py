@@ -84,6 +84,10 @@ def _tls_handshake(sock: ssl.SSLSocket, timeout: float) -> None:
         raise MigrationError(f"the TLS handshake failed: {exc}") from exc
 
 
+class NoPeer(MigrationError):
+    """``Listener.accept`` waited its whole timeout and nobody connected."""
+
+
 class Channel:
     """One authenticated connection; ``send`` and ``recv`` may run in two threads."""
 
@@ -245,7 +249,7 @@ class Listener:
         try:
             sock, _ = self._sock.accept()
         except TimeoutError as exc:
-            raise MigrationError("no peer connected before the deadline") from exc
+            raise NoPeer("no peer connected before the deadline") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._ctx is not None:
             try:

@@ -20,7 +20,7 @@ import os
 import platform
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -51,6 +51,7 @@ from ckpt.statefile.pages import (
     PageSummary,
     PageWriter,
     check_runs,
+    iter_pages,
     read_pages_meta,
 )
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
@@ -676,6 +677,16 @@ class Image:
     def check_pages(self) -> int:
         """Read and check every stored page, holding none (``inspect --verify``)."""
         return check_runs(
+            self.pages_meta(),
+            self.dir / PAGES_IMG,
+            self._sealer,
+            self.header.image_id,
+            verify=self.verified,
+        )
+
+    def iter_pages(self) -> Iterator[tuple[int, bytes]]:
+        """Every recorded page, ascending, one stored run held at a time (``iter_pages``)."""
+        return iter_pages(
             self.pages_meta(),
             self.dir / PAGES_IMG,
             self._sealer,

@@ -523,6 +523,29 @@ def check_runs(
     return meta.summary.stored
 
 
+def iter_pages(
+    meta: PagesMeta, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+) -> Iterator[tuple[int, bytes]]:
+    """Every recorded page as ``(index, 4096 bytes)``, ascending, zero pages included,
+    one stored run in memory at a time: for sending an image's pages elsewhere."""
+    zeros = iter(meta.zero_runs)
+    zero = next(zeros, None)
+    fd = open_regular(pages_path, "the page file")
+    try:
+        for i, run in enumerate(meta.runs):
+            while zero is not None and zero[0] < run.first_page:
+                yield from ((p, ZERO_PAGE) for p in range(zero[0], zero[0] + zero[1]))
+                zero = next(zeros, None)
+            data = _fetch_run(fd, pages_path, run, i, sealer, image_id, verify)
+            for j in range(run.npages):
+                yield run.first_page + j, data[j * PAGE_SIZE : (j + 1) * PAGE_SIZE]
+        while zero is not None:
+            yield from ((p, ZERO_PAGE) for p in range(zero[0], zero[0] + zero[1]))
+            zero = next(zeros, None)
+    finally:
+        os.close(fd)
+
+
 class LoadedPages:
     """The pages of an image, loaded eagerly or filled lazily in the background."""
 
