@@ -1174,6 +1174,9 @@ from ckpt.cli_image import bench_store_cmd, image_app  # noqa: E402  (images in 
 
 app.add_typer(image_app, name="image")
 bench_app.command("store")(bench_store_cmd)
+from ckpt.cli_migrate import register as register_migrate  # noqa: E402  (serve, migrate)
+
+register_migrate(app)
 
 if __name__ == "__main__":
     main()
