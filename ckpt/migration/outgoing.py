@@ -243,6 +243,7 @@ class Migration:
         opts = {"parent": str(parent)} if parent is not None else {}
         res = lifecycle.checkpoint(self.root, self.sid, final, leave_running=True, options=opts)
         t_dumped = time.perf_counter()
+        lifecycle.pause_point("migrate:frozen")
         if parent is not None:
             shutil.rmtree(parent, ignore_errors=True)
         pages = send_image(ch, final, len(self.report.rounds), final=True)

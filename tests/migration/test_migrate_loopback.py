@@ -1,0 +1,167 @@
+"""``ckpt migrate`` into ``ckpt serve`` between two roots on loopback, real processes.
+
+A migration moves the sandbox with its memory and every acknowledged write; every
+refusal and every death (of the destination, of the source CLI, in a round or frozen)
+leaves exactly one running sandbox, the one that was running, and nothing behind.
+No timing is asserted: the figures come from ``ckpt bench migrate``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from tests.sandbox.kv_client import check_values, put_values
+from tests.sandbox.waiting import wait_for
+
+from .migrate_kit import Hosts, address, digest, leftovers, make_key, running, stopped
+
+pytestmark = pytest.mark.slow
+SID = f"mig-{os.getpid()}"
+
+
+def _run(hosts: Hosts, workload: str = "kv:8", sid: str = SID) -> None:
+    hosts.src("run", sid, "--workload", workload, "--port", "0", timeout=120)
+
+
+def _put(hosts: Hosts, first: int, count: int) -> dict[str, bytes]:
+    items = ((f"k{i % 50}", b"%06d-" % i * (1 + i % 200)) for i in range(first, first + count))
+    return put_values(address(hosts.src, SID), items)
+
+
+def _one_line_error(proc) -> str:  # type: ignore[no-untyped-def]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_migration_moves_memory_and_values(hosts: Hosts) -> None:
+    _run(hosts)
+    acked = _put(hosts, 0, 300)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    proc = hosts.migrate(SID, serve, "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
+    assert not hosts.src.root.joinpath(SID).exists()
+    assert digest(hosts.dst, SID) == before
+    check_values(address(hosts.dst, SID), acked)
+    assert report["address"] == hosts.dst.state(SID)["address"]
+    assert report["rounds"][-1]["final"] and len(report["rounds"]) >= 2
+    assert report["bytes_sent"] >= sum(r["bytes"] for r in report["rounds"])
+    for name in ("downtime_ms", "frozen_time_ms", "pages_written", "restore_time_ms"):
+        assert name in report
+    assert leftovers(hosts) == []
+    assert any(line.startswith(f"received {SID}") for line in serve.lines())
+    assert serve.stop() == 0
+
+
+def test_writes_acknowledged_during_migration_all_arrive(hosts: Hosts) -> None:
+    _run(hosts)
+    serve = hosts.serve()
+    acked: dict[str, bytes] = {}
+    done = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not done.is_set():  # until the source stops answering (it was deleted)
+            try:
+                got = put_values(address(hosts.src, SID), [(f"w{i % 64}", b"%08d" % i * 64)])
+            except Exception:
+                return
+            if not got:
+                return
+            acked.update(got)
+            i += 1
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    wait_for(lambda: len(acked) >= 20, "the writer to get going", 60)
+    proc = hosts.migrate(SID, serve)
+    done.set()
+    t.join(60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"migrated {SID} to ") and "downtime" in proc.stdout
+    assert len(acked) >= 20
+    check_values(address(hosts.dst, SID), acked)
+
+
+def test_wrong_key_is_refused_and_the_source_runs_on(hosts: Hosts) -> None:
+    _run(hosts)
+    serve = hosts.serve(make_key(hosts.tmp / "other-key"))
+    proc = hosts.migrate(SID, serve)
+    line = _one_line_error(proc)
+    assert "key" in line
+    assert running(hosts.src) == [SID] and running(hosts.dst) == []
+    assert hosts.src.state(SID)["status"] == "running"
+    assert leftovers(hosts) == []
+
+
+def test_existing_id_on_the_destination_is_refused(hosts: Hosts) -> None:
+    _run(hosts)
+    hosts.dst("run", SID, "--workload", "kv:4", "--port", "0", timeout=120)
+    theirs = digest(hosts.dst, SID)
+    serve = hosts.serve()
+    proc = hosts.migrate(SID, serve)
+    line = _one_line_error(proc)
+    assert "already exists" in line
+    assert running(hosts.src) == [SID] and running(hosts.dst) == [SID]
+    assert digest(hosts.dst, SID) == theirs  # the destination's own sandbox, untouched
+    assert leftovers(hosts) == []
+
+
+@pytest.mark.parametrize("phase", ["round", "frozen"])
+def test_destination_killed_leaves_the_source_running(hosts: Hosts, phase: str) -> None:
+    _run(hosts)
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": f"migrate:{phase}"})
+    try:
+        wait_for(lambda: stopped(cli), f"the migrate CLI to stop at {phase}", 120)
+        serve.proc.kill()
+        serve.proc.wait(30)
+        cli.send_signal(signal.SIGCONT)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 1 and len(err.strip().splitlines()) == 1, err
+    assert running(hosts.src) == [SID] and running(hosts.dst) == []
+    assert digest(hosts.src, SID) == before
+    check_values(address(hosts.src, SID), acked)
+    hosts.serve()  # a new server sweeps what the killed one was receiving
+    assert leftovers(hosts) == []
+
+
+@pytest.mark.parametrize("phase", ["round", "frozen"])
+def test_source_cli_killed_leaves_the_source_running(hosts: Hosts, phase: str) -> None:
+    _run(hosts)
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": f"migrate:{phase}"})
+    try:
+        wait_for(lambda: stopped(cli), f"the migrate CLI to stop at {phase}", 120)
+        cli.kill()
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    # the CLI's guard resumes the source; the server sees the connection end and discards
+    wait_for(lambda: leftovers(hosts) == [], "the guard and the server to clean up", 60)
+    wait_for(
+        lambda: any(line.startswith("migration failed") for line in serve.lines()),
+        "the server to give up on the session",
+        60,
+    )
+    wait_for(lambda: hosts.src.state(SID)["status"] == "running", "the source to resume", 60)
+    assert running(hosts.src) == [SID] and running(hosts.dst) == []
+    assert digest(hosts.src, SID) == before
+    check_values(address(hosts.src, SID), acked)
+    assert serve.proc.poll() is None  # the server goes on serving
