@@ -16,6 +16,7 @@ failure before that resumes the sandbox exactly where it was paused.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -23,19 +24,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt.errors import CkptError
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError, PeerError
 from ckpt.statefile.format import MAX_PAGES
 
 STATE_CHUNK = 1 << 20
 WORK_PREFIX = ".migrate-"
+IO_TIMEOUT_S = 60.0  # one frame, or one answer, from the destination
+IO_TIMEOUT_ENV = "CKPT_MIGRATE_IO_TIMEOUT_S"
+RESTORE_WAIT_FACTOR = 5  # the wait for Restored: the destination restores meanwhile
+
+
+def io_timeout() -> float:
+    """``CKPT_MIGRATE_IO_TIMEOUT_S`` if a positive number, else ``IO_TIMEOUT_S``: a cut
+    link is noticed after this long (tests shorten it)."""
+    try:
+        given = float(os.environ.get(IO_TIMEOUT_ENV) or 0)
+    except ValueError:
+        given = 0
+    return given if given > 0 else IO_TIMEOUT_S
 
 
 @dataclass
 class Options:
     rounds: int | None = None  # None: precopy.MAX_ROUNDS
     port: int | None = None  # where the destination binds (None: the same port)
-    io_timeout: float = 60.0
+    io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
 
 
@@ -115,7 +130,8 @@ def send_image(ch: Any, image_dir: Path, round_no: int, *, final: bool) -> int:
             ch.send(m.pack_pages(round_no, batch))
             pages += len(batch)
             batch = []
-            pause_point(f"migrate:{'final' if final else 'round'}")
+            if round_no == 0 and pages == m.MAX_BATCH_PAGES:
+                pause_point("migrate:round")  # tests: part of the first round is sent
     if batch:
         ch.send(m.pack_pages(round_no, batch))
         pages += len(batch)
@@ -179,6 +195,11 @@ class Migration:
                     ch.send_error(m.ErrorCode.CANCELLED, reason)
                 if self.paused:
                     lifecycle.resume(self.root, self.sid)
+                if isinstance(exc, CkptError):
+                    raise MigrationError(
+                        f"migration of {self.sid} to {self.host}:{self.port} failed, and "
+                        f"{self.sid} runs on here as before: {exc}"
+                    ) from exc
             raise
         finally:
             if ch is not None:
@@ -249,7 +270,9 @@ class Migration:
         pages = send_image(ch, final, len(self.report.rounds), final=True)
         if not self.report.rounds:
             self.report.memory_bytes = pages * 4096
+        ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
         restored = _expect(ch, m.Restored, "instead of Restored")
+        ch.io_timeout = self.opts.io_timeout
         t_restored = time.perf_counter()
         self.report.rounds.append(
             {

@@ -22,7 +22,6 @@ from ckpt.migration.errors import MigrationError
 
 POLL_S = 0.5
 SESSION_DEADLINE_S = 3600.0  # a whole migration, however large, ends by then
-FRAME_TIMEOUT_S = 60.0
 READY_FD_ENV = "CKPT_SERVE_READY_FD"
 
 
@@ -65,6 +64,7 @@ def serve(
     """Listen on ``host:port`` and receive migrations into ``root`` until a signal."""
     from ckpt.migration.channel import Listener, NoPeer
     from ckpt.migration.incoming import sweep
+    from ckpt.migration.outgoing import io_timeout
     from ckpt.migration.session import receive
 
     root.ensure()
@@ -77,7 +77,7 @@ def serve(
                 port,
                 secret,
                 tls=tls,
-                io_timeout=FRAME_TIMEOUT_S,
+                io_timeout=io_timeout(),
                 deadline=SESSION_DEADLINE_S,
             ) as listener:
                 bound = "{}:{}".format(*listener.address)
