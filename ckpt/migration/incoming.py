@@ -195,8 +195,8 @@ class _PagesIn:
         last = -1
         while not isinstance(msg, m.RoundEnd):
             if not isinstance(msg, m.PageRuns) or msg.round != self.n:
-                what = type(msg).__name__
-                raise FrameError(f"the peer sent a {what} inside image {self.n}")
+                what = msg.KIND.name
+                raise FrameError(f"the peer sent an unexpected {what} inside image {self.n}")
             for index, page in m.unpack_pages(msg):
                 if index <= last or index >= self.limit:
                     raise FrameError(f"the peer sent page {index} out of order or range")

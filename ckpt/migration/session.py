@@ -34,7 +34,7 @@ from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError
 
 ENGINES = ("", "native", "typed", "reflect")
-COMMIT_TIMEOUT_S = 30.0  # the destination waits this long for Done after Restored
+LINGER_S = 10.0  # after refusing, read what the source still sends until it hears
 
 
 class Exists(MigrationError):
@@ -131,7 +131,7 @@ def receive(ch: Any, root: Any) -> Received:
             code = m.ErrorCode.NO_SPACE if isinstance(exc, NoSpace) else m.ErrorCode.INTERNAL
             if isinstance(exc, FrameError):
                 code = m.ErrorCode.PROTOCOL
-            ch.send_error(code, str(exc))
+            ch.send_error(code, str(exc), linger=LINGER_S)
         elif not isinstance(exc, MigrationError):
             ch.send_error(m.ErrorCode.CANCELLED, f"the destination gave up: {exc!r}")
         raise

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 
+import psutil
 import pytest
 
 from tests.sandbox.kv_client import check_values, put_values
-from tests.sandbox.waiting import wait_for
+from tests.sandbox.waiting import gone, wait_for
 
 from .migrate_kit import Hosts, address, digest, leftovers, make_key, running, stopped
 
@@ -165,3 +167,52 @@ def test_source_cli_killed_leaves_the_source_running(hosts: Hosts, phase: str) -
     assert digest(hosts.src, SID) == before
     check_values(address(hosts.src, SID), acked)
     assert serve.proc.poll() is None  # the server goes on serving
+
+
+def test_destination_disk_full_is_refused_and_the_source_runs_on(hosts: Hosts) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    hosts.dst.root.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(hosts.dst.root)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        _run(hosts, "memory:16")  # pages that do not compress: more than 1 MiB
+        serve = hosts.serve()
+        line = _one_line_error(hosts.migrate(SID, serve))
+        assert "disk is full" in line
+        assert running(hosts.src) == [SID] and running(hosts.dst) == []
+        assert leftovers(hosts) == []
+        assert serve.stop() == 0
+    finally:
+        subprocess.run(["umount", "-l", str(hosts.dst.root)], check=False)
+
+
+def test_serve_refuses_to_start_without_a_key(hosts: Hosts) -> None:
+    proc = hosts.dst("serve", "--listen", "127.0.0.1:0", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: a key file is required")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    loose = make_key(hosts.tmp / "loose")
+    os.chmod(loose, 0o644)
+    proc = hosts.dst("serve", "--listen", "127.0.0.1:0", "--key-file", str(loose), check=False)
+    assert proc.returncode == 1 and "chmod 600" in proc.stderr
+
+
+def test_serve_detach_prints_its_pid_and_stops_on_sigterm(hosts: Hosts) -> None:
+    proc = hosts.dst(
+        "serve", "--listen", "127.0.0.1:0", "--key-file", str(hosts.key), "--detach", timeout=60
+    )
+    pid_text, _, rest = proc.stdout.strip().partition(" ")
+    pid = int(pid_text)
+    try:
+        assert rest.startswith("listening on 127.0.0.1:")
+        assert psutil.Process(pid).is_running()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: gone(pid), "the detached server to stop", 30)
+    assert "stopping on SIGTERM" in (hosts.dst.root / "serve.log").read_text()
