@@ -216,3 +216,34 @@ def test_serve_detach_prints_its_pid_and_stops_on_sigterm(hosts: Hosts) -> None:
         os.kill(pid, signal.SIGTERM)
     wait_for(lambda: gone(pid), "the detached server to stop", 30)
     assert "stopping on SIGTERM" in (hosts.dst.root / "serve.log").read_text()
+
+
+def test_forward_serves_clients_at_the_old_address(hosts: Hosts) -> None:
+    _run(hosts)
+    acked = _put(hosts, 0, 50)
+    old = address(hosts.src, SID)
+    serve = hosts.serve()
+    cli = hosts.src.popen(
+        "migrate", SID, "--to", serve.address, "--key-file", str(hosts.key), "--port", "0",
+        "--forward", "8",
+    )  # fmt: skip
+    try:
+        line = cli.stdout.readline()  # printed once migrated, before the relay starts
+        assert line.startswith(f"migrated {SID}"), line or cli.stderr.read()
+        new = address(hosts.dst, SID)
+        assert new != old
+
+        def relayed() -> bool:
+            try:
+                check_values(old, acked)  # through the relay, from the destination
+            except OSError:
+                return False
+            return True
+
+        wait_for(relayed, "the relay on the old address", 30)
+        cli.wait(60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(10)
+    assert cli.returncode == 0, cli.stderr.read()
