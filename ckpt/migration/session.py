@@ -94,6 +94,7 @@ def receive(ch: Any, root: Any) -> Received:
     restored = False
     try:
         ch.send(m.Ack(seq=ch.frames_received))
+        _warm_template(root)  # ready by the time the rounds are in: a restore forks it
         while True:
             end = incoming.receive_image(ch)
             got.images += 1
@@ -111,6 +112,7 @@ def receive(ch: Any, root: Any) -> Received:
             cpus=offer.cpus,
             engine=offer.engine or None,
             port=offer.port,
+            background=True,  # pages fill in behind: the files are open, ours, verified
         )
         restored = True
         got.restore_ms = round((time.perf_counter() - t0) * 1e3, 3)
@@ -137,6 +139,16 @@ def receive(ch: Any, root: Any) -> Received:
         raise
     finally:
         incoming.discard()
+
+
+def _warm_template(root: Any) -> None:
+    """Start the root's template if it is not running (it may have idled out)."""
+    from ckpt.errors import CkptError
+    from ckpt.sandbox import template_client
+
+    if not template_client.disabled():
+        with contextlib.suppress(CkptError, OSError):
+            template_client.start(root.path)
 
 
 def ch_closed(ch: Any) -> bool:

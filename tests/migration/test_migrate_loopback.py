@@ -16,6 +16,7 @@ import threading
 import psutil
 import pytest
 
+from tests.sandbox.conftest import stop_template
 from tests.sandbox.kv_client import check_values, put_values
 from tests.sandbox.waiting import gone, wait_for
 
@@ -189,6 +190,7 @@ def test_destination_disk_full_is_refused_and_the_source_runs_on(hosts: Hosts) -
         assert leftovers(hosts) == []
         assert serve.stop() == 0
     finally:
+        stop_template(hosts.dst.root)  # while its socket is still on the mount
         subprocess.run(["umount", "-l", str(hosts.dst.root)], check=False)
 
 
