@@ -134,7 +134,7 @@ def _detach(root_dir: Path) -> None:
 
 
 def migrate_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="The sandbox to move.")],
+    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID: the running sandbox to move.")],
     to: Annotated[
         str, typer.Option("--to", metavar="HOST:PORT", help="The destination's ckpt serve.")
     ],
