@@ -15,7 +15,6 @@ failure before that resumes the sandbox exactly where it was paused.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 from ckpt.errors import CkptError
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError, PeerError
+from ckpt.migration.guard import COMMITTED, COMMITTING
 from ckpt.statefile.format import MAX_PAGES
 
 STATE_CHUNK = 1 << 20
@@ -90,6 +90,23 @@ class Report:
             "memory_bytes": self.memory_bytes,
             "rounds": self.rounds,
         }
+
+
+def _peer_gone(ch: Any) -> bool:
+    """The peer has closed its side already (it died): checked without waiting."""
+    import socket
+
+    sock = ch._wire.sock
+    try:
+        sock.setblocking(False)
+        try:
+            return sock.recv(1, socket.MSG_PEEK) == b""
+        finally:
+            sock.setblocking(True)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 def _expect(ch: Any, kind: type[m.Message], what: str) -> Any:
@@ -166,7 +183,7 @@ class Migration:
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
-        from ckpt.migration.guard import Guard
+        from ckpt.migration.guard import Guard, source_act
         from ckpt.sandbox import lifecycle
         from ckpt.sandbox.paths import RUNNING
 
@@ -177,7 +194,7 @@ class Migration:
             )
         t0 = time.perf_counter()
         workdir = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{self.sid}.", dir=self.root.path))
-        guard = Guard(self.root, self.sid, workdir)
+        guard = Guard(workdir, source_act(self.root, self.sid))
         ch = None
         try:
             ch = connect(
@@ -283,11 +300,23 @@ class Migration:
                 "ms": round((t_restored - t_pause) * 1e3, 3),
             }
         )
-        guard.commit()
-        self.committed = True
-        ch.send(m.Done(frames=ch.frames_sent))
-        with contextlib.suppress(MigrationError):
+        lifecycle.pause_point("migrate:restored")
+        if _peer_gone(ch):  # it died after saying so: nothing there to commit to
+            raise MigrationError("the destination closed the connection after restoring")
+        guard.say(COMMITTING)
+        self.committed = True  # from here a failure cannot tell: the sandbox stays paused
+        try:
+            ch.send(m.Done(frames=ch.frames_sent))
             _expect(ch, m.Ack, "instead of acknowledging Done")
+        except MigrationError as exc:
+            raise MigrationError(
+                f"{self.sid} was restored on {self.host}:{self.port}, but the destination "
+                f"did not confirm it keeps it ({exc}); it stays paused here: check the "
+                f"destination, then `ckpt delete --force {self.sid}` or `ckpt resume "
+                f"{self.sid}` here"
+            ) from exc
+        guard.say(COMMITTED)
+        lifecycle.pause_point("migrate:committed")
         lifecycle.delete(self.root, self.sid, force=True)
         self.report.address = restored.address
         self.report.frozen_time_ms = round((t_dumped - t_pause) * 1e3, 3)

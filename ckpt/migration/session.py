@@ -78,6 +78,7 @@ def receive(ch: Any, root: Any) -> Received:
     On any failure (or a signal raised as an exception) before ``Done``, the restored
     sandbox is stopped and removed, the received images are removed, and the error is
     told to the source when the channel still works."""
+    from ckpt.migration.guard import COMMITTED, RESTORING, Guard, destination_act
     from ckpt.migration.incoming import Incoming, NoSpace
     from ckpt.sandbox import lifecycle
 
@@ -91,6 +92,7 @@ def receive(ch: Any, root: Any) -> Received:
         raise Exists(f"refused sandbox {sid}: it already exists under {root.path}")
     got = Received(sid)
     incoming = Incoming(root.path, offer)
+    guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
     restored = False
     try:
         ch.send(m.Ack(seq=ch.frames_received))
@@ -105,6 +107,7 @@ def receive(ch: Any, root: Any) -> Received:
             raise Exists(f"sandbox {sid} appeared on the destination during the migration")
         assert incoming.final is not None
         t0 = time.perf_counter()
+        guard.say(RESTORING)
         result = lifecycle.restore(
             root,
             sid,
@@ -123,6 +126,7 @@ def receive(ch: Any, root: Any) -> Received:
         if not isinstance(done, m.Done):
             raise FrameError(f"the peer sent a {type(done).__name__} instead of Done")
         got.committed = True
+        guard.say(COMMITTED)
         with contextlib.suppress(MigrationError):  # committed: the source deletes on Done
             ch.send(m.Ack(seq=ch.frames_received))
         return got
@@ -139,6 +143,7 @@ def receive(ch: Any, root: Any) -> Received:
         raise
     finally:
         incoming.discard()
+        guard.close()
 
 
 def _warm_template(root: Any) -> None:

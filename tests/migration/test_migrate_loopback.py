@@ -118,8 +118,10 @@ def test_existing_id_on_the_destination_is_refused(hosts: Hosts) -> None:
     assert leftovers(hosts) == []
 
 
-@pytest.mark.parametrize("phase", ["round", "frozen"])
+@pytest.mark.parametrize("phase", ["round", "frozen", "restored"])
 def test_destination_killed_leaves_the_source_running(hosts: Hosts, phase: str) -> None:
+    """``restored``: the server dies after restoring, before the source commits; its
+    guard stops what it restored, and the source sees it gone and resumes."""
     _run(hosts)
     acked = _put(hosts, 0, 100)
     before = digest(hosts.src, SID)
@@ -135,7 +137,8 @@ def test_destination_killed_leaves_the_source_running(hosts: Hosts, phase: str) 
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == 1 and len(err.strip().splitlines()) == 1, err
-    assert running(hosts.src) == [SID] and running(hosts.dst) == []
+    wait_for(lambda: running(hosts.dst) == [], "the destination's guard to stop its copy", 60)
+    assert running(hosts.src) == [SID]
     assert digest(hosts.src, SID) == before
     check_values(address(hosts.src, SID), acked)
     hosts.serve()  # a new server sweeps what the killed one was receiving
@@ -249,3 +252,26 @@ def test_forward_serves_clients_at_the_old_address(hosts: Hosts) -> None:
             cli.kill()
             cli.wait(10)
     assert cli.returncode == 0, cli.stderr.read()
+
+
+def test_source_cli_killed_after_the_commit_leaves_the_destination_running(
+    hosts: Hosts,
+) -> None:
+    _run(hosts)
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:committed"})
+    try:
+        wait_for(lambda: stopped(cli), "the migrate CLI to stop once committed", 120)
+        cli.kill()
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    # the guard deletes the source's copy: the destination runs the sandbox
+    wait_for(lambda: not hosts.src.root.joinpath(SID).exists(), "the guard to delete it", 60)
+    wait_for(lambda: leftovers(hosts) == [], "the guard to clean up", 60)
+    assert running(hosts.src) == [] and running(hosts.dst) == [SID]
+    assert digest(hosts.dst, SID) == before
+    check_values(address(hosts.dst, SID), acked)
