@@ -134,7 +134,9 @@ def _detach(root_dir: Path) -> None:
 
 
 def migrate_cmd(
-    sandbox_id: Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID: the running sandbox to move.")],
+    sandbox_id: Annotated[
+        str, typer.Argument(metavar="ID", help="Sandbox ID: the running sandbox to move.")
+    ],
     to: Annotated[
         str, typer.Option("--to", metavar="HOST:PORT", help="The destination's ckpt serve.")
     ],
@@ -194,12 +196,22 @@ def bench_migrate_cmd(
     rate: Annotated[
         int, typer.Option("--rate", min=4096, help="kv write load, bytes a second.")
     ] = 2 << 20,
+    link: Annotated[
+        str, typer.Option("--link", help="loopback, or netns: two hosts in namespaces.")
+    ] = "loopback",
+    shape: Annotated[
+        str, typer.Option("--shape", metavar="RATE", help="netns: tbf rate of the link.")
+    ] = "1gbit",
+    delay_ms: Annotated[
+        float, typer.Option("--delay-ms", min=0, help="netns: added latency, each way.")
+    ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Frozen time, downtime, client-visible gap, bytes and lost writes of a migration.
 
-    kv:N and memory:N at each size, between two roots on 127.0.0.1, under a client
-    that retries every 5 ms; every acknowledged write is read back at the destination.
+    kv:N and memory:N at each size, between two roots on 127.0.0.1 under a client
+    that retries every 5 ms, or between two hosts in network namespaces over a shaped
+    link (root only); every acknowledged write is read back at the destination.
     """
     from ckpt.bench import migrate
     from ckpt.bench.harness import BenchError
@@ -214,6 +226,9 @@ def bench_migrate_cmd(
         [k for k in kinds.split(",") if k],
         rate,
         progress=None if as_json else (lambda text: say(f"  {text}")),
+        link=link,
+        shape=shape,
+        delay_ms=delay_ms,
     )
     if as_json:
         print(json.dumps(report, indent=2, default=str), flush=True)

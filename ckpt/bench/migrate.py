@@ -14,9 +14,14 @@ destination.  ``ckpt migrate --json`` moves it, and the figures are:
 * ``sent_ratio``: bytes sent over the memory's size;
 * ``rounds``, ``lost``: acknowledged writes missing on the destination (must be 0).
 
+With ``link="netns"`` the two roots are two hosts in network namespaces
+(``ckpt.bench.netns``: 198.18.0.0/15, each link shaped by ``tbf`` to ``shape``,
+optionally ``delay_ms`` of latency through a delaying relay on the source host).  A
+sandbox listens on its host's 127.0.0.1, so a client on the source host cannot follow
+it to the other: there the writer stops when the source goes, ``gap_ms`` is not
+measured (0), and the acknowledged writes are read back on the destination host.
+
 One sample per cell: the sizes that matter take seconds each, and the machine is shared.
-Shaped links between network namespaces are not measured here: a sandbox listens on
-its host's 127.0.0.1, so a client on another host cannot follow it.
 """
 
 from __future__ import annotations
@@ -75,11 +80,23 @@ class _Client(threading.Thread):
         self.acked: dict[str, bytes] = {}
         self.gap_ns = 0
         self.failures = 0
+        self._gone_after = MAX_REQUESTS  # failures before giving up (the netns writer: 1)
         self._halt = threading.Event()
 
     def stop(self) -> None:
         self._halt.set()
         self.join(60)
+
+    def run_until_gone(self, lifetime: float) -> None:
+        """Load until the one address stops answering (or ``lifetime``), in this thread."""
+        self.addresses = self.addresses[:1]
+        self._gone_after = 1
+        timer = threading.Timer(lifetime, self._halt.set)
+        timer.start()
+        try:
+            self.run()
+        finally:
+            timer.cancel()
 
     def _one(self, conn: http.client.HTTPConnection, i: int) -> bool:
         if self.kv:
@@ -121,6 +138,8 @@ class _Client(threading.Thread):
                 self._halt.wait(max(0.0, interval - (now - t) / 1e9))
             else:
                 self.failures += 1
+                if self.failures >= self._gone_after:
+                    break
                 which = (which + 1) % len(self.addresses)
                 self._halt.wait(RETRY_S)
         if conn is not None:
@@ -202,12 +221,20 @@ def run(
     kinds: Sequence[str] = ("kv", "memory"),
     rate: int = 2 << 20,
     progress: Callable[[str], None] | None = None,
+    *,
+    link: str = "loopback",
+    shape: str = "1gbit",
+    delay_ms: float = 0.0,
 ) -> dict[str, Any]:
     """Every cell, in private roots removed afterwards, with one ``ckpt serve``."""
     if any(k not in ("memory", "kv") for k in kinds):
         raise BenchError(f"unknown workload in {', '.join(kinds)}; choose memory, kv or both")
     if not sizes or any(s <= 0 for s in sizes):
         raise BenchError("sizes are positive MiB counts, e.g. 64,256")
+    if link == "netns":
+        return run_netns(sizes, kinds, rate, progress, shape=shape, delay_ms=delay_ms)
+    if link != "loopback":
+        raise BenchError(f"unknown link {link!r}; choose loopback or netns")
     top = Path(tempfile.mkdtemp(prefix="ckpt-bench-migrate-"))
     key = top / "key"
     key.write_bytes(os.urandom(32))
@@ -312,3 +339,144 @@ def go_lines(report: dict[str, Any]) -> list[str]:
             )
         )
     return lines
+
+
+# --- two hosts in network namespaces ---------------------------------------------------
+
+SERVE_PORT = 7070
+RELAY_PORT = 7071
+
+
+def load_in_host(port: int, kv: bool, rate: int, out_path: str, lifetime: float) -> None:
+    """Inside the source host: load the sandbox until it stops answering (it moved), then
+    write the acknowledged writes to ``out_path`` as JSON.  Prints ``ready`` first."""
+    client = _Client([(HOST, port)], kv, rate)
+    print("ready", flush=True)
+    client.run_until_gone(lifetime)
+    Path(out_path).write_text(json.dumps({k: v.hex() for k, v in client.acked.items()}))
+
+
+def check_in_host(port: int, acked_path: str) -> None:
+    """Inside the destination host: print how many acknowledged writes are missing."""
+    acked = {k: bytes.fromhex(v) for k, v in json.loads(Path(acked_path).read_text()).items()}
+    print(json.dumps({"lost": _lost((HOST, port), acked)}), flush=True)
+
+
+def _in_host(net: Any, host: Any, root: Path, *args: str) -> str:
+    argv = [sys.executable, "-m", "ckpt", "--root", str(root), *args]
+    proc = net.run(host, argv, timeout=TIMEOUT_S, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchError(f"ckpt {' '.join(args[:2])} failed: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
+
+
+def run_netns(
+    sizes: Sequence[int],
+    kinds: Sequence[str],
+    rate: int,
+    progress: Callable[[str], None] | None,
+    *,
+    shape: str,
+    delay_ms: float,
+) -> dict[str, Any]:
+    """The cells between two hosts in namespaces over a ``shape`` link (see the module)."""
+    from ckpt.bench import netns
+
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        raise BenchError(f"--link netns: {reason}")
+    top = Path(tempfile.mkdtemp(prefix="ckpt-bench-migrate-"))
+    key = top / "key"
+    key.write_bytes(os.urandom(32))
+    os.chmod(key, 0o600)
+    cells: list[Cell] = []
+    try:
+        with netns.host_network(2, rate=shape) as net:
+            h0, h1 = net.hosts
+            log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
+            net.popen(
+                h1,
+                [sys.executable, "-m", "ckpt", "--root", str(top / "dst"), "serve",
+                 "--listen", f"{h1.address}:{SERVE_PORT}", "--key-file", str(key)],
+                stdout=log,
+                stderr=log,
+            )  # fmt: skip
+            log.close()
+            _wait_listening(top / "serve.log", net.processes[-1])
+            to = f"{h1.address}:{SERVE_PORT}"
+            if delay_ms > 0:
+                relay = net.python(
+                    h0, netns.run_relay, HOST, RELAY_PORT, h1.address, SERVE_PORT, delay_ms,
+                    TIMEOUT_S, stdout=subprocess.PIPE,
+                )  # fmt: skip
+                if relay.stdout is None or relay.stdout.readline() != b"ready\n":
+                    raise BenchError("the delaying relay did not start")
+                to = f"{HOST}:{RELAY_PORT}"
+            try:
+                for kind in kinds:
+                    for size in sizes:
+                        workload = f"{kind}:{size}"
+                        if progress:
+                            progress(f"{workload} ({shape}, +{delay_ms:g} ms)")
+                        cells.append(_netns_cell(net, top, key, workload, rate, to))
+            finally:
+                for root in (top / "src", top / "dst"):
+                    for sid in _ids(root):
+                        with contextlib.suppress(subprocess.SubprocessError, BenchError):
+                            _ckpt(root, "delete", sid, "--force", timeout=120)
+                    subprocess.run(
+                        [sys.executable, "-m", "ckpt", "--root", str(root), "template", "stop"],
+                        capture_output=True,
+                        timeout=60,
+                    )
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    return {
+        "machine": machine_info(),
+        "link": f"netns-{shape}" + (f"+{delay_ms:g}ms" if delay_ms else ""),
+        "rate_bytes_s": rate,
+        "cells": [asdict(c) for c in cells],
+    }
+
+
+def _ids(root: Path) -> list[str]:
+    from ckpt.sandbox.paths import Root
+
+    return Root(root).ids() if root.is_dir() else []
+
+
+def _netns_cell(net: Any, top: Path, key: Path, workload: str, rate: int, to: str) -> Cell:
+    h0, h1 = net.hosts
+    sid = f"mig-{os.getpid()}"
+    src, dst = top / "src", top / "dst"
+    cell = Cell(workload)
+    kv = workload.startswith("kv:")
+    _in_host(net, h0, src, "run", sid, "--workload", workload, "--port", "0")
+    port = int(json.loads(_ckpt(src, "state", sid))["address"].rpartition(":")[2])
+    acked_path = top / "acked.json"
+    loader = net.python(
+        h0, load_in_host, port, kv, rate, str(acked_path), TIMEOUT_S, stdout=subprocess.PIPE
+    )
+    if loader.stdout is None or loader.stdout.readline() != b"ready\n":
+        raise BenchError("the load client did not start")
+    time.sleep(0.5)
+    t0 = time.perf_counter_ns()
+    out = _in_host(net, h0, src, "migrate", sid, "--to", to, "--key-file", str(key), "--json")
+    cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
+    loader.wait(120)
+    report = json.loads(out)
+    cell.frozen_ms = float(report["frozen_time_ms"])
+    cell.downtime_ms = float(report["downtime_ms"])
+    cell.bytes_sent = int(report["bytes_sent"])
+    cell.memory_bytes = int(report["memory_bytes"])
+    cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)
+    cell.rounds = len(report["rounds"])
+    cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
+    acked = json.loads(acked_path.read_text())
+    cell.acked = len(acked)
+    if kv:
+        checker = net.python(h1, check_in_host, port, str(acked_path), stdout=subprocess.PIPE)
+        got, _ = checker.communicate(timeout=120)
+        cell.lost = int(json.loads(got)["lost"])
+    _ckpt(dst, "delete", sid, "--force", timeout=120)
+    return cell
