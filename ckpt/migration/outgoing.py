@@ -96,17 +96,17 @@ def _peer_gone(ch: Any) -> bool:
     """The peer has closed its side already (it died): checked without waiting."""
     import socket
 
-    sock = ch._wire.sock
+    # a plain socket on a duplicate of the descriptor: TLS sockets refuse MSG_PEEK, and
+    # a killed peer sends no close_notify, only the TCP FIN or RST looked for here
+    raw = socket.socket(fileno=os.dup(ch._wire.sock.fileno()))
     try:
-        sock.setblocking(False)
-        try:
-            return sock.recv(1, socket.MSG_PEEK) == b""
-        finally:
-            sock.setblocking(True)
+        return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except (BlockingIOError, InterruptedError):
         return False
     except OSError:
         return True
+    finally:
+        raw.close()
 
 
 def _expect(ch: Any, kind: type[m.Message], what: str) -> Any:

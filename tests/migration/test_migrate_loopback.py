@@ -20,6 +20,7 @@ from tests.sandbox.conftest import stop_template
 from tests.sandbox.kv_client import check_values, put_values
 from tests.sandbox.waiting import gone, wait_for
 
+from . import test_tls
 from .migrate_kit import Hosts, address, digest, leftovers, make_key, running, stopped
 
 pytestmark = pytest.mark.slow
@@ -273,5 +274,25 @@ def test_source_cli_killed_after_the_commit_leaves_the_destination_running(
     wait_for(lambda: not hosts.src.root.joinpath(SID).exists(), "the guard to delete it", 60)
     wait_for(lambda: leftovers(hosts) == [], "the guard to clean up", 60)
     assert running(hosts.src) == [] and running(hosts.dst) == [SID]
+    assert digest(hosts.dst, SID) == before
+    check_values(address(hosts.dst, SID), acked)
+
+
+@pytest.fixture
+def cert_and_key(tmp_path):  # type: ignore[no-untyped-def]
+    return test_tls.self_signed.__wrapped__(tmp_path)  # the same cert, made the same way
+
+
+def test_migration_over_tls(hosts: Hosts, cert_and_key) -> None:
+    cert, tls_key = cert_and_key
+    _run(hosts)
+    acked = _put(hosts, 0, 50)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve(None, "--tls-cert", str(cert), "--tls-key", str(tls_key))
+    plain = hosts.migrate(SID, serve)  # a source without the CA cannot speak to it
+    assert plain.returncode == 1 and running(hosts.src) == [SID]
+    proc = hosts.migrate(SID, serve, "--tls-ca", str(cert))
+    assert proc.returncode == 0, proc.stderr
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
     assert digest(hosts.dst, SID) == before
     check_values(address(hosts.dst, SID), acked)
