@@ -51,7 +51,7 @@ from ckpt.statefile.pages import (
     PageSummary,
     PageWriter,
     check_runs,
-    iter_pages,
+    iter_stored,
     read_pages_meta,
 )
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
@@ -684,9 +684,9 @@ class Image:
             verify=self.verified,
         )
 
-    def iter_pages(self) -> Iterator[tuple[int, bytes]]:
-        """Every recorded page, ascending, one stored run held at a time (``iter_pages``)."""
-        return iter_pages(
+    def iter_stored(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """Every run as stored, checked, not decompressed (``pages.iter_stored``)."""
+        return iter_stored(
             self.pages_meta(),
             self.dir / PAGES_IMG,
             self._sealer,

@@ -523,25 +523,28 @@ def check_runs(
     return meta.summary.stored
 
 
-def iter_pages(
+def iter_stored(
     meta: PagesMeta, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
-) -> Iterator[tuple[int, bytes]]:
-    """Every recorded page as ``(index, 4096 bytes)``, ascending, zero pages included,
-    one stored run in memory at a time: for sending an image's pages elsewhere."""
-    zeros = iter(meta.zero_runs)
-    zero = next(zeros, None)
+) -> Iterator[tuple[int, int, int, bytes]]:
+    """Every run as recorded, ascending: ``(first, npages, codec, stored bytes)``, each
+    stored run checked against its tag but not decompressed, each zero run as
+    ``(first, npages, -1, b"")``: for sending an image's pages on as they are."""
+    stored = [(r.first_page, r.npages, i) for i, r in enumerate(meta.runs)]
+    zeros = [(first, npages, -1) for first, npages in meta.zero_runs]
     fd = open_regular(pages_path, "the page file")
     try:
-        for i, run in enumerate(meta.runs):
-            while zero is not None and zero[0] < run.first_page:
-                yield from ((p, ZERO_PAGE) for p in range(zero[0], zero[0] + zero[1]))
-                zero = next(zeros, None)
-            data = _fetch_run(fd, pages_path, run, i, sealer, image_id, verify)
-            for j in range(run.npages):
-                yield run.first_page + j, data[j * PAGE_SIZE : (j + 1) * PAGE_SIZE]
-        while zero is not None:
-            yield from ((p, ZERO_PAGE) for p in range(zero[0], zero[0] + zero[1]))
-            zero = next(zeros, None)
+        for first, npages, i in sorted(stored + zeros):
+            if i < 0:
+                yield first, npages, -1, b""
+                continue
+            r = meta.runs[i]
+            where = f"{pages_path}: run {i} (pages {first}..) at offset {r.offset}"
+            raw = os.pread(fd, r.stored_len, r.offset)
+            if len(raw) != r.stored_len:
+                raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
+            if verify:
+                sealer.check(_run_tag(sealer, image_id, first, npages, r.codec, raw), r.tag, where)
+            yield first, npages, r.codec, raw
     finally:
         os.close(fd)
 
