@@ -93,7 +93,11 @@ def serve_cmd(
     if detach:
         _detach(sandbox_root.path)
         return
-    serve(sandbox_root, host, port, secret, tls=tls, on_ready=ready_line_writer())
+    from ckpt.cli import Globals
+
+    serve(
+        sandbox_root, host, port, secret, tls=tls, on_ready=ready_line_writer(), debug=Globals.debug
+    )
 
 
 def _detach(root_dir: Path) -> None:

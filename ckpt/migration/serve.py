@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,6 +61,7 @@ def serve(
     tls: Any = None,
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     on_ready: Callable[[str], None] | None = None,
+    debug: bool = False,
 ) -> None:
     """Listen on ``host:port`` and receive migrations into ``root`` until a signal."""
     from ckpt.migration.channel import Listener, NoPeer
@@ -97,6 +99,11 @@ def serve(
                             got = receive(ch, root)
                         except CkptError as exc:
                             say(f"migration failed: {exc}")
+                            continue
+                        except Exception as exc:  # a bug must not take the server down
+                            say(f"migration failed (internal error, --debug shows it): {exc!r}")
+                            if debug:
+                                traceback.print_exc()
                             continue
                     say(f"received {got.sandbox_id}: running at {got.address}")
         except Stopping as sig:
