@@ -207,7 +207,8 @@ def bench_migrate_cmd(
         str, typer.Option("--shape", metavar="RATE", help="netns: tbf rate of the link.")
     ] = "1gbit",
     delay_ms: Annotated[
-        float, typer.Option("--delay-ms", min=0, help="netns: added latency, each way.")
+        float,
+        typer.Option("--delay-ms", metavar="MS", min=0, help="netns: added latency, each way."),
     ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
