@@ -85,7 +85,7 @@ class Incoming:
                     state.add(msg, img.state_file)
                     msg = ch.recv()
                 pages.first = msg
-                img.write_pages(pages)
+                img.write_runs(pages)
                 end = pages.end
                 if end is None or end.round != n or end.pages != pages.count:
                     raise FrameError(
@@ -179,8 +179,14 @@ class _StateIn:
 
 
 class _PagesIn:
-    """The pages of image ``n`` as ``(index, page)``, ascending, below ``limit``; stops at
-    the ``RoundEnd`` (kept in ``end``).  ``first`` is the message already read."""
+    """The runs of image ``n`` as ``(first, npages, codec, stored)`` (codec -1: zero
+    pages), ascending, below ``limit``; stops at the ``RoundEnd`` (kept in ``end``).
+    ``first`` is the message already read.
+
+    Every frame is decompressed here, so a frame that does not hold exactly the pages
+    it names is refused before anything of it is written.  A frame of one run of
+    non-zero pages is then stored as it came (no second compression); zero pages are
+    only recorded; anything else is compressed again run by run."""
 
     def __init__(self, ch: Any, n: int, limit: int) -> None:
         self.ch = ch
@@ -197,11 +203,34 @@ class _PagesIn:
             if not isinstance(msg, m.PageRuns) or msg.round != self.n:
                 what = msg.KIND.name
                 raise FrameError(f"the peer sent an unexpected {what} inside image {self.n}")
-            for index, page in m.unpack_pages(msg):
+            pages = m.unpack_pages(msg)  # runs, sizes and the data checked here
+            for index, _ in pages:
                 if index <= last or index >= self.limit:
                     raise FrameError(f"the peer sent page {index} out of order or range")
                 last = index
-                self.count += 1
-                yield index, page
+            self.count += len(pages)
+            yield from _runs(msg, pages)
             msg = self.ch.recv()
         self.end = msg
+
+
+def _runs(msg: m.PageRuns, pages: list[tuple[int, bytes]]) -> Any:
+    """The checked frame ``msg`` (its ``pages``) as runs to write (see ``_PagesIn``)."""
+    from ckpt.statefile.chunks import compress_chunk
+    from ckpt.statefile.format import CODEC_ZSTD, DEFAULT_LEVEL, PAGE_SIZE, PAGES_PER_CHUNK
+
+    zero = bytes(PAGE_SIZE)
+    at = 0
+    for first, count in msg.runs:
+        run = pages[at : at + count]
+        at += count
+        if all(page == zero for _, page in run):
+            yield first, count, -1, b""
+        elif len(msg.runs) == 1 and count <= PAGES_PER_CHUNK:
+            yield first, count, msg.codec, msg.data
+        else:
+            for i in range(0, count, PAGES_PER_CHUNK):
+                part = run[i : i + PAGES_PER_CHUNK]
+                raw = b"".join(page for _, page in part)
+                codec, stored = compress_chunk(raw, CODEC_ZSTD, DEFAULT_LEVEL)
+                yield first + i, len(part), codec, bytes(stored)

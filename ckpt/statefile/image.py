@@ -461,6 +461,13 @@ class ImageWriter:
         self.page_summary = self._pages.write_pages(pages)
         return self.page_summary
 
+    def write_runs(self, runs: Any) -> PageSummary:
+        """Store runs that arrive compressed (``PageWriter.write_runs``)."""
+        if self._pages is None:
+            raise StatefileError("the image is not open: use `with ImageWriter(...) as img`")
+        self.page_summary = self._pages.write_runs(runs)
+        return self.page_summary
+
     def write_stats(self, stats: dict[str, Any]) -> None:
         """Write stats.json beside the statefile (committed with the image)."""
         if self._stream is None or self.committed:

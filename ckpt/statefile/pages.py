@@ -147,6 +147,35 @@ class PageWriter:
             self._emit(done)
         return self.summary()
 
+    def write_runs(self, runs: Iterable[tuple[int, int, int, bytes]]) -> PageSummary:
+        """Consume runs already compressed, ascending: ``(first, npages, codec, stored)``,
+        or ``(first, npages, -1, b"")`` for zero pages; return totals.  For pages that
+        arrive compressed (a migration): the caller has checked each run decompresses
+        to ``npages`` pages; here it is tagged and written as it is."""
+        if self.written:
+            raise StatefileError("write_pages was already called for this image")
+        self.written = True
+        end = 0
+        for first, npages, codec, stored in runs:
+            if first < end or npages < 1 or (codec >= 0 and npages > PAGES_PER_CHUNK):
+                raise StatefileError(
+                    f"page runs must ascend, stored ones of 1..{PAGES_PER_CHUNK} pages"
+                )
+            end = first + npages
+            self._scanned += npages
+            if codec < 0:
+                last = self._zero_runs[-1] if self._zero_runs else None
+                if last is not None and last[0] + last[1] == first:
+                    self._zero_runs[-1] = (last[0], last[1] + npages)
+                else:
+                    self._zero_runs.append((first, npages))
+                self._zero += npages
+                continue
+            self._stored += npages
+            tag = _run_tag(self._sealer, self._image_id, first, npages, codec, stored)
+            self._emit((first, npages, codec, stored, tag))
+        return self.summary()
+
     def _write_pages(self, pages: Iterable[tuple[int, Any]]) -> None:
         zero_page = ZERO_PAGE
         zero_runs = self._zero_runs
