@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,20 @@ from ckpt.migration import (
 from ckpt.migration.incoming import INCOMING_DIR, sweep
 from ckpt.migration.session import Exists, receive
 from ckpt.sandbox.paths import STOPPED, Root, SandboxState
+from tests.sandbox.conftest import sandbox_processes
 
 from .conftest import open_pair
 
 PAGE = b"\x01" * 4096
+
+
+@pytest.fixture(autouse=True)
+def no_template(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """An accepted offer warms the root's template: none here (nothing is restored),
+    and none may be left running."""
+    monkeypatch.setenv("CKPT_TEMPLATE", "0")
+    yield
+    assert sandbox_processes(tmp_path / "root") == []
 
 
 def _offer(**kw) -> Offer:  # type: ignore[no-untyped-def]
