@@ -296,3 +296,16 @@ def test_migration_over_tls(hosts: Hosts, cert_and_key) -> None:
     assert running(hosts.dst) == [SID] and running(hosts.src) == []
     assert digest(hosts.dst, SID) == before
     check_values(address(hosts.dst, SID), acked)
+
+
+def test_no_pre_copy_round_sends_everything_in_the_final_image(hosts: Hosts) -> None:
+    _run(hosts, "kv:4")
+    acked = _put(hosts, 0, 60)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    proc = hosts.migrate(SID, serve, "--rounds", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (final,) = json.loads(proc.stdout)["rounds"]
+    assert final["final"] and final["pages"] > 0
+    assert digest(hosts.dst, SID) == before
+    check_values(address(hosts.dst, SID), acked)
