@@ -14,6 +14,7 @@ One module per command group, each with ``register(app)``::
     inspect.py        inspect statefile
     template.py       template status|start|stop
     image.py          image ls|rm|prune
+    migrate.py        serve, migrate, and bench migrate
 
 ``GROUPS`` is the one place a group is added: its module name and the top-level words
 it adds, in the order ``ckpt --help`` lists them (commands first, then groups).  A module
@@ -50,6 +51,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "inspect": ("inspect",),
     "template": ("template",),
     "image": ("image",),
+    "migrate": ("serve", "migrate", "bench"),
 }
 
 _loaded: set[str] = set()

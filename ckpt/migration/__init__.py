@@ -1,4 +1,4 @@
-"""Live migration between hosts; for now the authenticated channel it runs over.
+"""Live migration between hosts: the authenticated channel, the session on top of it.
 
 Public API::
 
@@ -10,7 +10,8 @@ Public API::
     ch.send(msg); msg = ch.recv(); ch.send_error(code, text); ch.close()
     pack_pages(round, [(index, page), ...]) -> PageRuns; unpack_pages(msg) -> [(index, page)]
 
-Messages: ``Hello``, ``PageRuns``, ``StateChunk``, ``Ack``, ``Error``, ``Done``.  Every
+Messages: ``Hello``, ``Offer``, ``PageRuns``, ``StateChunk``, ``RoundEnd``, ``Ack``,
+``Restored``, ``Error``, ``Done``; ``session.py`` says in which order.  Every
 failure is a ``MigrationError``; see ``channel.py`` for what the HMAC and TLS modes protect.
 """
 
@@ -35,7 +36,10 @@ from ckpt.migration.messages import (
     Hello,
     Kind,
     Message,
+    Offer,
     PageRuns,
+    Restored,
+    RoundEnd,
     StateChunk,
     pack_pages,
     unpack_pages,
@@ -59,9 +63,12 @@ __all__ = [
     "Listener",
     "Message",
     "MigrationError",
+    "Offer",
     "PageRuns",
     "PeerClosed",
     "PeerError",
+    "Restored",
+    "RoundEnd",
     "ServerTLS",
     "StateChunk",
     "connect",

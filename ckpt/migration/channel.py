@@ -84,6 +84,10 @@ def _tls_handshake(sock: ssl.SSLSocket, timeout: float) -> None:
         raise MigrationError(f"the TLS handshake failed: {exc}") from exc
 
 
+class NoPeer(MigrationError):
+    """``Listener.accept`` waited its whole timeout and nobody connected."""
+
+
 class Channel:
     """One authenticated connection; ``send`` and ``recv`` may run in two threads."""
 
@@ -158,12 +162,27 @@ class Channel:
             raise PeerError(msg.code, f"the peer gave up: {msg.message}")
         return msg
 
-    def send_error(self, code: messages.ErrorCode, message: str) -> None:
-        """Tell the peer why this side gives up (best effort), then close."""
+    def send_error(self, code: messages.ErrorCode, message: str, linger: float = 0.0) -> None:
+        """Tell the peer why this side gives up (best effort), then close.
+
+        With ``linger`` seconds, what the peer still sends is read and dropped until it
+        closes (or that time passes), so a peer in the middle of sending reads the
+        ``Error`` at its next receive instead of failing on a reset connection."""
         line = message.replace("\n", " ")[: messages.MAX_TEXT]
         with contextlib.suppress(MigrationError):
             self.send(messages.Error(int(code), line))
+            if linger > 0:
+                self._drain(linger)
         self.close()
+
+    def _drain(self, seconds: float) -> None:
+        sock = self._wire.sock
+        deadline = Deadline(seconds)
+        with contextlib.suppress(OSError, MigrationError):
+            while True:
+                sock.settimeout(deadline.remaining("closing"))
+                if not sock.recv(1 << 16):
+                    return
 
     def _check_open(self) -> None:
         if self._closed:
@@ -245,7 +264,7 @@ class Listener:
         try:
             sock, _ = self._sock.accept()
         except TimeoutError as exc:
-            raise MigrationError("no peer connected before the deadline") from exc
+            raise NoPeer("no peer connected before the deadline") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._ctx is not None:
             try:

@@ -34,9 +34,12 @@ class Kind(enum.IntEnum):
     HELLO = 1
     PAGE_RUNS = 16
     STATE_CHUNK = 17
+    ROUND_END = 18
     ACK = 32
     ERROR = 33
     DONE = 34
+    OFFER = 35
+    RESTORED = 36
 
 
 class ErrorCode(enum.IntEnum):
@@ -48,6 +51,7 @@ class ErrorCode(enum.IntEnum):
     NO_SPACE = 3
     RESTORE_FAILED = 4
     CANCELLED = 5
+    REFUSED = 6  # the offer is not acceptable (bad ID, limits)
 
 
 class Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
@@ -106,8 +110,43 @@ class Done(Message):
     frames: int
 
 
+class Offer(Message):
+    """The source's first session message: which sandbox, and what restoring it needs.
+
+    ``pages`` bounds every page index the source will send (the kernel's address space
+    in pages); ``port`` is where the destination binds (None: the port it had)."""
+
+    KIND: ClassVar[Kind] = Kind.OFFER
+    sandbox_id: str
+    workload: str
+    engine: str
+    pages: int
+    cpus: float | None = None
+    port: int | None = None
+
+
+class RoundEnd(Message):
+    """The end of one image: ``final`` carries the kernel state (sent before it as
+    ``StateChunk``s) and the metadata restoring it needs."""
+
+    KIND: ClassVar[Kind] = Kind.ROUND_END
+    round: int
+    pages: int
+    final: bool = False
+    state_bytes: int = 0
+    metadata: dict[str, str | int | None] = {}
+
+
+class Restored(Message):
+    """The destination runs the sandbox; it keeps it only once the source says ``Done``."""
+
+    KIND: ClassVar[Kind] = Kind.RESTORED
+    address: str | None
+    restore_ms: float
+
+
 MESSAGE_TYPES: dict[int, type[Message]] = {
-    t.KIND: t for t in (Hello, PageRuns, StateChunk, Ack, Error, Done)
+    t.KIND: t for t in (Hello, PageRuns, StateChunk, RoundEnd, Ack, Error, Done, Offer, Restored)
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(t) for kind, t in MESSAGE_TYPES.items()}
@@ -138,7 +177,20 @@ def _check(msg: Message) -> None:
             raise FrameError(
                 f"the peer sent a {msg.KIND.name} with an over-long or multi-line text"
             )
-    if isinstance(msg, PageRuns | StateChunk | Ack | Done | Hello):
+    if isinstance(msg, Offer | RoundEnd | Restored):
+        texts = [v for v in msg.__struct_fields__ if isinstance(getattr(msg, v), str)]
+        values = [getattr(msg, v) for v in texts]
+        if isinstance(msg, RoundEnd):
+            if len(msg.metadata) > 16:
+                raise FrameError("the peer sent a ROUND_END with too much metadata")
+            values += [k for k in msg.metadata] + [
+                v for v in msg.metadata.values() if isinstance(v, str)
+            ]
+        if any(len(t) > MAX_TEXT or "\n" in t for t in values):
+            raise FrameError(
+                f"the peer sent a {msg.KIND.name} with an over-long or multi-line text"
+            )
+    if isinstance(msg, PageRuns | StateChunk | Ack | Done | Hello | Offer | RoundEnd):
         for name in msg.__struct_fields__:
             value = getattr(msg, name)
             if type(value) is int and value < 0:

@@ -27,7 +27,7 @@ import os
 import platform
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -58,6 +58,7 @@ from ckpt.statefile.pages import (
     PageSummary,
     PageWriter,
     check_runs,
+    iter_stored,
     read_pages_meta,
 )
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
@@ -467,6 +468,13 @@ class ImageWriter:
         self.page_summary = self._pages.write_pages(pages)
         return self.page_summary
 
+    def write_runs(self, runs: Any) -> PageSummary:
+        """Store runs that arrive compressed (``PageWriter.write_runs``)."""
+        if self._pages is None:
+            raise StatefileError("the image is not open: use `with ImageWriter(...) as img`")
+        self.page_summary = self._pages.write_runs(runs)
+        return self.page_summary
+
     def write_stats(self, stats: dict[str, Any]) -> None:
         """Write stats.json beside the statefile (committed with the image)."""
         if self._stream is None or self.committed:
@@ -683,6 +691,16 @@ class Image:
     def check_pages(self) -> int:
         """Read and check every stored page, holding none (``inspect --verify``)."""
         return check_runs(
+            self.pages_meta(),
+            self.dir / PAGES_IMG,
+            self._sealer,
+            self.header.image_id,
+            verify=self.verified,
+        )
+
+    def iter_stored(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """Every run as stored, checked, not decompressed (``pages.iter_stored``)."""
+        return iter_stored(
             self.pages_meta(),
             self.dir / PAGES_IMG,
             self._sealer,

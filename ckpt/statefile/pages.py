@@ -153,6 +153,35 @@ class PageWriter:
             self._emit(done)
         return self.summary()
 
+    def write_runs(self, runs: Iterable[tuple[int, int, int, bytes]]) -> PageSummary:
+        """Consume runs already compressed, ascending: ``(first, npages, codec, stored)``,
+        or ``(first, npages, -1, b"")`` for zero pages; return totals.  For pages that
+        arrive compressed (a migration): the caller has checked each run decompresses
+        to ``npages`` pages; here it is tagged and written as it is."""
+        if self.written:
+            raise StatefileError("write_pages was already called for this image")
+        self.written = True
+        end = 0
+        for first, npages, codec, stored in runs:
+            if first < end or npages < 1 or (codec >= 0 and npages > PAGES_PER_CHUNK):
+                raise StatefileError(
+                    f"page runs must ascend, stored ones of 1..{PAGES_PER_CHUNK} pages"
+                )
+            end = first + npages
+            self._scanned += npages
+            if codec < 0:
+                last = self._zero_runs[-1] if self._zero_runs else None
+                if last is not None and last[0] + last[1] == first:
+                    self._zero_runs[-1] = (last[0], last[1] + npages)
+                else:
+                    self._zero_runs.append((first, npages))
+                self._zero += npages
+                continue
+            self._stored += npages
+            tag = _run_tag(self._sealer, self._image_id, first, npages, codec, stored)
+            self._emit((first, npages, codec, stored, tag))
+        return self.summary()
+
     def _write_pages(self, pages: Iterable[tuple[int, Any]]) -> None:
         zero_page = ZERO_PAGE
         zero_runs = self._zero_runs
@@ -527,6 +556,32 @@ def check_runs(
     finally:
         os.close(fd)
     return meta.summary.stored
+
+
+def iter_stored(
+    meta: PagesMeta, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+) -> Iterator[tuple[int, int, int, bytes]]:
+    """Every run as recorded, ascending: ``(first, npages, codec, stored bytes)``, each
+    stored run checked against its tag but not decompressed, each zero run as
+    ``(first, npages, -1, b"")``: for sending an image's pages on as they are."""
+    stored = [(r.first_page, r.npages, i) for i, r in enumerate(meta.runs)]
+    zeros = [(first, npages, -1) for first, npages in meta.zero_runs]
+    fd = open_regular(pages_path, "the page file")
+    try:
+        for first, npages, i in sorted(stored + zeros):
+            if i < 0:
+                yield first, npages, -1, b""
+                continue
+            r = meta.runs[i]
+            where = f"{pages_path}: run {i} (pages {first}..) at offset {r.offset}"
+            raw = os.pread(fd, r.stored_len, r.offset)
+            if len(raw) != r.stored_len:
+                raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
+            if verify:
+                sealer.check(_run_tag(sealer, image_id, first, npages, r.codec, raw), r.tag, where)
+            yield first, npages, r.codec, raw
+    finally:
+        os.close(fd)
 
 
 class LoadedPages:

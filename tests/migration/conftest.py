@@ -11,6 +11,8 @@ import pytest
 
 from ckpt.migration import Channel, Listener, connect
 
+from .migrate_kit import hosts  # noqa: F401  (the two-host fixture)
+
 SECRET = bytes(range(32))
 
 

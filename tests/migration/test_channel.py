@@ -20,9 +20,12 @@ from ckpt.migration import (
     Hello,
     KeyMismatch,
     MigrationError,
+    Offer,
     PageRuns,
     PeerClosed,
     PeerError,
+    Restored,
+    RoundEnd,
     StateChunk,
     pack_pages,
     unpack_pages,
@@ -52,6 +55,9 @@ def test_every_kind_round_trips_both_ways(pair) -> None:
         StateChunk(offset=4096, data=b"state" * 100, last=True),
         Ack(seq=5),
         Done(frames=4),
+        Offer("kv-1", "kv:4", "typed", 1 << 20, cpus=0.5, port=8080),
+        RoundEnd(round=2, pages=40, final=True, state_bytes=500, metadata={"engine": "typed"}),
+        Restored(address="198.18.0.2:8080", restore_ms=12.5),
     ]
     for a, b in ((client, server), (server, client)):
         for msg in sent:

@@ -1,0 +1,482 @@
+"""``ckpt bench migrate``: what a live migration costs a sandbox under load.
+
+For each workload (``kv:N``, ``memory:N``) a sandbox runs in a private source root and
+``ckpt serve`` in a private destination root, both on 127.0.0.1 (the destination binds
+a port chosen beforehand, so a client knows where to go).  A client writes to it
+(``kv``: PUTs of new 4 KiB values at ``rate`` bytes a second; ``memory``: ``GET /``)
+and, when a request fails, retries every ``RETRY_S`` at the source, then the
+destination.  ``ckpt migrate --json`` moves it, and the figures are:
+
+* ``frozen_ms``: the source frozen until its final image was written;
+* ``downtime_ms``: from the freeze until the destination said it runs (the CLI's);
+* ``gap_ms``: the longest time the client went without an answer (what a user sees);
+* ``total_ms``: wall time of ``ckpt migrate``;
+* ``sent_ratio``: bytes sent over the memory's size;
+* ``rounds``, ``lost``: acknowledged writes missing on the destination (must be 0).
+
+With ``link="netns"`` the two roots are two hosts in network namespaces
+(``ckpt.bench.netns``: 198.18.0.0/15, each link shaped by ``tbf`` to ``shape``,
+optionally ``delay_ms`` of latency through a delaying relay on the source host).  A
+sandbox listens on its host's 127.0.0.1, so a client on the source host cannot follow
+it to the other: there the writer stops when the source goes, ``gap_ms`` is not
+measured (0), and the acknowledged writes are read back on the destination host.
+
+One sample per cell: the sizes that matter take seconds each, and the machine is shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckpt.bench.harness import BenchError, machine_info
+
+DEFAULT_SIZES = (64, 256)
+RETRY_S = 0.005
+VALUE_BYTES = 4096
+MAX_REQUESTS = 200_000
+TIMEOUT_S = 600.0
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Cell:
+    workload: str
+    frozen_ms: float = 0.0
+    downtime_ms: float = 0.0
+    gap_ms: float = 0.0
+    total_ms: float = 0.0
+    bytes_sent: int = 0
+    memory_bytes: int = 0
+    sent_ratio: float = 0.0
+    rounds: int = 0
+    acked: int = 0
+    lost: int = 0
+    failed_requests: int = 0
+    counters: dict[str, Any] = field(default_factory=dict)
+
+
+class _Client(threading.Thread):
+    """Loads the sandbox at ``addresses[0]``; on a failed request, retries every
+    ``RETRY_S`` on each address in turn.  Records acknowledged writes and the longest
+    time between two answers."""
+
+    def __init__(self, addresses: list[tuple[str, int]], kv: bool, rate: int) -> None:
+        super().__init__(name="bench-client", daemon=True)
+        self.addresses, self.kv, self.rate = addresses, kv, rate
+        self.acked: dict[str, bytes] = {}
+        self.gap_ns = 0
+        self.failures = 0
+        self._gone_after = MAX_REQUESTS  # failures before giving up (the netns writer: 1)
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(60)
+
+    def run_until_gone(self, lifetime: float) -> None:
+        """Load until the one address stops answering (or ``lifetime``), in this thread."""
+        self.addresses = self.addresses[:1]
+        self._gone_after = 1
+        timer = threading.Timer(lifetime, self._halt.set)
+        timer.start()
+        try:
+            self.run()
+        finally:
+            timer.cancel()
+
+    def _one(self, conn: http.client.HTTPConnection, i: int) -> bool:
+        if self.kv:
+            key, value = f"m{i}", (b"%08d" % i) * (VALUE_BYTES // 8)
+            conn.request("PUT", f"/kv/{key}", body=value)
+        else:
+            conn.request("GET", "/")
+        reply = conn.getresponse()
+        reply.read()
+        if reply.status != 200:
+            return False
+        if self.kv:
+            self.acked[key] = value
+        return True
+
+    def run(self) -> None:
+        interval = VALUE_BYTES / self.rate if self.kv else 0.002
+        deadline = time.monotonic() + TIMEOUT_S
+        which = 0
+        conn: http.client.HTTPConnection | None = None
+        last_ok = time.perf_counter_ns()
+        for i in range(MAX_REQUESTS):
+            if self._halt.is_set() or time.monotonic() > deadline:
+                break
+            t = time.perf_counter_ns()
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection(*self.addresses[which], timeout=60)
+                ok = self._one(conn, i)
+            except (OSError, http.client.HTTPException):
+                ok = False
+                with contextlib.suppress(OSError):
+                    conn.close() if conn else None
+                conn = None
+            now = time.perf_counter_ns()
+            if ok:
+                self.gap_ns = max(self.gap_ns, now - last_ok)
+                last_ok = now
+                self._halt.wait(max(0.0, interval - (now - t) / 1e9))
+            else:
+                self.failures += 1
+                if self.failures >= self._gone_after:
+                    break
+                which = (which + 1) % len(self.addresses)
+                self._halt.wait(RETRY_S)
+        if conn is not None:
+            conn.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _ckpt(root: Path, *args: str, timeout: float = TIMEOUT_S) -> str:
+    cmd = [sys.executable, "-m", "ckpt", "--root", str(root), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise BenchError(f"ckpt {' '.join(args[:2])} failed: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
+
+
+def _lost(address: tuple[str, int], acked: dict[str, bytes]) -> int:
+    conn = http.client.HTTPConnection(*address, timeout=60)
+    lost = 0
+    try:
+        for key, value in acked.items():
+            conn.request("GET", f"/kv/{key}")
+            reply = conn.getresponse()
+            if (reply.status, reply.read()) != (200, value):
+                lost += 1
+    finally:
+        conn.close()
+    return lost
+
+
+def run_cell(top: Path, key: Path, workload: str, rate: int, serve_at: str) -> Cell:
+    """Run, load, migrate, count what was lost; remove both sandboxes."""
+    sid = f"mig-{os.getpid()}"
+    src, dst = top / "src", top / "dst"
+    cell = Cell(workload)
+    kv = workload.startswith("kv:")
+    _ckpt(src, "run", sid, "--workload", workload, "--port", "0")
+    client = None
+    try:
+        state = json.loads(_ckpt(src, "state", sid))
+        host, _, port = state["address"].rpartition(":")
+        new_port = _free_port()
+        client = _Client([(host, int(port)), (HOST, new_port)], kv, rate)
+        client.start()
+        time.sleep(0.5)  # the load is under way before the migration starts
+        t0 = time.perf_counter_ns()
+        out = _ckpt(src, "migrate", sid, "--to", serve_at, "--key-file", str(key),
+                    "--port", str(new_port), "--json")  # fmt: skip
+        cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
+        time.sleep(0.3)  # the client finds the destination
+        client.stop()
+        report = json.loads(out)
+        cell.frozen_ms = float(report["frozen_time_ms"])
+        cell.downtime_ms = float(report["downtime_ms"])
+        cell.gap_ms = client.gap_ns / 1e6
+        cell.bytes_sent = int(report["bytes_sent"])
+        cell.memory_bytes = int(report["memory_bytes"])
+        cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)
+        cell.rounds = len(report["rounds"])
+        cell.failed_requests = client.failures
+        cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
+        cell.acked = len(client.acked)
+        cell.lost = _lost((HOST, new_port), client.acked) if kv else 0
+    finally:
+        if client is not None:
+            client.stop()
+        for root in (src, dst):
+            with contextlib.suppress(subprocess.SubprocessError, BenchError):
+                _ckpt(root, "delete", sid, "--force", timeout=120)
+    return cell
+
+
+def run(
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    kinds: Sequence[str] = ("kv", "memory"),
+    rate: int = 2 << 20,
+    progress: Callable[[str], None] | None = None,
+    *,
+    link: str = "loopback",
+    shape: str = "1gbit",
+    delay_ms: float = 0.0,
+) -> dict[str, Any]:
+    """Every cell, in private roots removed afterwards, with one ``ckpt serve``."""
+    if any(k not in ("memory", "kv") for k in kinds):
+        raise BenchError(f"unknown workload in {', '.join(kinds)}; choose memory, kv or both")
+    if not sizes or any(s <= 0 for s in sizes):
+        raise BenchError("sizes are positive MiB counts, e.g. 64,256")
+    if link == "netns":
+        return run_netns(sizes, kinds, rate, progress, shape=shape, delay_ms=delay_ms)
+    if link != "loopback":
+        raise BenchError(f"unknown link {link!r}; choose loopback or netns")
+    top = Path(tempfile.mkdtemp(prefix="ckpt-bench-migrate-"))
+    key = top / "key"
+    key.write_bytes(os.urandom(32))
+    os.chmod(key, 0o600)
+    log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ckpt", "--root", str(top / "dst"), "serve",
+         "--listen", f"{HOST}:0", "--key-file", str(key)],
+        stdout=log,
+        stderr=log,
+    )  # fmt: skip
+    log.close()
+    cells: list[Cell] = []
+    try:
+        serve_at = _wait_listening(top / "serve.log", serve)
+        for kind in kinds:
+            for size in sizes:
+                workload = f"{kind}:{size}"
+                if progress:
+                    progress(workload)
+                cells.append(run_cell(top, key, workload, rate, serve_at))
+    finally:
+        serve.terminate()
+        try:
+            serve.wait(30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait(10)
+        for root in (top / "src", top / "dst"):
+            subprocess.run(
+                [sys.executable, "-m", "ckpt", "--root", str(root), "template", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
+        shutil.rmtree(top, ignore_errors=True)
+    return {
+        "machine": machine_info(),
+        "link": "loopback",
+        "rate_bytes_s": rate,
+        "cells": [asdict(c) for c in cells],
+    }
+
+
+def _wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("listening on "):
+                return line.split()[2]
+        if proc.poll() is not None:
+            raise BenchError(f"ckpt serve exited: {log.read_text(errors='replace')[-300:]}")
+        time.sleep(0.05)
+    raise BenchError("ckpt serve did not listen within 60 s")
+
+
+def render(report: dict[str, Any]) -> Any:
+    """The cells as one table that fits 80 columns."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(
+        title=f"bench migrate over {report['link']} (one sample per cell; ms)",
+        title_justify="left",
+        caption="gap: longest a client retrying every 5 ms waited; sent/mem: bytes",
+        box=box.SIMPLE,
+        pad_edge=False,
+    )
+    t.add_column("workload", no_wrap=True)
+    for name in ("frozen", "down", "gap", "total", "sent/mem", "rounds", "lost"):
+        t.add_column(name, justify="right", no_wrap=True)
+    for c in report["cells"]:
+        t.add_row(
+            c["workload"],
+            f"{c['frozen_ms']:.0f}",
+            f"{c['downtime_ms']:.0f}",
+            f"{c['gap_ms']:.0f}",
+            f"{c['total_ms']:.0f}",
+            f"{c['sent_ratio']:.2f}",
+            str(c["rounds"]),
+            f"{c['lost']}/{c['acked']}" if c["workload"].startswith("kv") else "-",
+        )
+    return t
+
+
+def go_lines(report: dict[str, Any]) -> list[str]:
+    """``BenchmarkMigrate/loopback/kv_256 1 <downtime ns> ns/op ...`` for benchstat."""
+    lines = []
+    for c in report["cells"]:
+        name = f"BenchmarkMigrate/{report['link']}/{c['workload'].replace(':', '_')}"
+        lines.append(
+            "\t".join(
+                [
+                    name,
+                    "1",
+                    f"{c['downtime_ms'] * 1e6:.0f} ns/op",
+                    f"{c['frozen_ms'] * 1e6:.0f} frozen-ns",
+                    f"{c['gap_ms'] * 1e6:.0f} gap-ns",
+                    f"{c['total_ms'] * 1e6:.0f} total-ns",
+                    f"{c['bytes_sent']} sent-B",
+                    f"{c['lost']} lost",
+                ]
+            )
+        )
+    return lines
+
+
+# --- two hosts in network namespaces ---------------------------------------------------
+
+SERVE_PORT = 7070
+RELAY_PORT = 7071
+
+
+def load_in_host(port: int, kv: bool, rate: int, out_path: str, lifetime: float) -> None:
+    """Inside the source host: load the sandbox until it stops answering (it moved), then
+    write the acknowledged writes to ``out_path`` as JSON.  Prints ``ready`` first."""
+    client = _Client([(HOST, port)], kv, rate)
+    print("ready", flush=True)
+    client.run_until_gone(lifetime)
+    Path(out_path).write_text(json.dumps({k: v.hex() for k, v in client.acked.items()}))
+
+
+def check_in_host(port: int, acked_path: str) -> None:
+    """Inside the destination host: print how many acknowledged writes are missing."""
+    acked = {k: bytes.fromhex(v) for k, v in json.loads(Path(acked_path).read_text()).items()}
+    print(json.dumps({"lost": _lost((HOST, port), acked)}), flush=True)
+
+
+def _in_host(net: Any, host: Any, root: Path, *args: str) -> str:
+    argv = [sys.executable, "-m", "ckpt", "--root", str(root), *args]
+    proc = net.run(host, argv, timeout=TIMEOUT_S, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchError(f"ckpt {' '.join(args[:2])} failed: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
+
+
+def run_netns(
+    sizes: Sequence[int],
+    kinds: Sequence[str],
+    rate: int,
+    progress: Callable[[str], None] | None,
+    *,
+    shape: str,
+    delay_ms: float,
+) -> dict[str, Any]:
+    """The cells between two hosts in namespaces over a ``shape`` link (see the module)."""
+    from ckpt.bench import netns
+
+    reason = netns.unavailable_reason()
+    if reason is not None:
+        raise BenchError(f"--link netns: {reason}")
+    top = Path(tempfile.mkdtemp(prefix="ckpt-bench-migrate-"))
+    key = top / "key"
+    key.write_bytes(os.urandom(32))
+    os.chmod(key, 0o600)
+    cells: list[Cell] = []
+    try:
+        with netns.host_network(2, rate=shape) as net:
+            h0, h1 = net.hosts
+            log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
+            net.popen(
+                h1,
+                [sys.executable, "-m", "ckpt", "--root", str(top / "dst"), "serve",
+                 "--listen", f"{h1.address}:{SERVE_PORT}", "--key-file", str(key)],
+                stdout=log,
+                stderr=log,
+            )  # fmt: skip
+            log.close()
+            _wait_listening(top / "serve.log", net.processes[-1])
+            to = f"{h1.address}:{SERVE_PORT}"
+            if delay_ms > 0:
+                relay = net.python(
+                    h0, netns.run_relay, HOST, RELAY_PORT, h1.address, SERVE_PORT, delay_ms,
+                    TIMEOUT_S, stdout=subprocess.PIPE,
+                )  # fmt: skip
+                if relay.stdout is None or relay.stdout.readline() != b"ready\n":
+                    raise BenchError("the delaying relay did not start")
+                to = f"{HOST}:{RELAY_PORT}"
+            try:
+                for kind in kinds:
+                    for size in sizes:
+                        workload = f"{kind}:{size}"
+                        if progress:
+                            progress(f"{workload} ({shape}, +{delay_ms:g} ms)")
+                        cells.append(_netns_cell(net, top, key, workload, rate, to))
+            finally:
+                for root in (top / "src", top / "dst"):
+                    for sid in _ids(root):
+                        with contextlib.suppress(subprocess.SubprocessError, BenchError):
+                            _ckpt(root, "delete", sid, "--force", timeout=120)
+                    subprocess.run(
+                        [sys.executable, "-m", "ckpt", "--root", str(root), "template", "stop"],
+                        capture_output=True,
+                        timeout=60,
+                    )
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    return {
+        "machine": machine_info(),
+        "link": f"netns-{shape}" + (f"+{delay_ms:g}ms" if delay_ms else ""),
+        "rate_bytes_s": rate,
+        "cells": [asdict(c) for c in cells],
+    }
+
+
+def _ids(root: Path) -> list[str]:
+    from ckpt.sandbox.paths import Root
+
+    return Root(root).ids() if root.is_dir() else []
+
+
+def _netns_cell(net: Any, top: Path, key: Path, workload: str, rate: int, to: str) -> Cell:
+    h0, h1 = net.hosts
+    sid = f"mig-{os.getpid()}"
+    src, dst = top / "src", top / "dst"
+    cell = Cell(workload)
+    kv = workload.startswith("kv:")
+    _in_host(net, h0, src, "run", sid, "--workload", workload, "--port", "0")
+    port = int(json.loads(_ckpt(src, "state", sid))["address"].rpartition(":")[2])
+    acked_path = top / "acked.json"
+    loader = net.python(
+        h0, load_in_host, port, kv, rate, str(acked_path), TIMEOUT_S, stdout=subprocess.PIPE
+    )
+    if loader.stdout is None or loader.stdout.readline() != b"ready\n":
+        raise BenchError("the load client did not start")
+    time.sleep(0.5)
+    t0 = time.perf_counter_ns()
+    out = _in_host(net, h0, src, "migrate", sid, "--to", to, "--key-file", str(key), "--json")
+    cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
+    loader.wait(120)
+    report = json.loads(out)
+    cell.frozen_ms = float(report["frozen_time_ms"])
+    cell.downtime_ms = float(report["downtime_ms"])
+    cell.bytes_sent = int(report["bytes_sent"])
+    cell.memory_bytes = int(report["memory_bytes"])
+    cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)
+    cell.rounds = len(report["rounds"])
+    cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
+    acked = json.loads(acked_path.read_text())
+    cell.acked = len(acked)
+    if kv:
+        checker = net.python(h1, check_in_host, port, str(acked_path), stdout=subprocess.PIPE)
+        got, _ = checker.communicate(timeout=120)
+        cell.lost = int(json.loads(got)["lost"])
+    _ckpt(dst, "delete", sid, "--force", timeout=120)
+    return cell

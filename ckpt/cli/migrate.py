@@ -1,0 +1,252 @@
+"""``ckpt serve``, ``ckpt migrate`` and ``ckpt bench migrate``: live migration between hosts.
+
+Commands parse options and call ``ckpt.migration``; every error is a CkptError that
+``ckpt.cli.base.main`` renders as one line.  The migration package is imported by these
+commands only, so other commands start no slower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ckpt.errors import CkptError
+
+DETACH_READY_S = 30.0
+
+KeyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-file",
+        metavar="PATH",
+        help="The secret both hosts share (>= 32 bytes, mode 0600). Required.",
+    ),
+]
+TlsCertOpt = Annotated[
+    Path | None,
+    typer.Option("--tls-cert", metavar="PEM", help="Serve over TLS with this certificate."),
+]
+TlsKeyOpt = Annotated[
+    Path | None, typer.Option("--tls-key", metavar="PEM", help="The certificate's private key.")
+]
+TlsCaOpt = Annotated[
+    Path | None,
+    typer.Option("--tls-ca", metavar="PEM", help="Use TLS; trust the server signed by this CA."),
+]
+
+
+class UsageError(CkptError):
+    """A missing or contradictory option."""
+
+
+def _root(given: Path | None) -> Any:
+    from ckpt.cli.base import Globals, default_root
+    from ckpt.sandbox import paths
+
+    return paths.Root(given or Globals.root or default_root()).check()
+
+
+def _secret(key_file: Path | None) -> bytes:
+    from ckpt.migration import read_key_file
+
+    if key_file is None:
+        raise UsageError(
+            "a key file is required: --key-file PATH, the same file on both hosts "
+            "(make one with: head -c 32 /dev/urandom > PATH; chmod 600 PATH)"
+        )
+    return read_key_file(key_file)
+
+
+def serve_cmd(
+    listen: Annotated[
+        str, typer.Option("--listen", metavar="HOST:PORT", help="Where to accept migrations.")
+    ],
+    key_file: KeyFileOpt = None,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", metavar="DIR", help="The root migrations arrive in."),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Run in the background; print its pid.")
+    ] = False,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
+) -> None:
+    """Accept migrations into the root until SIGTERM or SIGINT."""
+    from ckpt.migration import ServerTLS
+    from ckpt.migration.serve import parse_address, ready_line_writer, serve
+
+    host, port = parse_address(listen, "--listen")
+    secret = _secret(key_file)
+    if (tls_cert is None) != (tls_key is None):
+        raise UsageError("TLS needs both --tls-cert and --tls-key")
+    tls = ServerTLS(tls_cert, tls_key) if tls_cert is not None and tls_key else None
+    sandbox_root = _root(root)
+    if detach:
+        _detach(sandbox_root.path)
+        return
+    from ckpt.cli.base import Globals
+
+    serve(
+        sandbox_root, host, port, secret, tls=tls, on_ready=ready_line_writer(), debug=Globals.debug
+    )
+
+
+def _detach(root_dir: Path) -> None:
+    """Start this same command without --detach in its own session; print its pid once
+    it listens (or its first error line)."""
+    from ckpt.cli.base import Globals
+    from ckpt.migration.serve import READY_FD_ENV
+
+    argv = [a for a in sys.argv[1:] if a != "--detach"]
+    if Globals.root is not None and "--root" not in argv:
+        argv = ["--root", str(Globals.root), *argv]
+    r, w = os.pipe()
+    root_dir.mkdir(parents=True, exist_ok=True)
+    log = root_dir / "serve.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ckpt", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            pass_fds=(w,),
+            env={**os.environ, READY_FD_ENV: str(w)},
+            start_new_session=True,
+        )
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], DETACH_READY_S)
+        line = os.read(r, 256).decode(errors="replace").strip() if ready else ""
+    finally:
+        os.close(r)
+    if not line:
+        code = proc.poll()
+        if code is None:
+            proc.terminate()
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise CkptError(f"ckpt serve did not start ({tail[0]}); see {log}")
+    print(f"{proc.pid} listening on {line}", flush=True)
+
+
+def migrate_cmd(
+    sandbox_id: Annotated[
+        str, typer.Argument(metavar="ID", help="Sandbox ID: the running sandbox to move.")
+    ],
+    to: Annotated[
+        str, typer.Option("--to", metavar="HOST:PORT", help="The destination's ckpt serve.")
+    ],
+    key_file: KeyFileOpt = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", metavar="N", min=0, max=8, help="At most N pre-copy rounds."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", metavar="N", min=0, max=65535, help="Bind port N there (0: any free one)."
+        ),
+    ] = None,
+    forward: Annotated[
+        float,
+        typer.Option(
+            "--forward",
+            metavar="SECONDS",
+            min=0,
+            help="Relay the old address to the new one this long.",
+        ),
+    ] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every counter as JSON.")] = False,
+    tls_ca: TlsCaOpt = None,
+) -> None:
+    """Move a running sandbox to another host; it keeps running there."""
+    from ckpt.migration import ClientTLS
+    from ckpt.migration.outgoing import Migration, Options
+    from ckpt.migration.serve import parse_address
+
+    host, dport = parse_address(to, "--to")
+    secret = _secret(key_file)
+    sandbox_root = _root(None)
+    from ckpt.sandbox import lifecycle
+
+    old_address = lifecycle.state(sandbox_root, sandbox_id).address
+    opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
+    report = Migration(sandbox_root, sandbox_id, host, dport, secret, opts).run()
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2, default=str), flush=True)
+    else:
+        print(report.line(), flush=True)
+    if forward > 0 and old_address and report.address:
+        from ckpt.migration.forward import relay
+
+        new_host, new_port = parse_address(report.address, "the new address")
+        if new_host in ("0.0.0.0", "::"):
+            new_host = host
+        old = parse_address(old_address, "the old address")
+        relay(old, (new_host, new_port), seconds=forward, deadline=time.monotonic() + forward)
+
+
+def bench_migrate_cmd(
+    sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated MiB sizes.")] = "64,256",
+    kinds: Annotated[str, typer.Option("--workloads", help="kv, memory or both.")] = "kv,memory",
+    rate: Annotated[
+        int, typer.Option("--rate", min=4096, help="kv write load, bytes a second.")
+    ] = 2 << 20,
+    link: Annotated[
+        str, typer.Option("--link", help="loopback, or netns: two hosts in namespaces.")
+    ] = "loopback",
+    shape: Annotated[
+        str, typer.Option("--shape", metavar="RATE", help="netns: tbf rate of the link.")
+    ] = "1gbit",
+    delay_ms: Annotated[
+        float,
+        typer.Option("--delay-ms", metavar="MS", min=0, help="netns: added latency, each way."),
+    ] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Frozen time, downtime, client-visible gap, bytes and lost writes of a migration.
+
+    kv:N and memory:N at each size, between two roots on 127.0.0.1 under a client
+    that retries every 5 ms, or between two hosts in network namespaces over a shaped
+    link (root only); every acknowledged write is read back at the destination.
+    """
+    from ckpt.bench import migrate
+    from ckpt.bench.harness import BenchError
+    from ckpt.cli.output import out, say
+
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s]
+    except ValueError:
+        raise BenchError(f"bad --sizes {sizes!r}: give MiB counts such as 64,256") from None
+    report = migrate.run(
+        size_list,
+        [k for k in kinds.split(",") if k],
+        rate,
+        progress=None if as_json else (lambda text: say(f"  {text}")),
+        link=link,
+        shape=shape,
+        delay_ms=delay_ms,
+    )
+    if as_json:
+        print(json.dumps(report, indent=2, default=str), flush=True)
+        return
+    out.print(migrate.render(report))
+    for line in migrate.go_lines(report):
+        say(line)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` and ``migrate`` to the main app, ``migrate`` to ``bench``."""
+    app.command("serve")(serve_cmd)
+    app.command("migrate")(migrate_cmd)
+    for group in app.registered_groups:
+        if group.name == "bench" and group.typer_instance is not None:
+            group.typer_instance.command("migrate")(bench_migrate_cmd)

@@ -1,0 +1,335 @@
+"""The source's half of a session: pre-copy rounds, the final freeze, the commit.
+
+Each round is a pre-dump the sandbox writes into a working directory under the root
+(``lifecycle.checkpoint`` with ``pre_dump``, parent the round before), read back a run
+at a time and sent as ``PageRuns``; only the round before the current one is kept, as
+the next pre-dump's parent.  Rounds stop as P.Haul's do (``precopy``'s constants): few
+pages written, a round over 10% larger than the one before, or ``rounds`` rounds.
+
+Then the sandbox is paused (requests wait in its kernel, none is refused), its final
+image (kernel state and the pages dirtied since the last round) is written with the
+sandbox left paused, and sent.  Once the destination says ``Restored``, the guard is
+told the migration commits, ``Done`` is sent and the source's copy is deleted.  Any
+failure before that resumes the sandbox exactly where it was paused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckpt.errors import CkptError
+from ckpt.migration import messages as m
+from ckpt.migration.errors import FrameError, MigrationError, PeerError
+from ckpt.migration.guard import COMMITTED, COMMITTING
+from ckpt.statefile.format import MAX_PAGES
+from ckpt.statefile.pages import ZERO_PAGE
+
+STATE_CHUNK = 1 << 20
+WORK_PREFIX = ".migrate-"
+IO_TIMEOUT_S = 60.0  # one frame, or one answer, from the destination
+IO_TIMEOUT_ENV = "CKPT_MIGRATE_IO_TIMEOUT_S"
+RESTORE_WAIT_FACTOR = 5  # the wait for Restored: the destination restores meanwhile
+
+
+def io_timeout() -> float:
+    """``CKPT_MIGRATE_IO_TIMEOUT_S`` if a positive number, else ``IO_TIMEOUT_S``: a cut
+    link is noticed after this long (tests shorten it)."""
+    try:
+        given = float(os.environ.get(IO_TIMEOUT_ENV) or 0)
+    except ValueError:
+        given = 0
+    return given if given > 0 else IO_TIMEOUT_S
+
+
+@dataclass
+class Options:
+    rounds: int | None = None  # None: precopy.MAX_ROUNDS
+    port: int | None = None  # where the destination binds (None: the same port)
+    io_timeout: float = field(default_factory=io_timeout)
+    tls: Any = None  # ClientTLS
+
+
+@dataclass
+class Report:
+    """What a migration did: the line ``ckpt migrate`` prints and its ``--json``."""
+
+    sandbox_id: str
+    destination: str
+    address: str | None = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    counters: dict[str, Any] = field(default_factory=dict)
+    bytes_sent: int = 0
+    memory_bytes: int = 0
+    downtime_ms: float = 0.0
+    frozen_time_ms: float = 0.0
+    total_ms: float = 0.0
+
+    def line(self) -> str:
+        mib = self.bytes_sent / (1 << 20)
+        return (
+            f"migrated {self.sandbox_id} to {self.destination}: frozen "
+            f"{self.frozen_time_ms:.0f} ms, downtime {self.downtime_ms:.0f} ms, "
+            f"{len(self.rounds)} rounds, {mib:.1f} MiB sent"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sandbox_id": self.sandbox_id,
+            "destination": self.destination,
+            "address": self.address,
+            **self.counters,
+            "frozen_time_ms": self.frozen_time_ms,
+            "downtime_ms": self.downtime_ms,
+            "total_time_ms": self.total_ms,
+            "bytes_sent": self.bytes_sent,
+            "memory_bytes": self.memory_bytes,
+            "rounds": self.rounds,
+        }
+
+
+def _peer_gone(ch: Any) -> bool:
+    """The peer has closed its side already (it died): checked without waiting."""
+    import socket
+
+    # a plain socket on a duplicate of the descriptor: TLS sockets refuse MSG_PEEK, and
+    # a killed peer sends no close_notify, only the TCP FIN or RST looked for here
+    raw = socket.socket(fileno=os.dup(ch._wire.sock.fileno()))
+    try:
+        return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        raw.close()
+
+
+def _expect(ch: Any, kind: type[m.Message], what: str) -> Any:
+    msg = ch.recv()
+    if not isinstance(msg, kind):
+        raise FrameError(f"the destination sent a {type(msg).__name__} {what}")
+    return msg
+
+
+def send_image(ch: Any, image_dir: Path, round_no: int, *, final: bool) -> int:
+    """Send one local image: its state stream (final only), its pages, its ``RoundEnd``.
+    Returns the pages sent."""
+    from ckpt import statefile
+    from ckpt.sandbox.lifecycle import pause_point
+
+    img = statefile.open_image(image_dir)
+    state_len = 0
+    if final:
+        reader = img.state_reader()
+        try:
+            while True:
+                data = reader.read(STATE_CHUNK)
+                if not data:
+                    break
+                ch.send(m.StateChunk(offset=state_len, data=bytes(data)))
+                state_len += len(data)
+        finally:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+        if state_len == 0:
+            raise MigrationError(f"{image_dir}: the final image has no kernel state")
+    pages = 0
+    paused_once = False
+    for first, npages, codec, stored in img.iter_stored():
+        if codec < 0:  # a zero run: sent as zero pages, which compress to nearly nothing
+            for at in range(first, first + npages, m.MAX_BATCH_PAGES):
+                n = min(m.MAX_BATCH_PAGES, first + npages - at)
+                ch.send(m.pack_pages(round_no, ((i, ZERO_PAGE) for i in range(at, at + n))))
+        else:  # a stored run goes on as it is: no second decompression and compression
+            ch.send(m.PageRuns(round=round_no, runs=[(first, npages)], codec=codec, data=stored))
+        pages += npages
+        if round_no == 0 and pages >= m.MAX_BATCH_PAGES and not paused_once:
+            paused_once = True
+            pause_point("migrate:round")  # tests: part of the first round is sent
+    meta = {k: img.metadata.get(k) for k in ("workload", "engine", "address")}
+    meta.update({k: img.metadata.get(k) for k in ("objects", "types")})
+    ch.send(
+        m.RoundEnd(
+            round=round_no,
+            pages=pages,
+            final=final,
+            state_bytes=state_len,
+            metadata={k: v for k, v in meta.items() if isinstance(v, str | int) or v is None},
+        )
+    )
+    return pages
+
+
+class Migration:
+    """One ``ckpt migrate``: call ``run``; it cleans up after itself whatever happens."""
+
+    def __init__(
+        self, root: Any, sandbox_id: str, host: str, port: int, secret: bytes, opts: Options
+    ) -> None:
+        self.root = root
+        self.sid = sandbox_id
+        self.host, self.port = host, port
+        self.secret = secret
+        self.opts = opts
+        self.report = Report(sandbox_id, f"{host}:{port}")
+        self.paused = False
+        self.committed = False
+
+    def run(self) -> Report:
+        from ckpt.migration.channel import connect
+        from ckpt.migration.guard import Guard, source_act
+        from ckpt.sandbox import lifecycle
+        from ckpt.sandbox.paths import RUNNING
+
+        st = lifecycle.state(self.root, self.sid)
+        if st.status != RUNNING:
+            raise MigrationError(
+                f"sandbox {self.sid} is {st.status}; only a running sandbox migrates"
+            )
+        t0 = time.perf_counter()
+        workdir = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{self.sid}.", dir=self.root.path))
+        guard = Guard(workdir, source_act(self.root, self.sid))
+        ch = None
+        try:
+            ch = connect(
+                self.host,
+                self.port,
+                self.secret,
+                tls=self.opts.tls,
+                io_timeout=self.opts.io_timeout,
+            )
+            self._session(ch, st, workdir, guard)
+        except BaseException as exc:
+            if not self.committed:
+                if ch is not None:
+                    reason = "the source gave up" if isinstance(exc, PeerError) else str(exc)
+                    ch.send_error(m.ErrorCode.CANCELLED, reason)
+                if self.paused:
+                    lifecycle.resume(self.root, self.sid)
+                if isinstance(exc, CkptError):
+                    raise MigrationError(
+                        f"migration of {self.sid} to {self.host}:{self.port} failed, and "
+                        f"{self.sid} runs on here as before: {exc}"
+                    ) from exc
+            raise
+        finally:
+            if ch is not None:
+                ch.close()
+                self.report.bytes_sent = ch.bytes_sent
+            shutil.rmtree(workdir, ignore_errors=True)
+            guard.close()
+        self.report.total_ms = round((time.perf_counter() - t0) * 1e3, 3)
+        return self.report
+
+    def _session(self, ch: Any, st: Any, workdir: Path, guard: Any) -> None:
+        from ckpt.sandbox import lifecycle, precopy
+
+        ch.send(
+            m.Offer(
+                sandbox_id=self.sid,
+                workload=st.workload,
+                engine=st.engine or "",
+                pages=MAX_PAGES,
+                cpus=st.cpu,
+                port=self.opts.port,
+            )
+        )
+        _expect(ch, m.Ack, "instead of accepting the offer")
+        max_rounds = precopy.MAX_ROUNDS if self.opts.rounds is None else self.opts.rounds
+        parent: Path | None = None
+        for r in range(max_rounds):
+            t = time.perf_counter()
+            sent0 = ch.bytes_sent
+            path = workdir / f"r{r}"
+            opts: dict[str, Any] = {"pre_dump": True}
+            if parent is not None:
+                opts["parent"] = str(parent)
+            res = lifecycle.checkpoint(self.root, self.sid, path, options=opts)
+            t_dumped = time.perf_counter()
+            if parent is not None:
+                shutil.rmtree(parent, ignore_errors=True)  # the new round names it only
+            pages = send_image(ch, path, r, final=False)
+            _expect(ch, m.Ack, f"instead of acknowledging round {r}")
+            t_sent = time.perf_counter()
+            written = int(res.timings.counters.get("pages_written") or 0)
+            self.report.rounds.append(
+                {
+                    "round": r,
+                    "pages": pages,
+                    "pages_written": written,
+                    "bytes": ch.bytes_sent - sent0,
+                    "ms": round((t_sent - t) * 1e3, 3),
+                    "dump_ms": round((t_dumped - t) * 1e3, 3),
+                    "send_ms": round((t_sent - t_dumped) * 1e3, 3),
+                }
+            )
+            if r == 0:
+                self.report.memory_bytes = pages * 4096
+            parent = path
+            if written <= precopy.FEW_DIRTY:
+                break
+            if r and written > precopy.GROWTH * self.report.rounds[-2]["pages_written"]:
+                break
+        # The final step: requests wait in the paused kernel; its image has the rest.
+        t_pause = time.perf_counter()
+        lifecycle.pause(self.root, self.sid)
+        self.paused = True
+        sent0 = ch.bytes_sent
+        final = workdir / "final"
+        opts = {"parent": str(parent)} if parent is not None else {}
+        res = lifecycle.checkpoint(self.root, self.sid, final, leave_running=True, options=opts)
+        t_dumped = time.perf_counter()
+        lifecycle.pause_point("migrate:frozen")
+        if parent is not None:
+            shutil.rmtree(parent, ignore_errors=True)
+        pages = send_image(ch, final, len(self.report.rounds), final=True)
+        if not self.report.rounds:
+            self.report.memory_bytes = pages * 4096
+        ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
+        restored = _expect(ch, m.Restored, "instead of Restored")
+        ch.io_timeout = self.opts.io_timeout
+        t_restored = time.perf_counter()
+        self.report.rounds.append(
+            {
+                "round": len(self.report.rounds),
+                "final": True,
+                "pages": pages,
+                "bytes": ch.bytes_sent - sent0,
+                "ms": round((t_restored - t_pause) * 1e3, 3),
+            }
+        )
+        lifecycle.pause_point("migrate:restored")
+        if _peer_gone(ch):  # it died after saying so: nothing there to commit to
+            raise MigrationError("the destination closed the connection after restoring")
+        guard.say(COMMITTING)
+        self.committed = True  # from here a failure cannot tell: the sandbox stays paused
+        try:
+            ch.send(m.Done(frames=ch.frames_sent))
+            _expect(ch, m.Ack, "instead of acknowledging Done")
+        except MigrationError as exc:
+            raise MigrationError(
+                f"{self.sid} was restored on {self.host}:{self.port}, but the destination "
+                f"did not confirm it keeps it ({exc}); it stays paused here: check the "
+                f"destination, then `ckpt delete --force {self.sid}` or `ckpt resume "
+                f"{self.sid}` here"
+            ) from exc
+        guard.say(COMMITTED)
+        lifecycle.pause_point("migrate:committed")
+        lifecycle.delete(self.root, self.sid, force=True)
+        self.report.address = restored.address
+        self.report.frozen_time_ms = round((t_dumped - t_pause) * 1e3, 3)
+        self.report.downtime_ms = round((t_restored - t_pause) * 1e3, 3)
+        counters = dict(res.timings.counters)
+        counters["restore_time_ms"] = restored.restore_ms
+        counters["rounds"] = len(self.report.rounds)
+        counters["pages_written"] = sum(
+            r.get("pages_written", r["pages"]) for r in self.report.rounds
+        )
+        self.report.counters = counters

@@ -1,0 +1,166 @@
+"""The migration session: which message follows which, on both sides.
+
+::
+
+    source (ckpt migrate)                       destination (ckpt serve)
+    Offer(id, workload, engine, cpus, port) ──▶  refuse an ID it has (Error EXISTS)
+                                            ◀──  Ack
+    round r (running): PageRuns* RoundEnd   ──▶  written as image rN (pre-dump)
+                                            ◀──  Ack
+    freeze; StateChunk* PageRuns* RoundEnd  ──▶  written as image "final", parent rN;
+      (final, the kernel's metadata)              restored under its root, cgroup, template
+                                            ◀──  Restored(address)
+    Done                                    ──▶  the destination keeps the sandbox
+                                            ◀──  Ack
+    the source deletes its copy
+
+The commit point is the destination reading ``Done``.  Before it, any failure on either
+side (an error, a deadline, a closed connection, a signal) makes the destination stop
+what it restored and discard what it received, and the source resume its sandbox.  The
+source sends ``Done`` only after its guard (``guard.py``) knows the migration commits,
+so a source CLI killed after that point still has its copy deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckpt.migration import messages as m
+from ckpt.migration.errors import FrameError, MigrationError
+
+ENGINES = ("", "native", "typed", "reflect")
+LINGER_S = 10.0  # after refusing, read what the source still sends until it hears
+
+
+class Exists(MigrationError):
+    """The destination already has a sandbox of that ID."""
+
+
+def check_offer(offer: m.Offer) -> None:
+    """Refuse an offer whose values are out of range, before anything is made for it."""
+    from ckpt.sandbox.paths import check_id
+    from ckpt.statefile.format import MAX_PAGES
+
+    try:
+        check_id(offer.sandbox_id)
+    except Exception as exc:
+        raise FrameError(f"the peer offered a bad sandbox ID: {exc}") from exc
+    if offer.engine not in ENGINES:
+        raise FrameError(f"the peer offered an unknown engine {offer.engine!r}")
+    if not 0 < offer.pages <= MAX_PAGES:
+        raise FrameError(f"the peer offered {offer.pages} pages (at most {MAX_PAGES})")
+    if offer.cpus is not None and not (math.isfinite(offer.cpus) and 0 < offer.cpus <= 1024):
+        raise FrameError(f"the peer offered a CPU quota of {offer.cpus}")
+    if offer.port is not None and not 0 <= offer.port <= 65535:
+        raise FrameError(f"the peer offered port {offer.port}")
+
+
+@dataclass
+class Received:
+    """What one accepted migration did on the destination, for its log line."""
+
+    sandbox_id: str
+    images: int = 0
+    address: str | None = None
+    restore_ms: float = 0.0
+    committed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def receive(ch: Any, root: Any) -> Received:
+    """Run the destination's side of one session on an accepted channel.
+
+    On any failure (or a signal raised as an exception) before ``Done``, the restored
+    sandbox is stopped and removed, the received images are removed, and the error is
+    told to the source when the channel still works."""
+    from ckpt.migration.guard import COMMITTED, RESTORING, Guard, destination_act
+    from ckpt.migration.incoming import Incoming, NoSpace
+    from ckpt.sandbox import lifecycle
+
+    offer = ch.recv()
+    if not isinstance(offer, m.Offer):
+        raise FrameError(f"the peer began with a {type(offer).__name__}, not an Offer")
+    check_offer(offer)
+    sid = offer.sandbox_id
+    if root.exists(sid):
+        ch.send_error(m.ErrorCode.EXISTS, f"sandbox {sid} already exists on the destination")
+        raise Exists(f"refused sandbox {sid}: it already exists under {root.path}")
+    got = Received(sid)
+    incoming = Incoming(root.path, offer)
+    guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
+    restored = False
+    try:
+        ch.send(m.Ack(seq=ch.frames_received))
+        _warm_template(root)  # ready by the time the rounds are in: a restore forks it
+        while True:
+            end = incoming.receive_image(ch)
+            got.images += 1
+            if end.final:
+                break
+            ch.send(m.Ack(seq=ch.frames_received))
+        if root.exists(sid):  # made meanwhile by someone else: not ours to replace
+            raise Exists(f"sandbox {sid} appeared on the destination during the migration")
+        assert incoming.final is not None
+        t0 = time.perf_counter()
+        guard.say(RESTORING)
+        result = lifecycle.restore(
+            root,
+            sid,
+            Path(incoming.final),
+            cpus=offer.cpus,
+            engine=offer.engine or None,
+            port=offer.port,
+            background=True,  # pages fill in behind: the files are open, ours, verified
+        )
+        restored = True
+        got.restore_ms = round((time.perf_counter() - t0) * 1e3, 3)
+        got.address = result.state.address
+        got.notes = list(result.notes)
+        ch.send(m.Restored(address=got.address, restore_ms=got.restore_ms))
+        done = ch.recv()
+        if not isinstance(done, m.Done):
+            raise FrameError(f"the peer sent a {type(done).__name__} instead of Done")
+        got.committed = True
+        guard.say(COMMITTED)
+        with contextlib.suppress(MigrationError):  # committed: the source deletes on Done
+            ch.send(m.Ack(seq=ch.frames_received))
+        return got
+    except BaseException as exc:
+        if restored and not got.committed:
+            _stop(lifecycle, root, sid)
+        if isinstance(exc, MigrationError | OSError) and not ch_closed(ch):
+            code = m.ErrorCode.NO_SPACE if isinstance(exc, NoSpace) else m.ErrorCode.INTERNAL
+            if isinstance(exc, FrameError):
+                code = m.ErrorCode.PROTOCOL
+            ch.send_error(code, str(exc), linger=LINGER_S)
+        elif not isinstance(exc, MigrationError):
+            ch.send_error(m.ErrorCode.CANCELLED, f"the destination gave up: {exc!r}")
+        raise
+    finally:
+        incoming.discard()
+        guard.close()
+
+
+def _warm_template(root: Any) -> None:
+    """Start the root's template if it is not running (it may have idled out)."""
+    from ckpt.errors import CkptError
+    from ckpt.sandbox import template_client
+
+    if not template_client.disabled():
+        with contextlib.suppress(CkptError, OSError):
+            template_client.start(root.path)
+
+
+def ch_closed(ch: Any) -> bool:
+    return bool(getattr(ch, "_closed", False))
+
+
+def _stop(lifecycle: Any, root: Any, sid: str) -> None:
+    """Remove a sandbox this destination restored but must not keep."""
+    with contextlib.suppress(Exception):  # the caller's error is reported; list shows the rest
+        lifecycle.delete(root, sid, force=True)
