@@ -478,10 +478,13 @@ class Host:
         return reply
 
     def _pages_failed(self, exc: BaseException) -> None:
-        """A background page load found the page file damaged: stop, never run on with
-        memory we do not have (called once, from the thread that found it)."""
+        """A background page load found the page file damaged, or its store failed:
+        stop, never run on with memory we do not have (called once, from the thread
+        that found it)."""
+        from ckpt.sandbox.remote_image import load_failure
+
         log(
-            f"restore: page file damaged during background load: {exc}; "
+            f"restore: {load_failure(exc)} during background load: {exc}; "
             "stopping the sandbox rather than run with wrong memory"
         )
         self.exiting.set()
