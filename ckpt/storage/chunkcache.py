@@ -85,7 +85,7 @@ class ChunkCache:
         path = self._path(ref)
         temp = path.parent / f".tmp-{secrets.token_hex(8)}"
         try:
-            path.parent.mkdir(mode=0o700, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
