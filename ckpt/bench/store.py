@@ -13,8 +13,8 @@ Per round, on one sandbox, in alternating order (local first, then S3 first):
   eager restore, and for both the time to the first HTTP response (restore started to
   ``GET /`` answered).  A ``--background`` restore from S3 starts with an empty chunk
   cache of its own.  A ``memory:N`` sandbox's ``/memory`` digest is checked against the
-  original's after each restore (once its pages are in); any other workload is checked
-  to answer.
+  original's after each restore (once its pages are in).  A workload that serves no
+  HTTP (nginx) has answered when its restore returned: its first response is that.
 
 The store is a SeaweedFS started for the run.  On loopback by default; with ``netns``
 (:class:`Link`), in a network namespace of its own behind a veth shaped by ``tc tbf``
@@ -83,8 +83,12 @@ def _store_bytes(url: str) -> int:
     return sum(obj.size for obj in repo.store.list(CHUNKS))
 
 
-def _address(lifecycle: Any, root: Any) -> tuple[str, int]:
-    host, _, port = lifecycle.state(root, SANDBOX).address.rpartition(":")
+def _address(lifecycle: Any, root: Any) -> tuple[str, int] | None:
+    """The sandbox's HTTP address; None for a workload that serves no HTTP."""
+    address = lifecycle.state(root, SANDBOX).address
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
     return host, int(port)
 
 
@@ -94,15 +98,19 @@ def _digest(lifecycle: Any, root: Any, workload: str) -> str | None:
 
     if not workload.startswith("memory:"):
         return None
-    status, body = get_json(*_address(lifecycle, root), "/memory", timeout=60)
+    address = _address(lifecycle, root)
+    if address is None:
+        raise BenchError(f"the {workload} sandbox serves no HTTP")
+    status, body = get_json(*address, "/memory", timeout=60)
     if status != 200:
         raise BenchError(f"GET /memory answered {status}")
     return str(body["memory_sha256"])
 
 
-def _first_response(address: tuple[str, int], deadline: float) -> None:
-    """Wait for the sandbox to answer ``GET /`` (any status line counts)."""
-    while True:
+def _first_response(address: tuple[str, int] | None, deadline: float) -> None:
+    """Wait for the sandbox to answer ``GET /`` (any status line counts); a sandbox
+    that serves no HTTP (nginx) answered when its restore did."""
+    while address is not None:
         try:
             with socket.create_connection(address, timeout=FIRST_RESPONSE_S) as conn:
                 conn.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
@@ -121,8 +129,9 @@ def _filled(lifecycle: Any, root: Any, workload: str) -> None:
 
     if not workload.startswith("memory:"):
         return
+    address = _address(lifecycle, root)
     deadline = time.monotonic() + FILL_S
-    while get_json(*_address(lifecycle, root), "/", timeout=60)[1].get("pages_loading"):
+    while address is not None and get_json(*address, "/", timeout=60)[1].get("pages_loading"):
         if time.monotonic() > deadline:
             raise BenchError(f"the background fill did not end within {FILL_S:g} s")
         time.sleep(0.05)
