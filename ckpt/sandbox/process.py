@@ -393,8 +393,10 @@ class Host:
             log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
             _stall(seconds, release)
         t0 = time.perf_counter_ns()
-        from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox import remote_image
+
+        remote_image.begin_restore(request, _key(request.key_hex))  # s3://: while importing
+        from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox.protocol import Listener, RestoreReply
 
         del kernel
