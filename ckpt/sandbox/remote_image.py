@@ -10,15 +10,15 @@ AWS_REGION) and sends them in the request (``store_env``); the sandbox opens the
 from them and never from its own environment.  The request travels over the sandbox's
 control socket (mode 0600 under the root) and is never logged or recorded.
 
-Restore fetches the kernel state and the page map into ``stage_dir`` (a private
-directory under the sandbox's directory in the root), loads them and removes the
-directory before the sandbox resumes.  pages.img is never copied to disk: the page
-loader reads it from the store chunk by chunk, with read-ahead, each chunk checked
-against the manifest's digest before use and kept in the local chunk cache
-(ckpt/storage/lazy.py, ckpt/storage/chunkcache.py).  Eagerly, all of it before the
-sandbox resumes; with ``--background``, as the background fill or a page fault needs
-it.  There, a store that fails or a chunk that does not match stops the sandbox with
-one log line: it never runs with memory it does not have.
+Restore downloads the image into ``stage_dir`` (a private directory under the
+sandbox's directory in the root), loads it eagerly and removes the directory before
+the sandbox resumes.  With ``--background`` only the kernel state and the page map are
+fetched there (through the local chunk cache); pages.img is read from the store chunk
+by chunk as the background fill or a page fault needs it, with read-ahead, each chunk
+checked against the manifest's digest before use and kept in the chunk cache
+(ckpt/storage/lazy.py, ckpt/storage/chunkcache.py).  A store that fails or a chunk that
+does not match stops the sandbox with one log line: it never runs with memory it does
+not have.
 """
 
 from __future__ import annotations
@@ -164,18 +164,14 @@ def image_writer(params: Any, **options: Any) -> Any:
 class StagedImage:
     """An image fetched into ``stage_dir`` for a restore; :meth:`remove` after loading.
 
-    Only the files other than pages.img are fetched (through the chunk cache);
-    :attr:`source` serves pages.img's chunks on demand from then on.  Its first chunk,
-    pages.img's header (checked with the page map), is fetched beside them; no page is
-    asked for before the pages are opened: on a busy 2-core host, 9 chunks fetched
-    during the kernel state's load put 300 ms before a ``--background`` restore's first
-    answer (memory:512, loopback; 36 ms with the header alone).
+    ``lazy``: only the files other than pages.img are fetched (through the chunk cache),
+    and :attr:`source` serves pages.img's chunks on demand from then on.  Its first
+    chunk, pages.img's header (checked with the page map), is fetched beside them; no
+    page is asked for before the sandbox answers: on a busy 2-core host, 9 chunks
+    fetched during the kernel state's load put 300 ms before the first answer
+    (memory:512, loopback; 36 ms with the header alone)."""
 
-    Eager restores read pages.img through the source too, rather than a staged copy:
-    memory:256, cold sandboxes, loopback, load average 6.6-8, 3 restores each:
-    1254-1534 ms staged, 1148-1206 ms through the source (local: 650-800 ms)."""
-
-    def __init__(self, params: Any, key: bytes | None) -> None:
+    def __init__(self, params: Any, key: bytes | None, *, lazy: bool = False) -> None:
         stage = _get(params, "stage_dir")
         if not stage:
             raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
@@ -186,12 +182,15 @@ class StagedImage:
         self.remove()  # a dead restore's leftover
         self.dir.mkdir(mode=0o700, parents=False)
         try:
-            self._fetch(reader)
+            if lazy:
+                self._fetch_lazily(reader)
+            else:
+                reader.download(self.dir)  # every chunk checked against its digest
         except BaseException:
             self.remove()
             raise
 
-    def _fetch(self, reader: Any) -> None:
+    def _fetch_lazily(self, reader: Any) -> None:
         from ckpt.statefile.format import PAGES_IMG
         from ckpt.storage.chunkcache import ChunkCache
         from ckpt.storage.lazy import ChunkSource
@@ -203,8 +202,8 @@ class StagedImage:
         reader.download(self.dir, skip=(PAGES_IMG,), fetch=self.source.chunk)
 
     def remove(self) -> None:
-        """Remove the fetched files; the pages stay readable by whoever opened them
-        (a background page loader holds the chunk source until its fill ends)."""
+        """Remove the fetched files; a lazy image's pages stay readable by whoever
+        opened them (the page loader holds the chunk source until its fill ends)."""
         import shutil  # only here: a sandbox that restores from a directory never needs it
 
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -215,7 +214,7 @@ class StagedImage:
 
 def _log_source(source: Any) -> None:
     """The restore's line on where the image's chunks (kernel state, page map and
-    pages) came from, once all its pages are loaded."""
+    pages) came from, once the background fill is done."""
     from ckpt.sandbox.process import log
 
     s = source.stats
@@ -252,7 +251,7 @@ def begin_restore(params: Any, key: bytes | None) -> None:
 
     def fetch() -> None:
         try:
-            future.set_result(StagedImage(params, key))
+            future.set_result(StagedImage(params, key, lazy=bool(_get(params, "background"))))
         except BaseException as exc:
             future.set_exception(exc)
 
@@ -269,21 +268,24 @@ def _staged(params: Any, key: bytes | None) -> StagedImage:
     early, _early = _early, None
     if early is not None and early[0] is params:
         return early[1].result(timeout=EARLY_WAIT_S)  # type: ignore[no-any-return]
-    return StagedImage(params, key)
+    return StagedImage(params, key, lazy=bool(_get(params, "background")))
 
 
 def open_for_restore(params: Any, key: bytes | None) -> tuple[Any, StagedImage | None]:
-    """The image a restore loads, and the staged part to remove once it is loaded
-    (its pages are read from the store, through the chunk source)."""
+    """The image a restore loads, and the staged copy to remove once it is loaded
+    (``--background`` from a store: the pages are read from the store from then on)."""
     from ckpt import statefile
 
     if not is_remote(_get(params, "image")):
         return statefile.open_image(_get(params, "image"), key=key), None
+    lazy = bool(_get(params, "background"))
     staged = _staged(params, key)
     try:
-        from ckpt.statefile.sources import StoreImage
+        if lazy:
+            from ckpt.statefile.sources import StoreImage
 
-        return StoreImage(staged.dir, key, staged.source), staged
+            return StoreImage(staged.dir, key, staged.source), staged
+        return statefile.open_image(staged.dir, key=key), staged
     except BaseException:
         staged.remove()
         raise
