@@ -1,5 +1,5 @@
 """``ckpt bench store``: a local image directory against an ``s3://`` image, on the same
-sandbox (``memory:N``), in one run.
+sandbox, in one run.
 
 Per round, on one sandbox, in alternating order (local first, then S3 first):
 
@@ -9,23 +9,37 @@ Per round, on one sandbox, in alternating order (local first, then S3 first):
   adds to the store (chunks the store lacked), against the first's;
 * a checkpoint into a repository all rounds share: from the second round on, the bytes
   a new sandbox of the same workload (and seed) adds;
-* restore wall (eager), from each, into a fresh sandbox, whose ``/memory`` digest is
-  checked against the original's.
+* restore, from each, into a fresh sandbox, eager and ``--background``: the wall of the
+  eager restore, and for both the time to the first HTTP response (restore started to
+  ``GET /`` answered).  A ``--background`` restore from S3 starts with an empty chunk
+  cache of its own.  A ``memory:N`` sandbox's ``/memory`` digest is checked against the
+  original's after each restore (once its pages are in).  A workload that serves no
+  HTTP (nginx) has answered when its restore returned: its first response is that.
 
-The store is a SeaweedFS started for the run on loopback (``ckpt.storage.seaweed``),
-stopped after.  Sandboxes are cold-started (no template), so both sides pay the same
-interpreter start; the library is called in-process and timed around each call.
+The store is a SeaweedFS started for the run.  On loopback by default; with ``netns``
+(:class:`Link`), in a network namespace of its own behind a veth shaped by ``tc tbf``
+and a delaying TCP relay (this kernel has no netem), while the rounds run in a second
+namespace (ckpt/bench/netns.py): the traffic never leaves the namespaces the run made,
+and they are removed on every exit.  Sandboxes are cold-started (no template), so both
+sides pay the same interpreter start; the library is called in-process and timed around
+each call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +47,19 @@ from ckpt.bench.harness import BenchError, machine_info
 
 BUCKET = "ckpt-bench"
 SANDBOX = "bench-store"
+FIRST_RESPONSE_S = 120.0  # deadline for a restored sandbox's first answer
+FILL_S = 600.0  # deadline for a background restore's pages to be all in
+NETNS_S = 3600.0  # deadline for all the rounds across the namespace link
+MODES = ("eager", "bg")
+
+
+@dataclass(frozen=True)
+class Link:
+    """The shaped link to the store: ``rate`` a tc rate ("1gbit"), ``delay_ms`` added by
+    the relay in each direction (so the round trip gains twice that)."""
+
+    rate: str = "1gbit"
+    delay_ms: float = 5.0
 
 
 @contextlib.contextmanager
@@ -56,14 +83,70 @@ def _store_bytes(url: str) -> int:
     return sum(obj.size for obj in repo.store.list(CHUNKS))
 
 
-def _digest(lifecycle: Any, root: Any) -> str:
+def _address(lifecycle: Any, root: Any) -> tuple[str, int] | None:
+    """The sandbox's HTTP address; None for a workload that serves no HTTP."""
+    address = lifecycle.state(root, SANDBOX).address
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _digest(lifecycle: Any, root: Any, workload: str) -> str | None:
+    """The memory digest of a ``memory:N`` sandbox (every page read); None otherwise."""
     from ckpt.sandbox.http import get_json
 
-    host, _, port = lifecycle.state(root, SANDBOX).address.rpartition(":")
-    status, body = get_json(host, int(port), "/memory", timeout=60)
+    if not workload.startswith("memory:"):
+        return None
+    address = _address(lifecycle, root)
+    if address is None:
+        raise BenchError(f"the {workload} sandbox serves no HTTP")
+    status, body = get_json(*address, "/memory", timeout=60)
     if status != 200:
         raise BenchError(f"GET /memory answered {status}")
     return str(body["memory_sha256"])
+
+
+def _first_response(address: tuple[str, int] | None, deadline: float) -> None:
+    """Wait for the sandbox to answer ``GET /`` (any status line counts); a sandbox
+    that serves no HTTP (nginx) answered when its restore did."""
+    while address is not None:
+        try:
+            with socket.create_connection(address, timeout=FIRST_RESPONSE_S) as conn:
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+                if conn.recv(16).startswith(b"HTTP/1."):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise BenchError(f"the restored sandbox did not answer GET / on {address}")
+        time.sleep(0.005)
+
+
+def _filled(lifecycle: Any, root: Any, workload: str) -> None:
+    """Wait until a memory:N sandbox's background fill is done."""
+    from ckpt.sandbox.http import get_json
+
+    if not workload.startswith("memory:"):
+        return
+    address = _address(lifecycle, root)
+    deadline = time.monotonic() + FILL_S
+    while address is not None and get_json(*address, "/", timeout=60)[1].get("pages_loading"):
+        if time.monotonic() > deadline:
+            raise BenchError(f"the background fill did not end within {FILL_S:g} s")
+        time.sleep(0.05)
+
+
+def _restore(lifecycle: Any, root: Any, image: Any, background: bool, cache: Path) -> tuple:
+    """(restore wall, first response) in ms; a ``--background`` restore gets the empty
+    chunk cache ``cache`` (the sandbox is cold-started: it inherits this environment)."""
+    with _env({"CKPT_CHUNK_CACHE_DIR": str(cache)}):
+        t0 = time.perf_counter()
+        lifecycle.restore(root, SANDBOX, image, background=background, template=False)
+        t1 = time.perf_counter()
+        _first_response(_address(lifecycle, root), time.monotonic() + FIRST_RESPONSE_S)
+        t2 = time.perf_counter()
+    return (t1 - t0) * 1e3, (t2 - t0) * 1e3
 
 
 def _timed(fn: Any, *args: Any, **kw: Any) -> float:
@@ -86,7 +169,7 @@ def _round(lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: i
     repo = f"{base}/round-{n}"
     shared = f"{base}/shared"
     lifecycle.run(root, SANDBOX, workload, port=0, template=False)
-    digest = _digest(lifecycle, root)
+    digest = _digest(lifecycle, root, workload)
     local = work / f"local-{n}"
     s3 = f"{repo}/img-{n}"
     row: dict[str, Any] = {}
@@ -108,42 +191,150 @@ def _round(lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: i
     lifecycle.checkpoint(root, SANDBOX, f"{shared}/img-{n}", leave_running=True)
     row["uploaded_new_sandbox"] = _store_bytes(shared) - before
     lifecycle.delete(root, SANDBOX, force=True)
+    modes = MODES if n % 2 == 0 else MODES[::-1]
     for side in order:
-        image = s3 if side == "s3" else local
-        row[f"restore_{side}_ms"] = _timed(lifecycle.restore, root, SANDBOX, image)
-        if _digest(lifecycle, root) != digest:
-            raise BenchError(f"restore from {image} changed the memory digest")
-        lifecycle.delete(root, SANDBOX, force=True)
+        for mode in modes:
+            image = s3 if side == "s3" else local
+            cache = work / f"chunks-{n}-{side}-{mode}"
+            wall, first = _restore(lifecycle, root, image, mode == "bg", cache)
+            if mode == "eager":
+                row[f"restore_{side}_ms"] = wall
+            row[f"first_{side}_{mode}_ms"] = first
+            if mode == "bg":
+                _filled(lifecycle, root, workload)
+            if _digest(lifecycle, root, workload) != digest:
+                raise BenchError(f"restore ({mode}) from {image} changed the memory digest")
+            lifecycle.delete(root, SANDBOX, force=True)
+            shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(local, ignore_errors=True)
     return row
 
 
-def run(workload: str = "memory:64", count: int = 3) -> dict[str, Any]:
-    """Start SeaweedFS, run ``count`` rounds on ``workload``, stop everything."""
+def _rounds(work: Path, base: str, workload: str, count: int) -> list[dict[str, Any]]:
+    """``count`` rounds in a root under ``work``, against the store the AWS variables of
+    this process name."""
     from ckpt.sandbox import lifecycle
     from ckpt.sandbox.paths import Root
+
+    root = Root(work / "root")
+    root.ensure()
+    rows = []
+    for n in range(count):
+        try:
+            rows.append(_round(lifecycle, root, work, base, workload, n))
+        finally:
+            with contextlib.suppress(Exception):
+                lifecycle.delete(root, SANDBOX, force=True)
+    return rows
+
+
+def rounds_in_child(work: str, base: str, workload: str, count: int, env: dict, out: str) -> None:
+    """``_rounds`` in a fresh interpreter inside the client's namespace
+    (``HostNetwork.python``): the rows, or the error, as JSON in ``out``."""
+    os.environ.update(env)
+    try:
+        result: dict[str, Any] = {"rounds": _rounds(Path(work), base, workload, count)}
+    except Exception as exc:  # reported by the parent, in one line
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    Path(out).write_text(json.dumps(result))
+
+
+def serve_store(address: str, delay_ms: float, ready: str, lifetime: float) -> None:
+    """Inside the store's namespace: a SeaweedFS on its loopback, reachable only through
+    a ``DelayRelay`` on ``address``; its AWS variables go to ``ready`` (JSON).  Runs until
+    SIGTERM or ``lifetime``, then stops the server."""
+    from ckpt.bench.netns import DelayRelay
     from ckpt.storage import seaweed
 
-    if not workload.startswith("memory:"):
-        raise BenchError(f"--workload {workload!r}: use memory:N (its /memory digest is checked)")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = seaweed.start(buckets=(BUCKET,))
+    try:
+        target = ("127.0.0.1", server.ports["s3.port"])
+        with DelayRelay(
+            (address, 0), target, delay_ms, max_connections=256, lifetime=lifetime
+        ) as relay:
+            env = {**server.env(), "AWS_ENDPOINT_URL": f"http://{address}:{relay.address[1]}"}
+            temp = Path(ready + ".tmp")
+            temp.write_text(json.dumps(env))
+            temp.rename(ready)
+            stop.wait(lifetime)
+    finally:
+        server.stop()
+
+
+def _wait_file(path: Path, proc: subprocess.Popen[Any], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise BenchError(f"{what} exited ({proc.returncode}) before it was ready")
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} was not ready within {timeout:g} s")
+        time.sleep(0.05)
+
+
+def _rounds_across(link: Link, work: Path, base: str, workload: str, count: int) -> list:
+    """The rounds in one namespace, the store in another, across the shaped link."""
+    from ckpt.bench import netns
+
+    netns.remove_stale()  # what a SIGKILLed run left
+    with netns.host_network(2, rate=link.rate) as bed:
+        store_host, client_host = bed.hosts
+        ready = work / "store-env.json"
+        logs = open(work / "netns.log", "wb")  # noqa: SIM115  (closed below)
+        try:
+            store = bed.python(
+                store_host, serve_store, store_host.address, link.delay_ms, str(ready),
+                NETNS_S, stdout=logs, stderr=logs,
+            )  # fmt: skip
+            _wait_file(ready, store, "the store in its namespace", 90.0)
+            env = json.loads(ready.read_text())
+            out = work / "rounds.json"
+            client = bed.python(
+                client_host, rounds_in_child, str(work), base, workload, count, env, str(out),
+                stdout=logs, stderr=logs,
+            )  # fmt: skip
+            try:
+                client.wait(NETNS_S)
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"the rounds did not end within {NETNS_S:g} s") from None
+        finally:
+            logs.close()
+        if not out.exists():
+            tail = (work / "netns.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise BenchError(f"the rounds in their namespace failed: {' | '.join(tail)}")
+        result = json.loads(out.read_text())
+    if "error" in result:
+        raise BenchError(f"across the namespace link: {result['error']}")
+    return list(result["rounds"])
+
+
+def run(workload: str = "memory:64", count: int = 3, link: Link | None = None) -> dict[str, Any]:
+    """Start SeaweedFS (on loopback, or across ``link``), run ``count`` rounds on
+    ``workload``, stop and remove everything."""
+    from ckpt.storage import seaweed
+
     rows = []
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-store-") as temp:
         work = Path(temp)
-        root = Root(work / "root")
-        root.ensure()
-        server = seaweed.start(buckets=(BUCKET,))
-        try:
-            with _env(server.env()):
-                base = f"s3://{BUCKET}/bench-{os.getpid()}"
-                for n in range(count):
-                    try:
-                        rows.append(_round(lifecycle, root, work, base, workload, n))
-                    finally:
-                        with contextlib.suppress(Exception):
-                            lifecycle.delete(root, SANDBOX, force=True)
-        finally:
-            server.stop()
-    return {"machine": machine_info(), "workload": workload, "count": count, "rounds": rows}
+        base = f"s3://{BUCKET}/bench-{os.getpid()}"
+        if link is not None:
+            rows = _rounds_across(link, work, base, workload, count)
+        else:
+            server = seaweed.start(buckets=(BUCKET,))
+            try:
+                with _env(server.env()):
+                    rows = _rounds(work, base, workload, count)
+            finally:
+                server.stop()
+    where = "loopback" if link is None else f"netns {link.rate}, +{link.delay_ms:g} ms each way"
+    return {
+        "machine": machine_info(),
+        "workload": workload,
+        "count": count,
+        "link": where,
+        "rounds": rows,
+    }
 
 
 def summary(report: dict[str, Any]) -> dict[str, float]:
@@ -153,6 +344,9 @@ def summary(report: dict[str, Any]) -> dict[str, float]:
     med["upload_mb_s"] = med["image_bytes"] / 1e6 / (med["checkpoint_s3_ms"] / 1e3)
     med["checkpoint_ratio"] = med["checkpoint_s3_ms"] / med["checkpoint_local_ms"]
     med["restore_ratio"] = med["restore_s3_ms"] / med["restore_local_ms"]
+    for mode in MODES:
+        med[f"first_{mode}_ratio"] = med[f"first_s3_{mode}_ms"] / med[f"first_local_{mode}_ms"]
+        med[f"first_{mode}_extra_ms"] = med[f"first_s3_{mode}_ms"] - med[f"first_local_{mode}_ms"]
     med["second_pct"] = 100.0 * med["uploaded_second"] / max(1, med["uploaded_first"])
     later = [r["uploaded_new_sandbox"] for r in rounds[1:]]  # round 0 filled the store
     med["uploaded_new_sandbox"] = statistics.median(later) if later else float("nan")
@@ -166,7 +360,8 @@ def render(report: dict[str, Any]) -> Any:
 
     m = summary(report)
     table = Table(
-        title=f"ckpt bench store: {report['workload']}, medians of {report['count']}",
+        title=f"ckpt bench store: {report['workload']}, medians of {report['count']},"
+        f" {report.get('link', 'loopback')}",
         title_justify="left",
     )
     for col in ("measure", "local dir", "s3", "s3 / local"):
@@ -183,6 +378,13 @@ def render(report: dict[str, Any]) -> Any:
         f"{m['restore_s3_ms']:.1f}",
         f"{m['restore_ratio']:.2f}x",
     )
+    for mode, label in (("eager", "eager"), ("bg", "--background")):
+        table.add_row(
+            f"first response ms, {label}",
+            f"{m[f'first_local_{mode}_ms']:.1f}",
+            f"{m[f'first_s3_{mode}_ms']:.1f}",
+            f"{m[f'first_{mode}_ratio']:.2f}x",
+        )
     table.add_row("image bytes", f"{m['local_bytes']:.0f}", f"{m['image_bytes']:.0f}", "")
     table.add_row("upload MB/s (image / wall)", "", f"{m['upload_mb_s']:.1f}", "")
     table.add_row("bytes uploaded, 1st ckpt", "", f"{m['uploaded_first']:.0f}", "")
@@ -205,6 +407,8 @@ def to_json(report: dict[str, Any]) -> dict[str, Any]:
 def go_lines(report: dict[str, Any]) -> list[str]:
     m = summary(report)
     name = f"BenchmarkStore/{report['workload'].replace(':', '')}"
+    if report.get("link", "loopback") != "loopback":
+        name += "/netns"
     n = str(report["count"])
     return [
         f"{name}/checkpoint/local\t{n}\t{m['checkpoint_local_ms'] * 1e6:.0f} ns/op",
@@ -212,6 +416,11 @@ def go_lines(report: dict[str, Any]) -> list[str]:
         f"\t{m['upload_mb_s']:.1f} MB/s",
         f"{name}/restore/local\t{n}\t{m['restore_local_ms'] * 1e6:.0f} ns/op",
         f"{name}/restore/s3\t{n}\t{m['restore_s3_ms'] * 1e6:.0f} ns/op",
+        *(
+            f"{name}/first-response-{mode}/{side}\t{n}\t{m[f'first_{side}_{mode}_ms'] * 1e6:.0f} ns/op"
+            for mode in MODES
+            for side in ("local", "s3")
+        ),
         f"{name}/second-checkpoint/s3\t{n}\t{m['uploaded_second']:.0f} B/op"
         f"\t{m['second_pct']:.2f} pct-of-first",
         f"{name}/new-sandbox-checkpoint/s3\t{n}\t{m['uploaded_new_sandbox']:.0f} B/op"

@@ -205,20 +205,35 @@ def bench_store_cmd(
     workload: Annotated[
         str,
         typer.Option(
-            "--workload", metavar="WORKLOAD", help="A memory:N sandbox (its digest is checked)."
+            "--workload",
+            metavar="WORKLOAD",
+            help="memory:N (its digest is checked), nginx, ...",
         ),
     ] = "memory:64",
     count: Annotated[int, typer.Option("--count", "-n", min=1, help="Rounds.")] = 3,
+    netns: Annotated[
+        bool, typer.Option("--netns", help="Put the store behind a shaped veth.")
+    ] = False,
+    rate: Annotated[
+        str, typer.Option("--rate", metavar="RATE", help="The link's tc rate.")
+    ] = "1gbit",
+    delay_ms: Annotated[
+        float,
+        typer.Option("--delay-ms", metavar="MS", min=0, help="Relay delay each way."),
+    ] = 5.0,
     json_out: JsonDocOpt = False,
 ) -> None:
     """Local image directory against S3 (a SeaweedFS started for the run), same sandbox.
 
-    Checkpoint wall, upload MB/s, restore wall, and the bytes a second checkpoint of the
-    unchanged sandbox uploads; medians; rich table, --json, Go benchmark lines.
+    Checkpoint wall, upload MB/s, restore wall and first response (eager and
+    --background), and the bytes a second checkpoint of the unchanged sandbox uploads;
+    medians; rich table, --json, Go benchmark lines.  --netns: the store in a network
+    namespace, behind a veth shaped to --rate and a relay adding --delay-ms each way.
     """
     from ckpt.bench import store
 
-    report = store.run(workload=workload, count=count)
+    link = store.Link(rate, delay_ms) if netns else None
+    report = store.run(workload=workload, count=count, link=link)
     if json_out:
         emit_json(store.to_json(report))
         return

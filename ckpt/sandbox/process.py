@@ -345,8 +345,10 @@ class Host:
             log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
             _stall(seconds, release)
         t0 = time.perf_counter_ns()
-        from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox import remote_image
+
+        remote_image.begin_restore(request, _key(request.key_hex))  # s3://: while importing
+        from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox.protocol import Listener, RestoreReply
 
         del kernel
@@ -430,10 +432,13 @@ class Host:
         return reply
 
     def _pages_failed(self, exc: BaseException) -> None:
-        """A background page load found the page file damaged: stop, never run on with
-        memory we do not have (called once, from the thread that found it)."""
+        """A background page load found the page file damaged, or its store failed:
+        stop, never run on with memory we do not have (called once, from the thread
+        that found it)."""
+        from ckpt.sandbox.remote_image import load_failure
+
         log(
-            f"restore: page file damaged during background load: {exc}; "
+            f"restore: {load_failure(exc)} during background load: {exc}; "
             "stopping the sandbox rather than run with wrong memory"
         )
         self.exiting.set()

@@ -54,6 +54,7 @@ from ckpt.statefile.format import (
 from ckpt.statefile.integrity import Sealer
 from ckpt.statefile.pages import (
     LoadedPages,
+    PageFile,
     PagesMeta,
     PageSummary,
     PageWriter,
@@ -676,11 +677,16 @@ class Image:
         """The object stream as a readable binary file (verified chunk by chunk)."""
         return ChunkStream(self._reader)
 
+    def pages_file(self) -> Path | PageFile:
+        """Where pages.img's bytes are read from: the file beside the statefile here;
+        a subclass may serve them from elsewhere (ckpt/statefile/lazy.py)."""
+        return self.dir / PAGES_IMG
+
     def pages_meta(self, *, limit: int = MAX_PAGES, frames: int = -1) -> PagesMeta:
         """pages_meta.img, checked (``check_page_map``), without loading any page."""
         return read_pages_meta(
             self.dir / PAGES_META_IMG,
-            self.dir / PAGES_IMG,
+            self.pages_file(),
             self._sealer,
             self.header.image_id,
             verify=self.verified,
@@ -692,7 +698,7 @@ class Image:
         """Read and check every stored page, holding none (``inspect --verify``)."""
         return check_runs(
             self.pages_meta(),
-            self.dir / PAGES_IMG,
+            self.pages_file(),
             self._sealer,
             self.header.image_id,
             verify=self.verified,
@@ -724,7 +730,7 @@ class Image:
         outside them is refused (``check_page_map``) before any page is read."""
         return LoadedPages(
             self.pages_meta(limit=limit, frames=frames),
-            self.dir / PAGES_IMG,
+            self.pages_file(),
             self._sealer,
             self.header.image_id,
             lazy=lazy,

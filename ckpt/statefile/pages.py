@@ -7,6 +7,11 @@ zero runs: they cost nothing in pages.img.  Loading is eager (all runs on the po
 lazy: ``open`` returns after the metadata is read and a background thread fills runs in
 order, while a page asked for earlier fetches its own run at once.
 
+pages.img is read through a ``PageFile``: a local file (``LocalPageFile``), or any other
+source of its bytes with the same three members, such as the chunks of an image in an
+object store (ckpt/storage/lazy.py).  Whatever the source, every run is checked against
+its tag before its pages are handed out.
+
 A lazy load that finds a run truncated or corrupt (its tag does not match) never hands
 out its pages: every later read of them raises the error, and ``on_error`` is called
 once, from whichever thread found it first, so the host can stop the sandbox at once
@@ -33,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from ckpt.errors import IntegrityError, StatefileError
 from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
@@ -287,6 +292,54 @@ class PageWriter:
 # -- reading ---------------------------------------------------------------------
 
 
+class PageFile(Protocol):
+    """Where pages.img's bytes come from: its size, ranged reads from any thread, close.
+    ``where`` names it in messages."""
+
+    where: str
+    size: int
+
+    def pread(self, length: int, offset: int) -> bytes:
+        """Up to ``length`` bytes at ``offset`` (fewer only at the end)."""
+
+    def close(self) -> None:
+        """Release the source; reads after it fail."""
+
+
+class LocalPageFile:
+    """pages.img in an image directory, opened once as a regular file."""
+
+    def __init__(self, path: Path) -> None:
+        self.where = str(path)
+        self._fd = open_regular(path, "the page file")
+        try:
+            self.size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            self.close()
+            raise StatefileError(f"{path}: cannot read the page file: {exc.strerror}") from exc
+
+    def pread(self, length: int, offset: int) -> bytes:
+        fd = self._fd
+        if fd < 0:
+            raise StatefileError(f"{self.where}: read after the page file was closed")
+        try:
+            return os.pread(fd, length, offset)
+        except OSError as exc:
+            raise StatefileError(
+                f"{self.where}: cannot read at offset {offset}: {exc.strerror}"
+            ) from exc
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def open_page_file(pages: str | os.PathLike[str] | PageFile) -> PageFile:
+    """``pages`` itself, or the local file at that path."""
+    return LocalPageFile(Path(pages)) if isinstance(pages, str | os.PathLike) else pages
+
+
 @dataclass(frozen=True)
 class PagesMeta:
     """pages_meta.img, checked against its tag, pages.img's size and the image id."""
@@ -353,7 +406,7 @@ def check_page_map(
 
 def read_pages_meta(
     meta_path: Path,
-    pages_path: Path,
+    pages_path: Path | PageFile,
     sealer: Sealer,
     image_id: bytes,
     *,
@@ -366,6 +419,7 @@ def read_pages_meta(
     ``limit`` and ``frames`` bound the page map as ``check_page_map`` says; the run
     counts are checked against them before the runs are parsed (each run holds a page
     at least), so a restore parses no more runs than its kernel has frames.
+    ``pages_path`` may be an open ``PageFile`` instead of a path; it is closed.
     """
     raw = read_regular(meta_path, "the page metadata", MAX_PAGES_META_LEN)
     if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
@@ -405,28 +459,26 @@ def read_pages_meta(
             f"{meta_path}: belongs to another image (image id {meta_id.hex()} at offset 16, "
             f"checkpoint.img has {image_id.hex()})"
         )
-    fd = open_regular(pages_path, "the page file")
+    source = open_page_file(pages_path)
+    where = source.where
     try:
-        pages_actual = os.fstat(fd).st_size
-        if pages_actual != pages_size:
+        if source.size != pages_size:
             raise IntegrityError(
-                f"{pages_path}: {pages_actual} bytes, page metadata says {pages_size} "
+                f"{where}: {source.size} bytes, page metadata says {pages_size} "
                 "(truncated, or from another image)"
             )
-        head = os.pread(fd, PAGES_HEADER.size, 0)
-    except OSError as exc:
-        raise StatefileError(f"{pages_path}: cannot read the page file: {exc.strerror}") from exc
+        head = source.pread(PAGES_HEADER.size, 0)
     finally:
-        os.close(fd)
+        source.close()
     if len(head) != PAGES_HEADER.size or head[:8] != PAGES_MAGIC:
-        raise StatefileError(f"{pages_path}: not a ckpt page file (bad magic at offset 0)")
+        raise StatefileError(f"{where}: not a ckpt page file (bad magic at offset 0)")
     _, version, pid = PAGES_HEADER.unpack(head)
     if pid != image_id:
         raise IntegrityError(
-            f"{pages_path}: belongs to another image (image id {pid.hex()} at offset 16)"
+            f"{where}: belongs to another image (image id {pid.hex()} at offset 16)"
         )
     if head != PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id):
-        raise IntegrityError(f"{pages_path}: corrupt header (version {version}, offset 8)")
+        raise IntegrityError(f"{where}: corrupt header (version {version}, offset 8)")
 
     runs: list[StoredRun] = []
     pos = PAGES_META_HEADER.size
@@ -523,14 +575,11 @@ def _fill_delay() -> float:
 
 
 def _fetch_run(
-    fd: int, path: Path, r: StoredRun, i: int, sealer: Sealer, image_id: bytes, verify: bool
+    source: PageFile, r: StoredRun, i: int, sealer: Sealer, image_id: bytes, verify: bool
 ) -> bytes:
-    """Read, check and decompress stored run ``i`` from descriptor ``fd`` (any thread)."""
-    where = f"{path}: run {i} (pages {r.first_page}..) at offset {r.offset}"
-    try:
-        raw = os.pread(fd, r.stored_len, r.offset)
-    except OSError as exc:
-        raise StatefileError(f"{where}: cannot read: {exc.strerror}") from exc
+    """Read, check and decompress stored run ``i`` from ``source`` (any thread)."""
+    where = f"{source.where}: run {i} (pages {r.first_page}..) at offset {r.offset}"
+    raw = source.pread(r.stored_len, r.offset)
     if len(raw) != r.stored_len:
         raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
     if verify:
@@ -541,20 +590,25 @@ def _fetch_run(
 
 
 def check_runs(
-    meta: PagesMeta, pages_path: Path, sealer: Sealer, image_id: bytes, *, verify: bool = True
+    meta: PagesMeta,
+    pages_path: Path | PageFile,
+    sealer: Sealer,
+    image_id: bytes,
+    *,
+    verify: bool = True,
 ) -> int:
     """Read, check and decompress every stored run, keeping none of them: what
     ``inspect --verify`` does, in memory bounded by the runs in flight whatever the
     page map claims.  Returns the pages checked."""
-    fd = open_regular(pages_path, "the page file")
+    source = open_page_file(pages_path)
     try:
         jobs = enumerate(meta.runs)
         for _ in map_ordered(
-            lambda job: _fetch_run(fd, pages_path, job[1], job[0], sealer, image_id, verify), jobs
+            lambda job: _fetch_run(source, job[1], job[0], sealer, image_id, verify), jobs
         ):
             pass
     finally:
-        os.close(fd)
+        source.close()
     return meta.summary.stored
 
 
@@ -590,7 +644,7 @@ class LoadedPages:
     def __init__(
         self,
         meta: PagesMeta,
-        pages_path: Path,
+        pages_path: Path | PageFile,
         sealer: Sealer,
         image_id: bytes,
         *,
@@ -604,7 +658,6 @@ class LoadedPages:
         self._fill_delay = _fill_delay() if lazy else 0.0
         self.lazy = lazy
         self._meta = meta
-        self._path = pages_path
         self._sealer = sealer
         self._image_id = image_id
         self._verify = verify
@@ -617,7 +670,8 @@ class LoadedPages:
         self._closed = False
         ranges = sorted([(r.first_page, r.npages) for r in runs] + list(meta.zero_runs))
         self.indices: Sequence[int] = _Indices(ranges)
-        self._fd = open_regular(pages_path, "the page file")
+        self._source: PageFile | None = open_page_file(pages_path)
+        self._where = self._source.where
         self._thread: threading.Thread | None = None
         if not runs:
             self._close_fd()
@@ -633,11 +687,10 @@ class LoadedPages:
 
     def _fetch(self, i: int) -> bytes:
         """Read, check and decompress stored run ``i`` (any thread)."""
-        if self._fd < 0:
-            raise StatefileError(f"{self._path}: pages were closed before run {i} was loaded")
-        return _fetch_run(
-            self._fd, self._path, self._meta.runs[i], i, self._sealer, self._image_id, self._verify
-        )
+        source = self._source
+        if source is None:
+            raise StatefileError(f"{self._where}: pages were closed before run {i} was loaded")
+        return _fetch_run(source, self._meta.runs[i], i, self._sealer, self._image_id, self._verify)
 
     def _load(self, i: int) -> bytes:
         data = self._data[i]
@@ -678,9 +731,9 @@ class LoadedPages:
             self._close_fd()
 
     def _close_fd(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        source, self._source = self._source, None
+        if source is not None:
+            source.close()
 
     def _stored(self, index: int) -> tuple[int, int] | None:
         """(run, byte offset in it) of stored page ``index``, or None if no run holds it;

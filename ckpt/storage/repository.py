@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -303,18 +303,21 @@ class ImageReader:
         except KeyError:
             raise ObjectMissing(f"{self._where()}: the image has no file {name}") from None
 
-    def iter_file(self, name: str, parallel: int = 8) -> Iterator[bytes]:
+    def iter_file(
+        self, name: str, parallel: int = 8, fetch: Callable[[ChunkRef], bytes] | None = None
+    ) -> Iterator[bytes]:
         """The file's chunks in order, fetched ``parallel`` at a time (at most
-        ``2 * parallel`` chunks held)."""
+        ``2 * parallel`` chunks held) by ``fetch`` (default: :meth:`read_chunk`)."""
         refs = self._entry(name).chunks
+        get = fetch or self.read_chunk
         with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="ckpt-get") as pool:
             window = 2 * max(1, parallel)
-            futures = [pool.submit(self.read_chunk, ref) for ref in refs[:window]]
+            futures = [pool.submit(get, ref) for ref in refs[:window]]
             for index in range(len(refs)):
                 data = futures[index].result()
                 futures[index] = None  # type: ignore[call-overload]
                 if index + window < len(refs):
-                    futures.append(pool.submit(self.read_chunk, refs[index + window]))
+                    futures.append(pool.submit(get, refs[index + window]))
                 yield data
 
     def read_file(self, name: str) -> bytes:
@@ -342,11 +345,20 @@ class ImageReader:
             index += 1
         return bytes(out)
 
-    def download(self, directory: Path) -> None:
-        """Write every file into ``directory`` (created; must not hold them yet)."""
+    def download(
+        self,
+        directory: Path,
+        *,
+        skip: Collection[str] = (),
+        fetch: Callable[[ChunkRef], bytes] | None = None,
+    ) -> None:
+        """Write every file but ``skip`` into ``directory`` (created; must not hold them
+        yet), each chunk read by ``fetch`` (default: :meth:`read_chunk`)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for name in self.manifest.files:
+            if name in skip:
+                continue
             try:
                 out = open(directory / name, "xb")  # noqa: SIM115
             except FileExistsError:
@@ -354,5 +366,5 @@ class ImageReader:
                     f"{directory / name} exists; download into an empty directory"
                 ) from None
             with out:
-                for data in self.iter_file(name):
+                for data in self.iter_file(name, fetch=fetch):
                     out.write(data)
