@@ -109,6 +109,9 @@ def rm_cmd(
     url: Annotated[
         str, typer.Argument(metavar="URL", help="Image: s3://BUCKET/PREFIX/NAME or DIR/NAME.")
     ],
+    force: Annotated[
+        bool, typer.Option("--force", help="Remove it even if another image's parent.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Remove an image (its manifest); its chunks go at the next prune."""
@@ -116,7 +119,7 @@ def rm_cmd(
 
     repo, name = Repository.for_image(url)
     repo.store.check()
-    repo.remove(name)
+    repo.remove(name, force=force)
     if json_out:
         emit_json({"removed": repo.image_url(name)})
         return

@@ -168,12 +168,12 @@ def checkpoint_cmd(
         ),
     ] = False,
     parent_path: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--parent-path",
             metavar="PATH",
             help="The last image taken of this sandbox: write only the pages dirtied "
-            "since it, and link to it.",
+            "since it, and link to it (an s3:// one in the image's repository).",
         ),
     ] = None,
     pre_copy: Annotated[
@@ -189,7 +189,7 @@ def checkpoint_cmd(
     """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
     from ckpt.sandbox import precopy
 
-    options = precopy.cli_options(pre_dump, parent_path, pre_copy)
+    options = precopy.cli_options(pre_dump, parent_path, pre_copy, image_path)
     res = lifecycle().checkpoint(
         sandbox_root(),
         sandbox_id,

@@ -260,6 +260,12 @@ class MemoryFile:
         taken, self._dirty = self._dirty, bytearray(len(self._dirty))
         return _marked(taken)
 
+    def mark_dirty(self, frames: Iterable[int]) -> None:
+        """Mark ``frames`` dirty again: a dump that took them failed before its image
+        was committed, so the next one must write them (under the kernel lock)."""
+        for frame in frames:
+            self._mark(frame)
+
     def copy(self, frame: int) -> int:
         """A new frame holding a copy of ``frame`` (the copy in copy-on-write)."""
         new = self.alloc()

@@ -114,6 +114,7 @@ class Dump:
         self.link, self.rounds, self.stats = link, rounds, stats
         self.frozen_at, self.freezing_ns = frozen_at, freezing_ns
         self.allocated, self.dirty = allocated, dirty
+        self.last: str | None = None  # the sandbox's last image before this one
 
 
 def _dump_counters(
@@ -188,6 +189,7 @@ def write_image(job: Dump) -> dict[str, Any]:
                 img.write_stats({"checkpoint": counters, "types": stats.as_dict()})
             t_commit = time.perf_counter_ns()  # the commit is the writer's exit
         t_end = time.perf_counter_ns()
+        counters.update(remote_image.upload_counters(img))
         counters["commit_time_ms"] = ms(t_end - t_commit)
         counters["frozen_time_ms"] = ms(t_end - job.frozen_at)
     except OSError as exc:

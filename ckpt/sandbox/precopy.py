@@ -47,12 +47,26 @@ def _batched(host: Any, frames: list[int], timer: list[int]) -> Iterator[tuple[i
         yield from batch
 
 
-def parent_metadata(host: Any, parent: str, image: str, key: bytes | None) -> dict[str, Any]:
+def parent_metadata(
+    host: Any, parent: str, image: str, key: bytes | None, params: Any = None
+) -> dict[str, Any]:
     """The link to ``parent`` for a new image at ``image``, refused unless ``parent`` is
-    the last image taken of this sandbox (dirty tracking counts from there)."""
+    the last image taken of this sandbox (dirty tracking counts from there).  An
+    ``s3://`` parent is read through the request's store settings (``params``)."""
+    from ckpt.sandbox import remote_image
     from ckpt.statefile import chain, open_image
 
+    if remote_image.is_remote(parent):
+        with remote_image.parent_image(params, key) as (p, name, url):
+            _check_parent(host, p, parent)
+            return chain.store_link_metadata(p, name, url)
     p = open_image(parent, key)
+    _check_parent(host, p, parent)
+    return chain.link_metadata(image, p)
+
+
+def _check_parent(host: Any, p: Any, parent: str) -> None:
+    """Refuse a parent that is not this sandbox's last image."""
     if p.metadata.get("sandbox_id") != host.id:
         raise SandboxError(
             f"--parent-path {parent} is an image of sandbox "
@@ -64,7 +78,6 @@ def parent_metadata(host: Any, parent: str, image: str, key: bytes | None) -> di
             "pages dirtied before that one would be missing; pass the last image, or take "
             "a pre-dump or checkpoint without --parent-path"
         )
-    return chain.link_metadata(image, p)
 
 
 def pre_dump(
@@ -74,7 +87,7 @@ def pre_dump(
 
     ``link`` (a parent's link metadata) is worked out from ``params["parent"]`` unless
     given; with none, every allocated page is written."""
-    from ckpt import statefile
+    from ckpt.sandbox import remote_image
     from ckpt.statefile import chain
 
     if host.kernel is None:
@@ -82,14 +95,14 @@ def pre_dump(
     image = image or params["image"]
     key = bytes.fromhex(params["key_hex"]) if params.get("key_hex") else None
     if link is None and params.get("parent"):
-        link = parent_metadata(host, params["parent"], image, key)
+        link = parent_metadata(host, params["parent"], image, key, params)
     t0 = time.perf_counter_ns()
     mf = host.kernel.memory_file
     with host.cond:
         taken = mf.take_dirty()
         allocated = len(mf.refs)
         frames = taken if link else sorted(mf.refs)
-    host.last_dump = None  # tracking is reset: no child is valid until this one commits
+    last, host.last_dump = host.last_dump, None  # no child is valid until this commits
     timer = [0]
     metadata = {
         "sandbox_id": host.id,
@@ -97,21 +110,26 @@ def pre_dump(
         "kind": chain.PRE_DUMP,
         **(link or {}),
     }
-    with statefile.ImageWriter(
-        image,
-        force=bool(params.get("force")),
-        compression=params.get("compression") or "zstd",
-        level=params.get("level"),
-        key=key,
-        metadata=metadata,
-    ) as img:
-        t1 = time.perf_counter_ns()
-        summary = img.write_pages(_batched(host, frames, timer))
-        t2 = time.perf_counter_ns()
-        image_id = img.image_id.hex()
+    try:
+        with remote_image.image_writer(
+            {**params, "image": image},
+            force=bool(params.get("force")),
+            compression=params.get("compression") or "zstd",
+            level=params.get("level"),
+            key=key,
+            metadata=metadata,
+        ) as img:
+            t1 = time.perf_counter_ns()
+            summary = img.write_pages(_batched(host, frames, timer))
+            t2 = time.perf_counter_ns()
+            image_id = img.image_id.hex()
+    except BaseException:
+        untake(host, taken, last)
+        raise
     t_end = time.perf_counter_ns()
     host.last_dump = image_id
     return {
+        **remote_image.upload_counters(img),
         "image_id": image_id,
         "pages_scanned": summary.scanned,
         "pages_written": summary.stored,
@@ -122,6 +140,15 @@ def pre_dump(
         "memwrite_time_ms": round((t2 - t1 - timer[0]) / 1e6, 3),
         "ms": round((t_end - t0) / 1e6, 3),
     }
+
+
+def untake(host: Any, taken: list[int], last: str | None) -> None:
+    """Undo a dump's reset of dirty tracking when its image was not committed: the
+    pages it took are dirty again and ``last`` is again the last image, so a retry
+    against the same parent misses nothing."""
+    with host.cond:
+        host.kernel.memory_file.mark_dirty(taken)
+    host.last_dump = last
 
 
 class Rounds:
@@ -212,8 +239,13 @@ class Rounds:
         }
 
 
-def cli_options(pre_dump: bool, parent: Any, pre_copy: bool) -> dict[str, Any]:
-    """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``."""
+def cli_options(
+    pre_dump: bool, parent: Any, pre_copy: bool, image: str | None = None
+) -> dict[str, Any]:
+    """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``
+    (an ``s3://`` parent is kept as its URL, and must be in ``image``'s repository)."""
+    from ckpt.sandbox.remote_image import check_chain_urls, is_remote
+
     if pre_copy and (pre_dump or parent is not None):
         raise SandboxError(
             "--pre-copy does its own pre-dumps: pass it without --pre-dump and --parent-path"
@@ -222,7 +254,10 @@ def cli_options(pre_dump: bool, parent: Any, pre_copy: bool) -> dict[str, Any]:
     if pre_dump:
         options["pre_dump"] = True
     if parent is not None:
-        options["parent"] = os.path.abspath(parent)
+        parent = str(parent)
+        if image is not None:
+            check_chain_urls(str(image), parent)
+        options["parent"] = parent if is_remote(parent) else os.path.abspath(parent)
     if pre_copy:
         options["pre_copy"] = True
     return options

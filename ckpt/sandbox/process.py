@@ -490,12 +490,10 @@ class Host:
         from ckpt.sandbox.protocol import CheckpointReply
         from ckpt.sandbox.timings import Timings
 
-        if (request.pre_dump or request.parent or request.pre_copy) and remote_image.is_remote(
-            request.image
-        ):
+        if request.pre_copy and remote_image.is_remote(request.image):
             raise SandboxError(
-                "--pre-dump, --parent-path and --pre-copy write local image directories; "
-                "pass a local --image-path"
+                "--pre-copy writes a local image directory; pass a local --image-path, or "
+                "chain --pre-dump and --parent-path into s3://"
             )
         params = {f: getattr(request, f) for f in request.__struct_fields__}
         if request.pre_dump:
@@ -525,6 +523,7 @@ class Host:
             written = self._write_forked(job) if use_fork else dump.write_image(job)
             self.last_dump = written["image_id"]
         except BaseException as exc:
+            precopy.untake(self, job.dirty, job.last)
             self._undo_checkpoint(request, rounds, was_running, drained, exc)
             if isinstance(exc, OSError):
                 raise dump.image_write_error(exc, request.image) from exc
@@ -602,7 +601,7 @@ class Host:
             allocated=len(mf.refs),
             dirty=mf.take_dirty(),  # a dump resets tracking; a child writes only these
         )
-        self.last_dump = None
+        job.last, self.last_dump = self.last_dump, None  # put back if the dump fails
         return job
 
     def _write_forked(self, job: dump.Dump) -> dict[str, Any]:
@@ -637,7 +636,7 @@ class Host:
             if rounds is not None:
                 return rounds.run().parent_metadata(key)
             if request.parent:
-                return precopy.parent_metadata(self, request.parent, request.image, key)
+                return precopy.parent_metadata(self, request.parent, request.image, key, request)
             return {}
         except BaseException:
             if rounds is not None:

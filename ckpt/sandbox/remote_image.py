@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckpt.errors import SandboxError
+from ckpt.errors import CkptError, SandboxError
 
 STORE_VARS = (
     "AWS_ENDPOINT_URL",
@@ -39,6 +39,10 @@ STORE_VARS = (
     "AWS_DEFAULT_REGION",
 )
 STAGE_DIR = "image-stage"
+# ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
+# not imported from there, as the fetch runs in a thread beside the sandbox's imports
+# of the statefile package (two threads importing one package can see it half made).
+MAX_CHAIN = 16
 
 
 def is_remote(image: str | os.PathLike[str]) -> bool:
@@ -148,17 +152,85 @@ def open_repository(params: Any, key: bytes | None) -> tuple[Any, str]:
 
 
 def image_writer(params: Any, **options: Any) -> Any:
-    """The writer for a checkpoint: an image directory, or the store for ``s3://``."""
+    """The writer for a checkpoint: an image directory, or the store for ``s3://``
+    (whose manifest names the request's ``parent``, an image of the same repository)."""
     from ckpt import statefile
 
     if not is_remote(_get(params, "image")):
         return statefile.ImageWriter(_get(params, "image"), **options)
     from ckpt.statefile.sinks import StoreImageWriter
+    from ckpt.storage.repository import split_image_url
 
     repo, name = open_repository(params, options.get("key"))
     _warm.clear()  # the settings live as long as this writer, not in the sandbox after
     sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
-    return StoreImageWriter(repo, name, sandbox_id=sandbox_id, **options)
+    parent = _get(params, "parent")
+    parent_name = split_image_url(parent)[1] if parent else None
+    return StoreImageWriter(repo, name, sandbox_id=sandbox_id, parent=parent_name, **options)
+
+
+def upload_counters(writer: Any) -> dict[str, Any]:
+    """What a committed store writer sent (chunks the store lacked), for the reply's
+    counters; nothing for a directory."""
+    upload = getattr(writer, "upload", None)
+    if upload is None:
+        return {}
+    s = upload.stats
+    return {
+        "upload_bytes_total": s.bytes_total,
+        "upload_bytes_sent": s.bytes_uploaded,
+        "upload_chunks_total": s.chunks_total,
+        "upload_chunks_sent": s.chunks_uploaded,
+    }
+
+
+def check_chain_urls(image: str, parent: str) -> None:
+    """For the CLI: a parent in the same place as its child, both in one repository
+    of a store or both local directories (a restore stages a store's chain beside
+    its child, and follows a local one by its relative path)."""
+    from ckpt.errors import StatefileError
+
+    if is_remote(image) != is_remote(parent):
+        where = "s3://" if is_remote(parent) else "a local directory"
+        raise StatefileError(
+            f"--parent-path {parent} is in {where} but --image-path {image} is not: a chain "
+            "lives in one place; put both in the same s3:// repository or both in local "
+            "directories, or take a checkpoint without --parent-path"
+        )
+    if is_remote(image):
+        from ckpt.storage.repository import split_image_url
+
+        if split_image_url(image)[0] != split_image_url(parent)[0]:
+            raise StatefileError(
+                f"--parent-path {parent} is in another repository than --image-path "
+                f"{image}: a chain lives under one s3://BUCKET/PREFIX; write the image "
+                "beside its parent, or take a checkpoint without --parent-path"
+            )
+
+
+@contextlib.contextmanager
+def parent_image(params: Any, key: bytes | None) -> Any:
+    """The request's ``s3://`` parent, opened from a private local copy of its
+    checkpoint.img (its manifest's HMAC, each chunk's digest and the statefile's own
+    tag checked, as for a restore); yields ``(image, name, url)``."""
+    import tempfile
+
+    from ckpt import statefile
+    from ckpt.statefile.format import CHECKPOINT_IMG
+    from ckpt.storage.repository import split_image_url
+
+    url = _get(params, "parent")
+    store, _ = _store(params)  # the same repository as the image (checked by the CLI)
+    from ckpt.storage.repository import Repository
+
+    name = split_image_url(url)[1]
+    reader = Repository(store, key).open_image(name)
+    with tempfile.TemporaryDirectory(prefix="ckpt-parent-") as tmp:
+        path = Path(tmp) / CHECKPOINT_IMG
+        with open(path, "xb") as out:
+            for data in reader.iter_file(CHECKPOINT_IMG):
+                out.write(data)
+        yield statefile.open_image(tmp, key=key), name, url
 
 
 class StagedImage:
@@ -175,20 +247,48 @@ class StagedImage:
         stage = _get(params, "stage_dir")
         if not stage:
             raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
-        self.dir = Path(stage)
+        self.top = Path(stage)
         self.source: Any = None
         repo, name = open_repository(params, key)
+        self.dir = self.top / name  # each image of the chain beside its child
         reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
         self.remove()  # a dead restore's leftover
-        self.dir.mkdir(mode=0o700, parents=False)
+        self.top.mkdir(mode=0o700, parents=False)
         try:
             if lazy:
                 self._fetch_lazily(reader)
             else:
                 reader.download(self.dir)  # every chunk checked against its digest
+            self._fetch_parents(repo, reader.manifest)
         except BaseException:
             self.remove()
             raise
+
+    def _fetch_parents(self, repo: Any, manifest: Any) -> None:
+        """Stage the image's parents whole beside it, as ``../NAME``, which is where
+        its statefile's link (covered by its tag) says they are: the restore then
+        checks the chain as a local one (ckpt/statefile/chain.py).  At most
+        ``MAX_CHAIN`` images; a parent is loaded eagerly, even under ``--background``."""
+        from ckpt.errors import StatefileError
+
+        seen = {manifest.name}
+        while manifest.parent is not None:
+            if manifest.parent in seen or len(seen) >= MAX_CHAIN:
+                raise StatefileError(
+                    f"{repo.image_url(manifest.name)}: its chain is over {MAX_CHAIN} images "
+                    "or loops; take a full checkpoint"
+                )
+            seen.add(manifest.parent)
+            url = repo.image_url(manifest.parent)
+            try:
+                reader = repo.open_image(manifest.parent)
+                reader.download(self.top / manifest.parent)
+            except CkptError as exc:
+                raise type(exc)(
+                    f"{repo.image_url(manifest.name)}: its parent image {url} cannot be "
+                    f"used: {exc}; the chain is broken"
+                ) from exc
+            manifest = reader.manifest
 
     def _fetch_lazily(self, reader: Any) -> None:
         from ckpt.statefile.format import PAGES_IMG
@@ -206,7 +306,7 @@ class StagedImage:
         opened them (the page loader holds the chunk source until its fill ends)."""
         import shutil  # only here: a sandbox that restores from a directory never needs it
 
-        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.top, ignore_errors=True)
         source, self.source = getattr(self, "source", None), None
         if source is not None:
             source.release()

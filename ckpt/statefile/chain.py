@@ -60,16 +60,30 @@ def depth(image: Image) -> int:
     return d
 
 
-def link_metadata(child_dir: str | os.PathLike[str], parent: Image) -> dict[str, Any]:
-    """The metadata a new image at ``child_dir`` records to name ``parent``."""
+def link_metadata(
+    child_dir: str | os.PathLike[str], parent: Image, *, where: str | None = None
+) -> dict[str, Any]:
+    """The metadata a new image at ``child_dir`` records to name ``parent``.
+
+    ``where`` names the parent in messages when its ``dir`` is a local copy (an image
+    in a store, fetched to be checked)."""
     d = depth(parent) + 1
     if d >= MAX_CHAIN:
         raise StatefileError(
-            f"{parent.dir}: already the {d}th image of its chain (the limit is {MAX_CHAIN}); "
-            "take a full checkpoint or a pre-dump without --parent-path"
+            f"{where or parent.dir}: already the {d}th image of its chain (the limit is "
+            f"{MAX_CHAIN}); take a full checkpoint or a pre-dump without --parent-path"
         )
     rel = os.path.relpath(os.path.abspath(parent.dir), os.path.abspath(child_dir))
     return {"parent": {"image_id": parent.header.image_id.hex(), "path": rel}, "chain_depth": d}
+
+
+def store_link_metadata(parent: Image, parent_name: str, parent_url: str) -> dict[str, Any]:
+    """The link a new image in a store records to ``parent`` (``parent_name`` in the same
+    repository, fetched into ``parent.dir``): the path ``../NAME``, which is where a
+    restore stages the parent beside its child (ckpt/sandbox/remote_image.py)."""
+    link = link_metadata(parent.dir, parent, where=parent_url)
+    link["parent"]["path"] = f"../{parent_name}"
+    return link
 
 
 def _parent_dir(image: Image) -> Path:

@@ -58,6 +58,7 @@ class StoreImageWriter(ImageWriter):
         name: str,
         *,
         sandbox_id: str,
+        parent: str | None = None,
         parallel: int | None = None,
         **options: Any,
     ) -> None:
@@ -67,6 +68,7 @@ class StoreImageWriter(ImageWriter):
         self._repo = repo
         self._name = name
         self._sandbox_id = sandbox_id
+        self._parent = parent  # the parent image's name, in the same repository
         self._parallel = parallel
         self.upload: ImageUpload | None = None
 
@@ -74,7 +76,11 @@ class StoreImageWriter(ImageWriter):
         """Check the store and the target, and take the upload lease."""
         extra = {} if self._parallel is None else {"parallel": self._parallel}
         upload = self._repo.upload(
-            self._name, sandbox_id=self._sandbox_id, force=self.force, **extra
+            self._name,
+            sandbox_id=self._sandbox_id,
+            parent=self._parent,
+            force=self.force,
+            **extra,
         )
         upload.start()
         self.upload = upload

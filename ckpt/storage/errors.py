@@ -43,3 +43,7 @@ class ImageExists(StorageError, ImageExistsError):
 
 class ChunkIntegrityError(StorageError, IntegrityError):
     """A chunk or a manifest does not match its hash or HMAC: tampered or corrupt."""
+
+
+class ImageInUse(StorageError):
+    """Another image names this one as its parent (use --force to remove it anyway)."""

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from ckpt.storage import lease as leases
-from ckpt.storage.errors import BadStoreURL, ObjectMissing, StorageError
+from ckpt.storage.errors import BadStoreURL, ImageInUse, ObjectMissing, StorageError
 from ckpt.storage.manifest import (
     MAX_BODY,
     MAX_CHUNK,
@@ -224,11 +224,24 @@ class Repository:
             )
         return sorted(out, key=lambda i: (i.created, i.name))
 
-    def remove(self, name: str) -> None:
-        """Remove the image (its manifest); its chunks stay until a prune."""
+    def children(self, name: str) -> list[str]:
+        """The images whose manifest names ``name`` as its parent (unverified, as ls)."""
+        return sorted(m.name for m in self._manifests_unverified() if m.parent == name)
+
+    def remove(self, name: str, *, force: bool = False) -> None:
+        """Remove the image (its manifest); its chunks stay until a prune.  An image
+        another one names as its parent is kept unless ``force``: its child would no
+        longer restore."""
         key = self.manifest_key(name)
         if self.store.head(key) is None:
             raise ObjectMissing(f"{self.image_url(name)}: no such image")
+        if not force:
+            children = self.children(name)
+            if children:
+                raise ImageInUse(
+                    f"{self.image_url(name)} is the parent of {', '.join(children)}, which "
+                    "would no longer restore; remove that first, or pass --force"
+                )
         self.store.delete(key)
 
     def prune(self, grace: float = DEFAULT_GRACE) -> PruneResult:
