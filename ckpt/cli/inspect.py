@@ -72,17 +72,22 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
     import tempfile
 
     from ckpt import statefile
+    from ckpt.statefile.chain import MAX_CHAIN
     from ckpt.storage.repository import Repository
 
     repo, name = Repository.for_image(url, key)
     reader = repo.open_image(name)
     with tempfile.TemporaryDirectory(prefix="ckpt-inspect-") as temp:
-        directory = Path(temp) / "image"
+        directory = Path(temp) / name  # its parents beside it, as a restore stages them
         reader.download(directory)
+        parents = repo.download_parents(reader.manifest, Path(temp), MAX_CHAIN)
         report = statefile.inspect_image(directory, key, **options)
+    urls = {str(Path(temp) / n): repo.image_url(n) for n in [name, *parents]}
     header = report.get("header")
     if isinstance(header, dict) and "path" in header:
         header["path"] = url
+    for entry in report.get("chain") or ():
+        entry["path"] = urls.get(entry.get("path"), entry.get("path"))
     report["manifest"] = {
         "image_id": reader.manifest.image_id,
         "sandbox_id": reader.manifest.sandbox_id,

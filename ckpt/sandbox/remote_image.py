@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckpt.errors import CkptError, SandboxError
+from ckpt.errors import SandboxError
 
 STORE_VARS = (
     "AWS_ENDPOINT_URL",
@@ -267,28 +267,9 @@ class StagedImage:
     def _fetch_parents(self, repo: Any, manifest: Any) -> None:
         """Stage the image's parents whole beside it, as ``../NAME``, which is where
         its statefile's link (covered by its tag) says they are: the restore then
-        checks the chain as a local one (ckpt/statefile/chain.py).  At most
-        ``MAX_CHAIN`` images; a parent is loaded eagerly, even under ``--background``."""
-        from ckpt.errors import StatefileError
-
-        seen = {manifest.name}
-        while manifest.parent is not None:
-            if manifest.parent in seen or len(seen) >= MAX_CHAIN:
-                raise StatefileError(
-                    f"{repo.image_url(manifest.name)}: its chain is over {MAX_CHAIN} images "
-                    "or loops; take a full checkpoint"
-                )
-            seen.add(manifest.parent)
-            url = repo.image_url(manifest.parent)
-            try:
-                reader = repo.open_image(manifest.parent)
-                reader.download(self.top / manifest.parent)
-            except CkptError as exc:
-                raise type(exc)(
-                    f"{repo.image_url(manifest.name)}: its parent image {url} cannot be "
-                    f"used: {exc}; the chain is broken"
-                ) from exc
-            manifest = reader.manifest
+        checks the chain as a local one (ckpt/statefile/chain.py).  A parent is loaded
+        eagerly, even under ``--background``."""
+        repo.download_parents(manifest, self.top, MAX_CHAIN)
 
     def _fetch_lazily(self, reader: Any) -> None:
         from ckpt.statefile.format import PAGES_IMG

@@ -182,6 +182,31 @@ class Repository:
     def open_image(self, name: str) -> ImageReader:
         return ImageReader(self, self.read_manifest(name))
 
+    def download_parents(self, manifest: Manifest, directory: Path, limit: int) -> list[str]:
+        """Download the parents ``manifest`` names, one after another, each whole into
+        ``directory/NAME`` (beside its child, where a chain's statefile link points);
+        at most ``limit`` images in the chain.  Returns the parents' names."""
+        names, seen = [], {manifest.name}
+        while manifest.parent is not None:
+            if manifest.parent in seen or len(seen) >= limit:
+                raise StorageError(
+                    f"{self.image_url(manifest.name)}: its chain is over {limit} images or "
+                    "loops; take a full checkpoint"
+                )
+            seen.add(manifest.parent)
+            url = self.image_url(manifest.parent)
+            try:
+                reader = self.open_image(manifest.parent)  # its HMAC checked, with a key
+                reader.download(Path(directory) / manifest.parent)
+            except StorageError as exc:
+                raise type(exc)(
+                    f"{self.image_url(manifest.name)}: its parent image {url} cannot be "
+                    f"used: {exc}; the chain is broken"
+                ) from exc
+            names.append(manifest.parent)
+            manifest = reader.manifest
+        return names
+
     # ls, rm, prune
 
     def names(self) -> list[str]:

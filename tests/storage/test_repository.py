@@ -16,6 +16,7 @@ import pytest
 from ckpt.storage.errors import (
     ChunkIntegrityError,
     ImageExists,
+    ImageInUse,
     ObjectMissing,
     StorageError,
 )
@@ -206,7 +207,10 @@ def test_ls_sizes_unique_bytes_and_rm(repo_url: str) -> None:
     assert infos["b"].size == 6 * CHUNK and infos["b"].unique == 2 * CHUNK
     assert infos["b"].parent == "a" and infos["b"].sandbox_id == "sb-1"
     assert infos["a"].created <= infos["b"].created
-    repo.remove("a")
+    with pytest.raises(ImageInUse, match="is the parent of b"):
+        repo.remove("a")  # b would no longer restore
+    assert repo.children("a") == ["b"] and repo.children("b") == []
+    repo.remove("a", force=True)
     assert [i.name for i in repo.images()] == ["b"]
     assert repo.images()[0].unique == 6 * CHUNK
     with pytest.raises(ObjectMissing):

@@ -97,6 +97,37 @@ def test_pre_dump_then_final_restores_and_sends_only_dirty_chunks(
     assert [i.name for i in Repository.open(s3_url).images()] == ["n1"]
 
 
+def test_a_dump_that_fails_keeps_its_dirty_pages_for_the_next(
+    cli: Cli,  # noqa: F811
+    s3_url: str,
+    s3_env: dict[str, str],
+) -> None:
+    """Dirty tracking is reset only by a committed manifest: a pre-dump or final dump
+    refused after it took the dirty pages (the target exists) puts them back, so the
+    next dump against the same parent writes them."""
+    run = cli
+    _run(run, "kv:4")
+    acked = put_values(_address(run), [(f"k{i}", b"v%d" % i * 500) for i in range(20)])
+    _ckpt(run, s3_env, f"{s3_url}/n0", "--pre-dump")
+    _ckpt(run, s3_env, f"{s3_url}/taken", "--pre-dump")
+    acked.update(put_values(_address(run), [("k3", b"after" * 900), ("k4", b"more" * 900)]))
+    for extra in (("--pre-dump",), ("--leave-running",)):
+        args = ("--image-path", f"{s3_url}/taken", "--parent-path", f"{s3_url}/n0", *extra)
+        proc = run("checkpoint", SID, *args, env=s3_env, check=False)
+        assert "is not the last image" in _one_error_line(proc)
+        args = ("--image-path", f"{s3_url}/n0", "--parent-path", f"{s3_url}/taken", *extra)
+        proc = run("checkpoint", SID, *args, env=s3_env, check=False)
+        assert "exists; use --force" in _one_error_line(proc)
+    digest = _digest(run)
+    _ckpt(run, s3_env, f"{s3_url}/n1", "--parent-path", f"{s3_url}/taken")
+    run("restore", SID, "--image-path", f"{s3_url}/n1", env=s3_env, timeout=50)
+    assert _digest(run) == digest
+    check_values(_address(run), acked)
+    shown = json.loads(run("inspect", "statefile", f"{s3_url}/n1", "--json", env=s3_env).stdout)
+    chain = [(e["path"], e["kind"], "error" in e) for e in shown["chain"]]
+    assert chain == [(f"{s3_url}/n1", "full", False), (f"{s3_url}/taken", "pre-dump", False)]
+
+
 def test_wrong_parents_are_refused_and_leave_the_sandbox(
     cli: Cli,  # noqa: F811
     s3_url: str,
