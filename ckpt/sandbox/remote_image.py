@@ -166,7 +166,20 @@ def image_writer(params: Any, **options: Any) -> Any:
     sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
     parent = _get(params, "parent")
     parent_name = split_image_url(parent)[1] if parent else None
-    return StoreImageWriter(repo, name, sandbox_id=sandbox_id, parent=parent_name, **options)
+    return StoreImageWriter(
+        repo,
+        name,
+        sandbox_id=sandbox_id,
+        parent=parent_name,
+        parent_id=_parent_ids.pop(parent, None),
+        **options,
+    )
+
+
+# The manifest id of the parent :func:`parent_image` checked, by URL: read before the
+# sandbox freezes, so the upload need not read it again while it is frozen (8 ms of a
+# 45 ms frozen time measured on kv:64 against a local SeaweedFS).
+_parent_ids: dict[str, str] = {}
 
 
 def upload_counters(writer: Any) -> dict[str, Any]:
@@ -225,6 +238,8 @@ def parent_image(params: Any, key: bytes | None) -> Any:
 
     name = split_image_url(url)[1]
     reader = Repository(store, key).open_image(name)
+    _parent_ids.clear()
+    _parent_ids[url] = reader.manifest.image_id
     with tempfile.TemporaryDirectory(prefix="ckpt-parent-") as tmp:
         path = Path(tmp) / CHECKPOINT_IMG
         with open(path, "xb") as out:

@@ -59,6 +59,7 @@ class StoreImageWriter(ImageWriter):
         *,
         sandbox_id: str,
         parent: str | None = None,
+        parent_id: str | None = None,
         parallel: int | None = None,
         **options: Any,
     ) -> None:
@@ -69,6 +70,7 @@ class StoreImageWriter(ImageWriter):
         self._name = name
         self._sandbox_id = sandbox_id
         self._parent = parent  # the parent image's name, in the same repository
+        self._parent_id = parent_id  # its manifest's id, when already read
         self._parallel = parallel
         self.upload: ImageUpload | None = None
 
@@ -79,6 +81,7 @@ class StoreImageWriter(ImageWriter):
             self._name,
             sandbox_id=self._sandbox_id,
             parent=self._parent,
+            parent_id=self._parent_id,
             force=self.force,
             **extra,
         )

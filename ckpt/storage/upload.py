@@ -128,6 +128,7 @@ class ImageUpload:
         *,
         sandbox_id: str,
         parent: str | None = None,
+        parent_id: str | None = None,
         force: bool = False,
         parallel: int = PARALLEL,
         wait: float = 60.0,
@@ -148,7 +149,7 @@ class ImageUpload:
         self._slots = threading.BoundedSemaphore(2 * self.parallel)
         self._pool: ThreadPoolExecutor | None = None
         self._lease: leases.Lease | None = None
-        self._parent_id: str | None = None
+        self._parent_id = parent_id  # the parent's manifest id, if the caller read it
         self._started = 0.0
         self._failure: BaseException | None = None
         self.manifest: Manifest | None = None
@@ -167,7 +168,7 @@ class ImageUpload:
         self.store.check()
         if not self.force and self.store.head(self.repo.manifest_key(self.name)) is not None:
             raise ImageExists(f"{self.repo.image_url(self.name)} exists; use --force to replace it")
-        if self.parent is not None:
+        if self.parent is not None and self._parent_id is None:
             self._parent_id = self.repo.read_manifest(self.parent).image_id
         deadline = time.monotonic() + self.wait
         while True:

@@ -77,6 +77,7 @@ def test_pre_dump_then_final_restores_and_sends_only_dirty_chunks(
     print("s3chain upload bytes", pre["upload_bytes_sent"], final["upload_bytes_sent"])
     infos = {i.name: i for i in Repository.open(s3_url).images()}
     assert infos["n1"].parent == "n0" and infos["n0"].parent is None
+    assert infos["n1"].parent_id == infos["n0"].image_id  # read before the freeze
     shown = run("image", "ls", s3_url, env=s3_env).stdout
     assert "n0" in shown.split("n1", 1)[1]  # n1's row names its parent
     # A parent is not removed while its child needs it; --force does.
