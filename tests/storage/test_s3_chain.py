@@ -83,6 +83,9 @@ def test_pre_dump_then_final_restores_and_sends_only_dirty_chunks(
     # A parent is not removed while its child needs it; --force does.
     refused = run("image", "rm", f"{s3_url}/n0", env=s3_env, check=False)
     assert "is the parent of n1" in _one_error_line(refused)
+    # A prune keeps every chunk of the chain: each is referenced by one of its manifests.
+    pruned = json.loads(run("image", "prune", s3_url, "--grace", "0s", "--json", env=s3_env).stdout)
+    assert pruned["removed_chunks"] == 0 and pruned["kept_referenced"] > 0
     # Eager restore follows the chain: the same memory and every acknowledged value.
     rs = ("restore", SID, "--image-path", f"{s3_url}/n1", "--key-file", key)
     run(*rs, env=s3_env, timeout=50)
