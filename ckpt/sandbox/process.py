@@ -507,8 +507,12 @@ class Host:
         clock = Timings()
         with clock.phase("freezing"):
             with clock.phase("drain"):
-                remote_image.prepare(request)  # s3:// images: open the store before freezing
-                drained = self._drain(request.drain_timeout) if not leave_running else None
+                remote_image.prepare(request, self.id)  # s3://: the upload starts now
+                try:
+                    drained = self._drain(request.drain_timeout) if not leave_running else None
+                except BaseException:
+                    remote_image.discard_prepared()
+                    raise
             if was_running:
                 self._freeze()
         job = self._dump_job(request, link, rounds, clock.phases_ns["freezing"])
@@ -523,6 +527,7 @@ class Host:
             written = self._write_forked(job) if use_fork else dump.write_image(job)
             self.last_dump = written["image_id"]
         except BaseException as exc:
+            remote_image.discard_prepared()  # if it failed before its writer took it
             precopy.untake(self, job.dirty, job.last)
             self._undo_checkpoint(request, rounds, was_running, drained, exc)
             if isinstance(exc, OSError):

@@ -60,6 +60,7 @@ class StoreImageWriter(ImageWriter):
         sandbox_id: str,
         parent: str | None = None,
         parent_id: str | None = None,
+        started: ImageUpload | None = None,
         parallel: int | None = None,
         **options: Any,
     ) -> None:
@@ -73,9 +74,14 @@ class StoreImageWriter(ImageWriter):
         self._parent_id = parent_id  # its manifest's id, when already read
         self._parallel = parallel
         self.upload: ImageUpload | None = None
+        self._started = started  # an upload of this image started before the freeze
 
     def _prepare(self) -> None:
-        """Check the store and the target, and take the upload lease."""
+        """Check the store and the target, and take the upload lease (or take the
+        upload that was started so before the sandbox froze)."""
+        if self._started is not None:
+            self.upload, self._started = self._started, None
+            return
         extra = {} if self._parallel is None else {"parallel": self._parallel}
         upload = self._repo.upload(
             self._name,

@@ -98,7 +98,11 @@ def test_pre_dump_then_final_restores_and_sends_only_dirty_chunks(
     assert _digest(run) == digest
     check_values(_address(run), acked)
     run("image", "rm", f"{s3_url}/n0", "--force", env=s3_env)
-    assert [i.name for i in Repository.open(s3_url).images()] == ["n1"]
+    repo = Repository.open(s3_url)
+    assert [i.name for i in repo.images()] == ["n1"]
+    # The final dump's upload, started before the freeze, was the one committed: no
+    # lease is left behind to hold off a prune.
+    assert list(repo.store.list(".leases/")) == []
 
 
 def test_a_dump_that_fails_keeps_its_dirty_pages_for_the_next(
@@ -155,7 +159,9 @@ def test_wrong_parents_are_refused_and_leave_the_sandbox(
             proc = run("checkpoint", SID, "--image-path", *args, *extra, env=s3_env, check=False)
             assert expected in _one_error_line(proc), (args, proc.stderr)
             assert run.state(SID)["status"] == "running"
-    assert sorted(i.name for i in Repository.open(s3_url).images()) == ["a", "b"]
+    repo = Repository.open(s3_url)
+    assert sorted(i.name for i in repo.images()) == ["a", "b"]
+    assert list(repo.store.list(".leases/")) == []  # nothing left by a refused dump
     # b is still the last image: a final dump against it restores the same memory.
     _ckpt(run, s3_env, f"{s3_url}/c", "--parent-path", f"{s3_url}/b")
     run("restore", SID, "--image-path", f"{s3_url}/c", env=s3_env, timeout=50)
