@@ -216,3 +216,26 @@ def test_the_fetch_bounds_a_chain_as_the_restore_does() -> None:
     from ckpt.statefile import chain
 
     assert remote_image.MAX_CHAIN == chain.MAX_CHAIN
+
+
+def test_a_checkpoint_that_fails_before_writing_leaves_no_lease(
+    cli: Cli,  # noqa: F811
+    s3_url: str,
+    s3_env: dict[str, str],
+) -> None:
+    """The upload starts before the freeze (its lease taken); a drain that times out
+    ends the checkpoint there, and the upload with it: no lease is left to hold off a
+    prune for its ten minutes."""
+    import socket
+
+    run = cli
+    _run(run, "memory:2")
+    _ckpt(run, s3_env, f"{s3_url}/n0", "--pre-dump")
+    with socket.create_connection(_address(run), timeout=30) as half:
+        half.sendall(b"GET /memory HTTP/1.1\r\nHost: x\r\n")  # the blank line is missing
+        args = ("--image-path", f"{s3_url}/n1", "--parent-path", f"{s3_url}/n0")
+        proc = run("checkpoint", SID, *args, "--drain-timeout", "0.5", env=s3_env, check=False)
+        assert "still in progress" in _one_error_line(proc)
+    repo = Repository.open(s3_url)
+    assert list(repo.store.list(".leases/")) == []
+    assert [i.name for i in repo.images()] == ["n0"] and run.state(SID)["status"] == "running"
