@@ -347,7 +347,7 @@ class Host:
         t0 = time.perf_counter_ns()
         from ckpt.sandbox import remote_image
 
-        remote_image.begin_restore(request, _key(request.key_hex))  # s3://: while importing
+        remote_image.begin_restore(request, _key(request.key_hex), log)  # s3://: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox.protocol import Listener, RestoreReply
 
@@ -356,7 +356,7 @@ class Host:
         stats = state.Stats() if request.stats else None
         from ckpt.statefile import chain
 
-        image, staged = remote_image.open_for_restore(request, _key(request.key_hex))
+        image, staged = remote_image.open_for_restore(request, _key(request.key_hex), log)
         if chain.is_pre_dump(image):
             raise StatefileError(
                 f"{request.image} is a pre-dump (memory pages, no kernel state); restore "
