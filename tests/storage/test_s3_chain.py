@@ -196,16 +196,40 @@ def test_a_tampered_parent_manifest_is_refused_with_the_key(
     s3_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
+    """Edited under its HMAC: a parent manifest is refused by the dump that names it
+    (the sandbox runs on) and by the restore of a chain holding it, even two links up."""
     run, key = tcli, _key(tmp_path)
     _run(run, "memory:2")
     _ckpt(run, s3_env, f"{s3_url}/n0", "--pre-dump", "--key-file", key)
-    _ckpt(run, s3_env, f"{s3_url}/n1", "--parent-path", f"{s3_url}/n0", "--key-file", key)
+    _ckpt(
+        run,
+        s3_env,
+        f"{s3_url}/n1",
+        "--pre-dump",
+        "--parent-path",
+        f"{s3_url}/n0",
+        "--key-file",
+        key,
+    )
     repo = Repository.open(s3_url)
-    mkey = repo.manifest_key("n0")
-    data = bytearray(repo.store.get(mkey))
-    data[40] ^= 1  # a byte of the body, under the HMAC
-    repo.store.put(mkey, bytes(data))
-    rs = ("restore", SID, "--image-path", f"{s3_url}/n1", "--key-file", key)
+
+    def tamper(name: str) -> bytes:
+        mkey = repo.manifest_key(name)
+        data = repo.store.get(mkey)
+        edited = bytearray(data)
+        edited[40] ^= 1  # a byte of the body, under the HMAC
+        repo.store.put(mkey, bytes(edited))
+        return data
+
+    final = ("checkpoint", SID, "--image-path", f"{s3_url}/n2", "--key-file", key)
+    original = tamper("n1")
+    proc = run(*final, "--parent-path", f"{s3_url}/n1", env=s3_env, check=False)
+    assert "fails its HMAC" in _one_error_line(proc)
+    assert run.state(SID)["status"] == "running"
+    repo.store.put(repo.manifest_key("n1"), original)
+    tamper("n0")
+    run(*final, "--parent-path", f"{s3_url}/n1", env=s3_env, timeout=50)
+    rs = ("restore", SID, "--image-path", f"{s3_url}/n2", "--key-file", key)
     line = _one_error_line(run(*rs, env=s3_env, check=False, timeout=50))
     assert f"its parent image {s3_url}/n0" in line and "fails its HMAC" in line, line
     assert not (run.root / SID / "image-stage").exists()
