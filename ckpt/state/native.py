@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from ckpt.errors import StateError
-from ckpt.state import codegen, graph, registry, schema, type_tables, typed
+from ckpt.state import codegen, dyn, graph, registry, schema, type_tables, typed
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import SCALARS, K, Kind, Schema
@@ -61,7 +61,51 @@ def _fast_types(tag: K) -> frozenset:
 
 
 def _save_ctx(walk: Any, hooked: set[int]) -> Any:
-    return typed.SaveCtx(walk)
+    return _LazySaveCtx(walk)
+
+
+class _LazySaveCtx(typed.SaveCtx):
+    """typed's ``SaveCtx``, each binding made on first use: the C core reads none of
+    them itself, and a save whose values all fit their slots calls no slot code, so
+    most saves never build the two dyn encoders (a third of a small save's fixed cost).
+    """
+
+    __slots__ = ("_walk",)
+
+    def __init__(self, walk: Any) -> None:
+        self._walk = walk
+        self.escaped = walk.escaped
+        self.current = -1
+
+    def __getattr__(self, name: str) -> Any:  # only for a slot not yet set
+        walk = self._walk
+        if name == "dyn":
+            value: Any = dyn.make_encoder(walk)
+        elif name == "dyn_plain":
+            value = dyn.make_encoder(walk, track=False)
+        elif name == "ids_get":
+            value = walk.ids.get
+        elif name == "savable":
+            value = registry._by_class
+        elif name in ("discover", "cmemo", "hold", "seen_again"):
+            value = getattr(walk, name)
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
+
+
+class _LazyDyn:
+    """What the C core calls for a value it does not encode itself: ``ctx.dyn``, built
+    on the first such value."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: _LazySaveCtx) -> None:
+        self.ctx = ctx
+
+    def __call__(self, value: Any, owner: Any) -> Any:
+        return self.ctx.dyn(value, owner)
 
 
 def _load_core() -> tuple[Any, str]:
@@ -361,21 +405,22 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
     try:
         ctx = _save_ctx(walk, hooked)
+        enc = _LazyDyn(ctx) if type(ctx) is _LazySaveCtx else ctx.dyn
+        if type(root) in registry._by_class:
+            # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
+            # class yet, and would call ctx.dyn for it)
+            walk.discover(root)
         # the root self-describing, in C (ctx.dyn's encoding and discovery order)
-        root_bytes = walk.dyn_bytes(ctx, ctx.dyn, root, graph.ROOT_OWNER)
+        root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
-            walk.run(ctx, ctx.dyn, stats)
+            walk.run(ctx, enc, stats)
         except StateError as exc:
             failed = walk.failed
             if failed is None:
                 raise
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
-        # The typed engine's own payload builder makes everything but type_seq and the
-        # rows (version, type table, shared locations, flags), which C writes between.
-        payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
-        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
-        suffix = root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
+        prefix, suffix = _head_and_tail(walk, root, root_bytes)
         data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
         # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
         # instructions than zlib's loop on a 1 MiB stream)
@@ -385,6 +430,43 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
         walk.release()
+
+
+_NOTHING_SHARED = b"\x90\x80"  # the payload's last two items: no shared locations, no flags
+_MAX_PREFIXES = 16  # type tables kept (a program saves a few graph shapes again and again)
+# the walk's types (schemas and enum classes, hashed by identity) -> the encoded items
+# before type_seq; entries naming a class or enum no longer registered are dropped at
+# the next miss, so a replaced class lives on only until then
+_prefixes: dict[tuple, bytes] = {}
+
+
+def _head_and_tail(walk: Any, root: Any, root_bytes: bytes) -> tuple[bytes, bytes]:
+    """The payload's bytes before type_seq (version, engine, encoding, type table) and
+    after the rows (root, shared locations, flags), which C writes between.
+
+    The typed engine's own payload builder makes them; the head of a type table met
+    before and the tail of a walk with nothing shared or escaped are known already.
+    """
+    types = tuple(walk.types)
+    prefix = _prefixes.get(types)
+    if prefix is not None and not (walk.shared or walk.escaped):
+        return prefix, root_bytes + _NOTHING_SHARED
+    payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
+    if prefix is None:
+        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
+        for key in [k for k in _prefixes if not all(map(_registered, k))]:
+            del _prefixes[key]
+        for oldest in list(_prefixes)[: max(0, len(_prefixes) - _MAX_PREFIXES + 1)]:
+            del _prefixes[oldest]
+        _prefixes[types] = prefix
+    return prefix, root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
+
+
+def _registered(entry: Any) -> bool:
+    """Whether a walk's type (a schema or an enum class) is still the registered one."""
+    if isinstance(entry, Schema):
+        return registry.type_info(entry.cls) is entry.info
+    return schema.enum_named(schema.enum_name(entry)) is entry
 
 
 class _PayloadView:
@@ -603,12 +685,17 @@ def loads(data: Any, stats: Stats | None) -> Any:
     msgspec decodes only the small items (version, type table, root, shared, flags);
     type_seq and the rows are read by ``_native_read.c`` where they lie, so no list of
     rows is ever built.  Self-describing (reflect) and version-1 tagged streams load
-    with the typed engine's code, as ``load`` does.
+    with the typed engine's code, as ``load`` does.  A head met before (``_Head``)
+    is not decoded or resolved again.
     """
     if not reads_bytes():  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = w.check_frame(data, _crc32)
     spans, tseq, row_spans = _core.read_split(body)
+    known = _known_head(body, spans)
+    if known is not None:
+        row_counts = known.row_counts(tseq, row_spans)
+        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats)
     head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
     types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
     table = type_tables.lookup(types_raw)  # a table met before: no decoding, no matching
@@ -619,26 +706,127 @@ def loads(data: Any, stats: Stats | None) -> Any:
     loaded, row_counts = _validate(head, tseq, row_spans, types_raw, table)
     if loaded.shared:  # shared locations name objects: apply_shared needs their types
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
-    names = [p.schema.name if p is not None else "" for p in loaded.plans]
-    objs, per_type = _core.read_shells(loaded.classes, names, row_counts, body, *tseq)
-    ctx = typed.LoadCtx(objs, loaded.enums)
+    known = _Head(loaded, type_tables.lookup(types_raw) if table is None else table)
+    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded)
+    if known.table is not None and not loaded.shared and not loaded.escaped:
+        _remember_head(body, spans, known)
+    return root
+
+
+def _fill_all(
+    body: memoryview,
+    spans: Any,
+    tseq: Any,
+    row_spans: Any,
+    row_counts: list[int],
+    known: _Head,
+    stats: Stats | None,
+    loaded: graph.Loaded | None = None,
+) -> Any:
+    """Make the shells, fill them type by type, and resolve the root (and, for a
+    ``loaded`` stream, its shared locations)."""
+    objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
+    ctx = _LazyLoadCtx(objs, known.enums)
     fill = _core.read_fill
-    escaped = loaded.escaped
-    for plan, shells, (start, _count) in zip(loaded.plans, per_type, row_spans, strict=True):
-        if plan is None or not shells:
+    for cplan, name, shells, (start, _count) in zip(
+        known.cplans, known.names, per_type, row_spans, strict=True
+    ):
+        if cplan is None or not shells:
             continue
-        cplan = _load_plan(plan, plan.index in escaped)
         if stats is None:
             fill(shells, body, start, cplan, objs, ctx)
         else:
             begin = stats.clock()
             fill(shells, body, start, cplan, objs, ctx)
-            stats.add(plan.schema.name, stats.clock() - begin, len(shells))
-    root = ctx.dyn(head[w.ROOT])
-    graph.apply_shared(loaded, objs, root)
-    graph.run_after_load(objs, graph.hooked_classes(loaded))
+            stats.add(name, stats.clock() - begin, len(shells))
+    raw = _decode_slice(body[slice(*spans[w.ROOT])])
+    ref = raw.get(w.T_REF) if type(raw) is dict else None
+    if type(ref) is int and 0 <= ref < len(objs) and len(raw) == 1:
+        root = objs[ref]  # the common root, as ctx.dyn decodes it
+    else:
+        root = ctx.dyn(raw)
+    if loaded is not None:
+        graph.apply_shared(loaded, objs, root)
+    graph.run_after_load(objs, known.hooked)
     objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
     return root
+
+
+class _LazyLoadCtx(typed.LoadCtx):
+    """typed's ``LoadCtx``, its decoder built on first use: only slot code and a root
+    other than one object read it."""
+
+    __slots__ = ("_enums",)
+
+    def __init__(self, objs: list, enums: list) -> None:
+        self.objs = objs
+        self._enums = enums
+
+    def __getattr__(self, name: str) -> Any:  # only for a slot not yet set
+        if name == "dyn":
+            value: Any = dyn.make_decoder(self.objs, self._enums)
+        elif name == "oget":
+            value = self.objs.__getitem__
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
+
+
+class _Head:
+    """What a stream's head (version, engine, encoding, type table, and its shared
+    locations and flags) resolves to, apart from the per-stream object counts."""
+
+    __slots__ = ("classes", "cplans", "enums", "hooked", "names", "table")
+
+    def __init__(self, loaded: graph.Loaded, table: Any) -> None:
+        self.table = table  # type_tables' entry: whether the registry still agrees
+        self.classes, self.enums = loaded.classes, loaded.enums
+        self.names = [p.schema.name if p is not None else "" for p in loaded.plans]
+        self.cplans = [
+            None if p is None else _load_plan(p, p.index in loaded.escaped) for p in loaded.plans
+        ]
+        self.hooked = graph.hooked_classes(loaded)
+
+    def row_counts(self, tseq: Any, row_spans: Any) -> list[int]:
+        """The per-type object counts, checked as ``_validate`` checks them."""
+        if row_spans is None or len(row_spans) != len(self.names):
+            raise StateError("state stream type table and rows do not match")
+        if tseq is None:
+            raise StateError("state stream payload has the wrong shape")
+        counts = []
+        for name, span, cplan in zip(self.table.names, row_spans, self.cplans, strict=True):
+            if span is None:
+                raise StateError(f"type {name!r}: object count and row count disagree")
+            if cplan is None:  # an enum
+                graph.check_enum_count(name, span[1])
+            counts.append(span[1])
+        return counts
+
+
+_MAX_HEADS = 16  # heads kept, as type_tables keeps tables
+_heads: dict[bytes, _Head] = {}  # version..type table bytes -> what they resolve to
+
+
+def _known_head(body: memoryview, spans: Any) -> _Head | None:
+    """The head these bytes resolved to before, if the registry still agrees and the
+    stream has no shared locations and no flags."""
+    if bytes(body[spans[w.SHARED][0] : spans[w.FLAGS][1]]) != _NOTHING_SHARED:
+        return None
+    known = _heads.get(bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]]))
+    if known is not None and not known.table.current():
+        _heads.clear()  # the registry changed: every head may name a class it let go
+        return None
+    return known
+
+
+def _remember_head(body: memoryview, spans: Any, known: _Head) -> None:
+    key = bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]])
+    if len(key) > type_tables.MAX_TABLE_BYTES:
+        return
+    for oldest in list(_heads)[: max(0, len(_heads) - _MAX_HEADS + 1)]:
+        del _heads[oldest]
+    _heads[key] = known
 
 
 def _validate(
