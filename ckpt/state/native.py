@@ -708,7 +708,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
     known = _Head(loaded, type_tables.lookup(types_raw) if table is None else table)
     root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded)
-    if known.table is not None and not loaded.shared and not loaded.escaped:
+    if known.type_names and not loaded.shared and not loaded.escaped:
         _remember_head(body, spans, known)
     return root
 
@@ -739,15 +739,19 @@ def _fill_all(
             begin = stats.clock()
             fill(shells, body, start, cplan, objs, ctx)
             stats.add(name, stats.clock() - begin, len(shells))
-    raw = _decode_slice(body[slice(*spans[w.ROOT])])
-    ref = raw.get(w.T_REF) if type(raw) is dict else None
-    if type(ref) is int and 0 <= ref < len(objs) and len(raw) == 1:
-        root = objs[ref]  # the common root, as ctx.dyn decodes it
+    at, end = spans[w.ROOT]
+    if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
+        ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
     else:
-        root = ctx.dyn(raw)
+        ref = -1
+    if 0 <= ref < len(objs):
+        root = objs[ref]  # one object, as ctx.dyn reads it
+    else:
+        root = ctx.dyn(_decode_slice(body[at:end]))
     if loaded is not None:
         graph.apply_shared(loaded, objs, root)
-    graph.run_after_load(objs, known.hooked)
+    if known.hooked:
+        graph.run_after_load(objs, known.hooked)
     objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
     return root
 
@@ -777,16 +781,31 @@ class _Head:
     """What a stream's head (version, engine, encoding, type table, and its shared
     locations and flags) resolves to, apart from the per-stream object counts."""
 
-    __slots__ = ("classes", "cplans", "enums", "hooked", "names", "table")
+    __slots__ = ("checks", "classes", "cplans", "enums", "hooked", "names", "type_names")
 
     def __init__(self, loaded: graph.Loaded, table: Any) -> None:
-        self.table = table  # type_tables' entry: whether the registry still agrees
+        self.type_names = table.names if table is not None else ()
         self.classes, self.enums = loaded.classes, loaded.enums
         self.names = [p.schema.name if p is not None else "" for p in loaded.plans]
         self.cplans = [
             None if p is None else _load_plan(p, p.index in loaded.escaped) for p in loaded.plans
         ]
         self.hooked = graph.hooked_classes(loaded)
+        # what the registry must still say: (class, its TypeInfo) or (enum name, enum)
+        self.checks = tuple(
+            (c, registry.type_info(c)) if e is None else (name, e)
+            for c, e, name in zip(self.classes, self.enums, self.type_names, strict=False)
+        )
+
+    def current(self) -> bool:
+        """type_tables' check: the registry still maps each class to the same TypeInfo
+        (a class registered again, or one whose name another took, has another or
+        none) and each enum name to the same enum."""
+        info_of, enum_named = registry._by_class.get, schema.enum_named
+        for key, value in self.checks:
+            if (info_of(key) if type(key) is not str else enum_named(key)) is not value:
+                return False
+        return True
 
     def row_counts(self, tseq: Any, row_spans: Any) -> list[int]:
         """The per-type object counts, checked as ``_validate`` checks them."""
@@ -794,14 +813,16 @@ class _Head:
             raise StateError("state stream type table and rows do not match")
         if tseq is None:
             raise StateError("state stream payload has the wrong shape")
-        counts = []
-        for name, span, cplan in zip(self.table.names, row_spans, self.cplans, strict=True):
-            if span is None:
-                raise StateError(f"type {name!r}: object count and row count disagree")
-            if cplan is None:  # an enum
-                graph.check_enum_count(name, span[1])
-            counts.append(span[1])
-        return counts
+        if None in row_spans or None in self.cplans:  # a message to find, or enums
+            counts = []
+            for name, span, cplan in zip(self.type_names, row_spans, self.cplans, strict=True):
+                if span is None:
+                    raise StateError(f"type {name!r}: object count and row count disagree")
+                if cplan is None:  # an enum
+                    graph.check_enum_count(name, span[1])
+                counts.append(span[1])
+            return counts
+        return [span[1] for span in row_spans]
 
 
 _MAX_HEADS = 16  # heads kept, as type_tables keeps tables
@@ -811,10 +832,11 @@ _heads: dict[bytes, _Head] = {}  # version..type table bytes -> what they resolv
 def _known_head(body: memoryview, spans: Any) -> _Head | None:
     """The head these bytes resolved to before, if the registry still agrees and the
     stream has no shared locations and no flags."""
-    if bytes(body[spans[w.SHARED][0] : spans[w.FLAGS][1]]) != _NOTHING_SHARED:
-        return None
+    at = spans[w.SHARED][0]
+    if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
+        return None  # not _NOTHING_SHARED
     known = _heads.get(bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]]))
-    if known is not None and not known.table.current():
+    if known is not None and not known.current():
         _heads.clear()  # the registry changed: every head may name a class it let go
         return None
     return known

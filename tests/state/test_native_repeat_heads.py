@@ -100,6 +100,22 @@ def test_a_class_registered_again_between_loads_loads_as_registered_now() -> Non
     assert type(loaded) is second and loaded.n == 3
 
 
+def test_an_enum_with_objects_fails_as_the_first_time() -> None:
+    from ckpt.state import wire as w
+
+    data = state.dumps([Hue.RED, Item(1)], engine="native")
+    payload = w.unframe(data)
+    enum_index = next(i for i, t in enumerate(payload[w.TYPES]) if t[2] == ["enum"])
+    payload[w.TYPE_SEQ].append(enum_index)
+    payload[w.ROWS][enum_index].append([])
+    bad = w.frame(payload)
+    native._heads.clear()
+    for _ in range(2):  # resolved from scratch, then with the head known
+        with pytest.raises(state.StateError, match=r"enum type .* cannot have objects"):
+            state.loads(bad, engine="native")
+        state.loads(data, engine="native")
+
+
 @pytest.mark.parametrize("rows_of_last", [False, True], ids=["one-row-less", "not-rows"])
 @pytest.mark.parametrize("root", [[Hue.RED, Item(1)], [Item(1), Item(2)]], ids=["enum", "two"])
 def test_a_stream_whose_rows_do_not_match_its_table_fails_as_the_first_time(
@@ -126,4 +142,33 @@ def _broken_rows(data: bytes, replace: bool) -> bytes:
         payload[w.ROWS][-1] = 5
     else:
         payload[w.ROWS][-1].pop()
+    return w.frame(payload)
+
+
+@pytest.mark.parametrize("raw", [None, 301, -1, 2**40, [1], {0: 1, 1: 1}], ids=repr)
+def test_a_malformed_root_fails_as_the_first_time(raw: object) -> None:
+    root = [Item(i) for i in range(300)]  # ids up to 300: wide enough for any byte
+    data = state.dumps(root, engine="native")
+    bad = _with_root(data, {0: raw})
+    native._heads.clear()
+    with pytest.raises(state.StateError) as first:
+        state.loads(bad, engine="native")
+    state.loads(data, engine="native")  # the head is known from here on
+    with pytest.raises(state.StateError) as again:
+        state.loads(bad, engine="native")
+    assert str(again.value) == str(first.value)
+
+
+def test_roots_of_every_kind_load_as_saved() -> None:
+    items = [Item(i) for i in range(300)]
+    for root in (items[0], 5, -1, None, [items[3]], {0: items[1]}, (items[2],)):
+        _round_trip(root)
+        _round_trip([items, root])
+
+
+def _with_root(data: bytes, root: object) -> bytes:
+    from ckpt.state import wire as w
+
+    payload = w.unframe(data)
+    payload[w.ROOT] = root
     return w.frame(payload)
