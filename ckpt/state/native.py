@@ -61,51 +61,30 @@ def _fast_types(tag: K) -> frozenset:
 
 
 def _save_ctx(walk: Any, hooked: set[int]) -> Any:
-    return _LazySaveCtx(walk)
+    """typed's ``SaveCtx`` for this walk, its two dyn encoders built on first call:
+    the C core reads none of its bindings, and a save whose values all fit their slots
+    calls no slot code, so most saves never build them (a third of a small save's
+    fixed cost).  The bindings are ``SaveCtx.__init__``'s."""
+    ctx = typed.SaveCtx.__new__(typed.SaveCtx)
+    ctx.ids_get = walk.ids.get
+    ctx.discover = walk.discover
+    ctx.cmemo = walk.cmemo
+    ctx.hold = walk.hold
+    ctx.seen_again = walk.seen_again
+    ctx.escaped = walk.escaped
+    ctx.current = -1
+    ctx.savable = registry._by_class
+    built: list = []  # [dyn, dyn_plain], once either is called
 
+    def build() -> list:
+        built.extend((dyn.make_encoder(walk), dyn.make_encoder(walk, track=False)))
+        ctx.dyn, ctx.dyn_plain = built  # slot code reads them from here from now on
+        return built
 
-class _LazySaveCtx(typed.SaveCtx):
-    """typed's ``SaveCtx``, each binding made on first use: the C core reads none of
-    them itself, and a save whose values all fit their slots calls no slot code, so
-    most saves never build the two dyn encoders (a third of a small save's fixed cost).
-    """
-
-    __slots__ = ("_walk",)
-
-    def __init__(self, walk: Any) -> None:
-        self._walk = walk
-        self.escaped = walk.escaped
-        self.current = -1
-
-    def __getattr__(self, name: str) -> Any:  # only for a slot not yet set
-        walk = self._walk
-        if name == "dyn":
-            value: Any = dyn.make_encoder(walk)
-        elif name == "dyn_plain":
-            value = dyn.make_encoder(walk, track=False)
-        elif name == "ids_get":
-            value = walk.ids.get
-        elif name == "savable":
-            value = registry._by_class
-        elif name in ("discover", "cmemo", "hold", "seen_again"):
-            value = getattr(walk, name)
-        else:
-            raise AttributeError(name)
-        setattr(self, name, value)
-        return value
-
-
-class _LazyDyn:
-    """What the C core calls for a value it does not encode itself: ``ctx.dyn``, built
-    on the first such value."""
-
-    __slots__ = ("ctx",)
-
-    def __init__(self, ctx: _LazySaveCtx) -> None:
-        self.ctx = ctx
-
-    def __call__(self, value: Any, owner: Any) -> Any:
-        return self.ctx.dyn(value, owner)
+    # the C core keeps calling these two, given to it before anything was built
+    ctx.dyn = lambda value, owner: (built or build())[0](value, owner)
+    ctx.dyn_plain = lambda value, owner: (built or build())[1](value, owner)
+    return ctx
 
 
 def _load_core() -> tuple[Any, str]:
@@ -405,7 +384,7 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
     try:
         ctx = _save_ctx(walk, hooked)
-        enc = _LazyDyn(ctx) if type(ctx) is _LazySaveCtx else ctx.dyn
+        enc = ctx.dyn
         if type(root) in registry._by_class:
             # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
             # class yet, and would call ctx.dyn for it)
@@ -726,7 +705,7 @@ def _fill_all(
     """Make the shells, fill them type by type, and resolve the root (and, for a
     ``loaded`` stream, its shared locations)."""
     objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
-    ctx = _LazyLoadCtx(objs, known.enums)
+    ctx = _load_ctx(objs, known.enums)
     fill = _core.read_fill
     for cplan, name, shells, (start, _count) in zip(
         known.cplans, known.names, per_type, row_spans, strict=True
@@ -756,25 +735,22 @@ def _fill_all(
     return root
 
 
-class _LazyLoadCtx(typed.LoadCtx):
-    """typed's ``LoadCtx``, its decoder built on first use: only slot code and a root
-    other than one object read it."""
+def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
+    """typed's ``LoadCtx``, its decoder built on the first call: only slot code and a
+    root other than one object use it.  The bindings are ``LoadCtx.__init__``'s."""
+    ctx = typed.LoadCtx.__new__(typed.LoadCtx)
+    ctx.objs = objs
+    ctx.oget = objs.__getitem__
+    built: list = []
 
-    __slots__ = ("_enums",)
+    def lazy(raw: Any) -> Any:
+        if not built:
+            built.append(dyn.make_decoder(objs, enums))
+            ctx.dyn = built[0]
+        return built[0](raw)
 
-    def __init__(self, objs: list, enums: list) -> None:
-        self.objs = objs
-        self._enums = enums
-
-    def __getattr__(self, name: str) -> Any:  # only for a slot not yet set
-        if name == "dyn":
-            value: Any = dyn.make_decoder(self.objs, self._enums)
-        elif name == "oget":
-            value = self.objs.__getitem__
-        else:
-            raise AttributeError(name)
-        setattr(self, name, value)
-        return value
+    ctx.dyn = lazy
+    return ctx
 
 
 class _Head:
