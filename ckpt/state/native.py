@@ -61,30 +61,35 @@ def _fast_types(tag: K) -> frozenset:
 
 
 def _save_ctx(walk: Any, hooked: set[int]) -> Any:
-    """typed's ``SaveCtx`` for this walk, its two dyn encoders built on first call:
-    the C core reads none of its bindings, and a save whose values all fit their slots
-    calls no slot code, so most saves never build them (a third of a small save's
-    fixed cost).  The bindings are ``SaveCtx.__init__``'s."""
-    ctx = typed.SaveCtx.__new__(typed.SaveCtx)
-    ctx.ids_get = walk.ids.get
-    ctx.discover = walk.discover
-    ctx.cmemo = walk.cmemo
-    ctx.hold = walk.hold
-    ctx.seen_again = walk.seen_again
+    """typed's ``SaveCtx`` for this walk, bound on first use: the C core reads none of
+    its bindings but ``current``, and a save whose values all fit their slots calls no
+    slot code, so most saves never build its two dyn encoders (a third of a small
+    save's fixed cost).  ``_PendingSaveCtx`` becomes a plain ``SaveCtx`` at the first
+    read of a binding, so slot code reads it without a getattr hook."""
+    ctx = _PendingSaveCtx.__new__(_PendingSaveCtx)
     ctx.escaped = walk.escaped
     ctx.current = -1
-    ctx.savable = registry._by_class
-    built: list = []  # [dyn, dyn_plain], once either is called
-
-    def build() -> list:
-        built.extend((dyn.make_encoder(walk), dyn.make_encoder(walk, track=False)))
-        ctx.dyn, ctx.dyn_plain = built  # slot code reads them from here from now on
-        return built
-
-    # the C core keeps calling these two, given to it before anything was built
-    ctx.dyn = lambda value, owner: (built or build())[0](value, owner)
-    ctx.dyn_plain = lambda value, owner: (built or build())[1](value, owner)
+    _pending_walks[id(ctx)] = walk
     return ctx
+
+
+_pending_walks: dict[int, Any] = {}  # id of a _PendingSaveCtx -> its walk, until bound
+
+
+class _PendingSaveCtx(typed.SaveCtx):
+    """A ``SaveCtx`` not bound yet (no slots of its own: it can become one)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:  # a binding not set yet
+        walk = _pending_walks.pop(id(self), None)
+        if walk is None:
+            raise AttributeError(name)
+        current = self.current
+        typed.SaveCtx.__init__(self, walk)
+        self.current = current
+        self.__class__ = typed.SaveCtx
+        return getattr(self, name)
 
 
 def _load_core() -> tuple[Any, str]:
@@ -382,9 +387,12 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
 
 def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    ctx = _save_ctx(walk, hooked)
     try:
-        ctx = _save_ctx(walk, hooked)
-        enc = ctx.dyn
+
+        def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
+            return ctx.dyn(value, owner)
+
         if type(root) in registry._by_class:
             # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
             # class yet, and would call ctx.dyn for it)
@@ -408,6 +416,7 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
+        _pending_walks.pop(id(ctx), None)
         walk.release()
 
 

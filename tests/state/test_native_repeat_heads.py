@@ -172,3 +172,13 @@ def _with_root(data: bytes, root: object) -> bytes:
     payload = w.unframe(data)
     payload[w.ROOT] = root
     return w.frame(payload)
+
+
+def test_no_save_leaves_its_walk_behind() -> None:
+    """A save's context is bound to its walk only until the save ends, whether slot
+    code bound it, nothing did, or the save failed."""
+    _round_trip(_plain(1))  # nothing escapes: never bound
+    _round_trip(Item(2**70))  # an escape: bound by slot code
+    with pytest.raises(state.StateError):
+        state.dumps(Item(peer=object()), engine="native")  # type: ignore[arg-type]
+    assert native._pending_walks == {}
