@@ -3,10 +3,12 @@
 Shapes after gVisor's pkg/state benchmarks (see ``state_models``).  For each shape,
 ``Encoding/<shape>`` saves the root and ``Decoding/<shape>`` loads a stream the same
 engine wrote; ``GraphSave``/``GraphLoad`` do the same for a 20000-node random graph,
-``BigIntGraph*`` for that graph with five ints beyond 64 bits, and ``People*`` for a
+``BigIntGraph*`` for that graph with five ints beyond 64 bits, ``People*`` for a
 20000-node graph of dataclasses written as people write them (quoted forward
 references, enums, Optional scalars, a None now and then in an int field, datetimes,
-UUIDs).
+UUIDs), ``Flat*`` for plain fields and references (``state_flat``) and ``Mixed*`` for
+one class with every common field kind (``state_mixed``; held out: measured, never
+tuned for).
 Peers: ``typed``, ``reflect``, ``pickle`` (C, protocol 5) and ``pickle-py``
 (``pickle._Pickler``/``_Unpickler``).  The typed engine pauses cyclic GC during its
 walk; the variant ``typed+gc`` leaves GC running, to show how much of the ratio that
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt import state
-from ckpt.bench import harness, state_flat, state_models
+from ckpt.bench import harness, state_flat, state_mixed, state_models
 from ckpt.bench.harness import Case, Result
 from ckpt.state import api
 
@@ -82,6 +84,7 @@ def shapes(graph_nodes: int = 20000) -> list[tuple[str, str, Callable[[], Any]]]
         ("BigIntGraph", state_models.make_bigint_graph),
         ("People", state_models.make_people),
         ("Flat", state_flat.make_flat),
+        ("Mixed", state_mixed.make_mixed),
     ):
         pairs.append((f"{prefix}Save", f"{prefix}Load", lambda m=make: m(graph_nodes)))
     return pairs
@@ -213,6 +216,8 @@ TARGETS = [
             ("GraphLoad", "pickle", 0.35),
             ("FlatSave", "pickle", 0.20),
             ("FlatLoad", "pickle", 0.45),
+            ("MixedSave", "pickle", 0.20),  # held out: measured, never tuned for
+            ("MixedLoad", "pickle", 0.15),
         )
         if NATIVE
     ],

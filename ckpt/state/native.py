@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from ckpt.errors import StateError
-from ckpt.state import codegen, graph, registry, schema, type_tables, typed
+from ckpt.state import codegen, dyn, graph, registry, schema, type_tables, typed
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import SCALARS, K, Kind, Schema
@@ -61,7 +61,35 @@ def _fast_types(tag: K) -> frozenset:
 
 
 def _save_ctx(walk: Any, hooked: set[int]) -> Any:
-    return typed.SaveCtx(walk)
+    """typed's ``SaveCtx`` for this walk, bound on first use: the C core reads none of
+    its bindings but ``current``, and a save whose values all fit their slots calls no
+    slot code, so most saves never build its two dyn encoders (a third of a small
+    save's fixed cost).  ``_PendingSaveCtx`` becomes a plain ``SaveCtx`` at the first
+    read of a binding, so slot code reads it without a getattr hook."""
+    ctx = _PendingSaveCtx.__new__(_PendingSaveCtx)
+    ctx.escaped = walk.escaped
+    ctx.current = -1
+    _pending_walks[id(ctx)] = walk
+    return ctx
+
+
+_pending_walks: dict[int, Any] = {}  # id of a _PendingSaveCtx -> its walk, until bound
+
+
+class _PendingSaveCtx(typed.SaveCtx):
+    """A ``SaveCtx`` not bound yet (no slots of its own: it can become one)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:  # a binding not set yet
+        walk = _pending_walks.pop(id(self), None)
+        if walk is None:
+            raise AttributeError(name)
+        current = self.current
+        typed.SaveCtx.__init__(self, walk)
+        self.current = current
+        self.__class__ = typed.SaveCtx
+        return getattr(self, name)
 
 
 def _load_core() -> tuple[Any, str]:
@@ -359,23 +387,27 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
 
 def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    ctx = _save_ctx(walk, hooked)
     try:
-        ctx = _save_ctx(walk, hooked)
+
+        def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
+            return ctx.dyn(value, owner)
+
+        if type(root) in registry._by_class:
+            # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
+            # class yet, and would call ctx.dyn for it)
+            walk.discover(root)
         # the root self-describing, in C (ctx.dyn's encoding and discovery order)
-        root_bytes = walk.dyn_bytes(ctx, ctx.dyn, root, graph.ROOT_OWNER)
+        root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
-            walk.run(ctx, ctx.dyn, stats)
+            walk.run(ctx, enc, stats)
         except StateError as exc:
             failed = walk.failed
             if failed is None:
                 raise
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
-        # The typed engine's own payload builder makes everything but type_seq and the
-        # rows (version, type table, shared locations, flags), which C writes between.
-        payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
-        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
-        suffix = root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
+        prefix, suffix = _head_and_tail(walk, root, root_bytes)
         data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
         # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
         # instructions than zlib's loop on a 1 MiB stream)
@@ -384,7 +416,45 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
+        _pending_walks.pop(id(ctx), None)
         walk.release()
+
+
+_NOTHING_SHARED = b"\x90\x80"  # the payload's last two items: no shared locations, no flags
+_MAX_PREFIXES = 16  # type tables kept (a program saves a few graph shapes again and again)
+# the walk's types (schemas and enum classes, hashed by identity) -> the encoded items
+# before type_seq; entries naming a class or enum no longer registered are dropped at
+# the next miss, so a replaced class lives on only until then
+_prefixes: dict[tuple, bytes] = {}
+
+
+def _head_and_tail(walk: Any, root: Any, root_bytes: bytes) -> tuple[bytes, bytes]:
+    """The payload's bytes before type_seq (version, engine, encoding, type table) and
+    after the rows (root, shared locations, flags), which C writes between.
+
+    The typed engine's own payload builder makes them; the head of a type table met
+    before and the tail of a walk with nothing shared or escaped are known already.
+    """
+    types = tuple(walk.types)
+    prefix = _prefixes.get(types)
+    if prefix is not None and not (walk.shared or walk.escaped):
+        return prefix, root_bytes + _NOTHING_SHARED
+    payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
+    if prefix is None:
+        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
+        for key in [k for k in _prefixes if not all(map(_registered, k))]:
+            del _prefixes[key]
+        for oldest in list(_prefixes)[: max(0, len(_prefixes) - _MAX_PREFIXES + 1)]:
+            del _prefixes[oldest]
+        _prefixes[types] = prefix
+    return prefix, root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
+
+
+def _registered(entry: Any) -> bool:
+    """Whether a walk's type (a schema or an enum class) is still the registered one."""
+    if isinstance(entry, Schema):
+        return registry.type_info(entry.cls) is entry.info
+    return schema.enum_named(schema.enum_name(entry)) is entry
 
 
 class _PayloadView:
@@ -603,12 +673,17 @@ def loads(data: Any, stats: Stats | None) -> Any:
     msgspec decodes only the small items (version, type table, root, shared, flags);
     type_seq and the rows are read by ``_native_read.c`` where they lie, so no list of
     rows is ever built.  Self-describing (reflect) and version-1 tagged streams load
-    with the typed engine's code, as ``load`` does.
+    with the typed engine's code, as ``load`` does.  A head met before (``_Head``)
+    is not decoded or resolved again.
     """
     if not reads_bytes():  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = w.check_frame(data, _crc32)
     spans, tseq, row_spans = _core.read_split(body)
+    known = _known_head(body, spans)
+    if known is not None:
+        row_counts = known.row_counts(tseq, row_spans)
+        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats)
     head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
     types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
     table = type_tables.lookup(types_raw)  # a table met before: no decoding, no matching
@@ -619,26 +694,146 @@ def loads(data: Any, stats: Stats | None) -> Any:
     loaded, row_counts = _validate(head, tseq, row_spans, types_raw, table)
     if loaded.shared:  # shared locations name objects: apply_shared needs their types
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
-    names = [p.schema.name if p is not None else "" for p in loaded.plans]
-    objs, per_type = _core.read_shells(loaded.classes, names, row_counts, body, *tseq)
-    ctx = typed.LoadCtx(objs, loaded.enums)
+    known = _Head(loaded, type_tables.lookup(types_raw) if table is None else table)
+    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded)
+    if known.type_names and not loaded.shared and not loaded.escaped:
+        _remember_head(body, spans, known)
+    return root
+
+
+def _fill_all(
+    body: memoryview,
+    spans: Any,
+    tseq: Any,
+    row_spans: Any,
+    row_counts: list[int],
+    known: _Head,
+    stats: Stats | None,
+    loaded: graph.Loaded | None = None,
+) -> Any:
+    """Make the shells, fill them type by type, and resolve the root (and, for a
+    ``loaded`` stream, its shared locations)."""
+    objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
+    ctx = _load_ctx(objs, known.enums)
     fill = _core.read_fill
-    escaped = loaded.escaped
-    for plan, shells, (start, _count) in zip(loaded.plans, per_type, row_spans, strict=True):
-        if plan is None or not shells:
+    for cplan, name, shells, (start, _count) in zip(
+        known.cplans, known.names, per_type, row_spans, strict=True
+    ):
+        if cplan is None or not shells:
             continue
-        cplan = _load_plan(plan, plan.index in escaped)
         if stats is None:
             fill(shells, body, start, cplan, objs, ctx)
         else:
             begin = stats.clock()
             fill(shells, body, start, cplan, objs, ctx)
-            stats.add(plan.schema.name, stats.clock() - begin, len(shells))
-    root = ctx.dyn(head[w.ROOT])
-    graph.apply_shared(loaded, objs, root)
-    graph.run_after_load(objs, graph.hooked_classes(loaded))
+            stats.add(name, stats.clock() - begin, len(shells))
+    at, end = spans[w.ROOT]
+    if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
+        ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
+    else:
+        ref = -1
+    if 0 <= ref < len(objs):
+        root = objs[ref]  # one object, as ctx.dyn reads it
+    else:
+        root = ctx.dyn(_decode_slice(body[at:end]))
+    if loaded is not None:
+        graph.apply_shared(loaded, objs, root)
+    if known.hooked:
+        graph.run_after_load(objs, known.hooked)
     objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
     return root
+
+
+def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
+    """typed's ``LoadCtx``, its decoder built on the first call: only slot code and a
+    root other than one object use it.  The bindings are ``LoadCtx.__init__``'s."""
+    ctx = typed.LoadCtx.__new__(typed.LoadCtx)
+    ctx.objs = objs
+    ctx.oget = objs.__getitem__
+    built: list = []
+
+    def lazy(raw: Any) -> Any:
+        if not built:
+            built.append(dyn.make_decoder(objs, enums))
+            ctx.dyn = built[0]
+        return built[0](raw)
+
+    ctx.dyn = lazy
+    return ctx
+
+
+class _Head:
+    """What a stream's head (version, engine, encoding, type table, and its shared
+    locations and flags) resolves to, apart from the per-stream object counts."""
+
+    __slots__ = ("checks", "classes", "cplans", "enums", "hooked", "names", "type_names")
+
+    def __init__(self, loaded: graph.Loaded, table: Any) -> None:
+        self.type_names = table.names if table is not None else ()
+        self.classes, self.enums = loaded.classes, loaded.enums
+        self.names = [p.schema.name if p is not None else "" for p in loaded.plans]
+        self.cplans = [
+            None if p is None else _load_plan(p, p.index in loaded.escaped) for p in loaded.plans
+        ]
+        self.hooked = graph.hooked_classes(loaded)
+        # what the registry must still say: (class, its TypeInfo) or (enum name, enum)
+        self.checks = tuple(
+            (c, registry.type_info(c)) if e is None else (name, e)
+            for c, e, name in zip(self.classes, self.enums, self.type_names, strict=False)
+        )
+
+    def current(self) -> bool:
+        """type_tables' check: the registry still maps each class to the same TypeInfo
+        (a class registered again, or one whose name another took, has another or
+        none) and each enum name to the same enum."""
+        info_of, enum_named = registry._by_class.get, schema.enum_named
+        for key, value in self.checks:
+            if (info_of(key) if type(key) is not str else enum_named(key)) is not value:
+                return False
+        return True
+
+    def row_counts(self, tseq: Any, row_spans: Any) -> list[int]:
+        """The per-type object counts, checked as ``_validate`` checks them."""
+        if row_spans is None or len(row_spans) != len(self.names):
+            raise StateError("state stream type table and rows do not match")
+        if tseq is None:
+            raise StateError("state stream payload has the wrong shape")
+        if None in row_spans or None in self.cplans:  # a message to find, or enums
+            counts = []
+            for name, span, cplan in zip(self.type_names, row_spans, self.cplans, strict=True):
+                if span is None:
+                    raise StateError(f"type {name!r}: object count and row count disagree")
+                if cplan is None:  # an enum
+                    graph.check_enum_count(name, span[1])
+                counts.append(span[1])
+            return counts
+        return [span[1] for span in row_spans]
+
+
+_MAX_HEADS = 16  # heads kept, as type_tables keeps tables
+_heads: dict[bytes, _Head] = {}  # version..type table bytes -> what they resolve to
+
+
+def _known_head(body: memoryview, spans: Any) -> _Head | None:
+    """The head these bytes resolved to before, if the registry still agrees and the
+    stream has no shared locations and no flags."""
+    at = spans[w.SHARED][0]
+    if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
+        return None  # not _NOTHING_SHARED
+    known = _heads.get(bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]]))
+    if known is not None and not known.current():
+        _heads.clear()  # the registry changed: every head may name a class it let go
+        return None
+    return known
+
+
+def _remember_head(body: memoryview, spans: Any, known: _Head) -> None:
+    key = bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]])
+    if len(key) > type_tables.MAX_TABLE_BYTES:
+        return
+    for oldest in list(_heads)[: max(0, len(_heads) - _MAX_HEADS + 1)]:
+        del _heads[oldest]
+    _heads[key] = known
 
 
 def _validate(
