@@ -8,7 +8,7 @@
  * Hardening: every length and count is checked against the bytes that remain before
  * anything is allocated (an array of n items needs at least n bytes, a map 2n), ids are
  * checked against the object count, and nothing that input controls drives C
- * recursion beyond RD_MAX_DEPTH: deeper values, maps with non-scalar keys and
+ * recursion beyond MAX_DEPTH: deeper values, maps with non-scalar keys and
  * extension types are handed to msgspec (a Python callable given by `read_configure`),
  * exactly as the whole payload used to be.  A value whose shape the field's fast path
  * does not take is decoded to the Python value msgspec would give and passed to the
@@ -23,8 +23,6 @@
 #include "_native_compat.h"
 #include "_native_read.h"
 #include <datetime.h>
-
-#define RD_MAX_DEPTH 64
 
 static PyObject *StateErr;    /* ckpt.errors.StateError */
 static PyObject *slice_decode; /* memoryview -> value (msgspec; errors become StateError) */
@@ -63,6 +61,9 @@ static inline uint64_t be(const uint8_t *p, int n)
     return v;
 }
 
+/* The checked readers: every byte of the input is read through one of these four, which
+ * never read or move past r->end. */
+
 /* Take `n` bytes (a length field or a payload) if the input has them. */
 static inline const uint8_t *take(Rd *r, Py_ssize_t n)
 {
@@ -73,15 +74,36 @@ static inline const uint8_t *take(Rd *r, Py_ssize_t n)
     return at;
 }
 
+/* Take one byte: its value, or -1 at the end. */
+static inline int take_byte(Rd *r)
+{
+    return r->p < r->end ? *r->p++ : -1;
+}
+
+/* The next byte without taking it: its value, or -1 at the end. */
+static inline int peek(const Rd *r)
+{
+    return r->p < r->end ? *r->p : -1;
+}
+
+/* Take the next `n` bytes if they are exactly `s`: 1, else 0 with nothing taken. */
+static inline int take_if(Rd *r, const uint8_t *s, Py_ssize_t n)
+{
+    if (n > r->end - r->p || memcmp(r->p, s, (size_t)n) != 0)
+        return 0;
+    r->p += n;
+    return 1;
+}
+
 /* Read one value's header.  Strings, binaries and extensions are consumed whole (data,
  * n); for arrays and maps n is the item count, checked against the bytes that remain,
  * and r->p is left at the first item. */
 static int rd_head(Rd *r, Val *v)
 {
     const uint8_t *q;
-    if (r->p >= r->end)
+    int c = take_byte(r);
+    if (c < 0)
         return rd_fail(r, "truncated");
-    uint8_t c = *r->p++;
     int lb = 0; /* bytes of a length field */
     if (c <= 0x7f) {
         v->kind = V_UINT, v->u = c;
@@ -104,13 +126,13 @@ static int rd_head(Rd *r, Val *v)
         goto bytes;
     }
     switch (c) {
-    case 0xc0:
+    case MP_NIL:
         v->kind = V_NIL;
         return 0;
-    case 0xc2:
+    case MP_FALSE:
         v->kind = V_FALSE;
         return 0;
-    case 0xc3:
+    case MP_TRUE:
         v->kind = V_TRUE;
         return 0;
     case 0xc4: case 0xc5: case 0xc6:
@@ -206,77 +228,71 @@ count:
  * cannot overflow and a count the input cannot hold fails at once. */
 static int rd_skip(Rd *r, Py_ssize_t n)
 {
-    const uint8_t *p = r->p, *end = r->end;
+    const uint8_t *q;
     while (n > 0) {
-        if (p >= end)
+        int c = take_byte(r);
+        if (c < 0)
             goto truncated;
-        uint8_t c = *p++;
         n--;
         Py_ssize_t more = 0, len = 0;
-        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
+        if (c <= MP_POSFIX_MAX || c >= MP_NEGFIX_MIN || c == MP_NIL || c == MP_FALSE ||
+            c == MP_TRUE)
             continue;
-        if (c <= 0x8f)
+        if (c < MP_FIXARRAY)
             more = 2 * (c & 0x0f);
-        else if (c <= 0x9f)
+        else if (c < MP_FIXSTR)
             more = c & 0x0f;
-        else if (c <= 0xbf)
+        else if (c < MP_NIL)
             len = c & 0x1f;
         else {
             int lb;
             switch (c) {
-            case 0xcc: case 0xd0: len = 1; break;
-            case 0xcd: case 0xd1: len = 2; break;
-            case 0xca: case 0xce: case 0xd2: len = 4; break;
-            case 0xcb: case 0xcf: case 0xd3: len = 8; break;
-            case 0xd4: len = 2; break;
-            case 0xd5: len = 3; break;
-            case 0xd6: len = 5; break;
-            case 0xd7: len = 9; break;
-            case 0xd8: len = 17; break;
-            case 0xc4: case 0xd9: case 0xc7: lb = 1; goto sized;
-            case 0xc5: case 0xda: case 0xc8: lb = 2; goto sized;
-            case 0xc6: case 0xdb: case 0xc9: lb = 4; goto sized;
-            case 0xdc: lb = 2; goto counted;
-            case 0xdd: lb = 4; goto counted;
-            case 0xde: lb = 2; goto counted;
-            case 0xdf: lb = 4; goto counted;
+            case MP_UINT8: case MP_INT8: len = 1; break;
+            case MP_UINT16: case MP_INT16: len = 2; break;
+            case MP_FLOAT32: case MP_UINT32: case MP_INT32: len = 4; break;
+            case MP_FLOAT64: case MP_UINT64: case MP_INT64: len = 8; break;
+            case MP_FIXEXT1: len = 2; break;
+            case MP_FIXEXT1 + 1: len = 3; break;
+            case MP_FIXEXT1 + 2: len = 5; break;
+            case MP_FIXEXT1 + 3: len = 9; break;
+            case MP_FIXEXT16: len = 17; break;
+            case MP_BIN8: case MP_STR8: case MP_EXT8: lb = 1; goto sized;
+            case MP_BIN16: case MP_STR16: case MP_EXT16: lb = 2; goto sized;
+            case MP_BIN32: case MP_STR32: case MP_EXT32: lb = 4; goto sized;
+            case MP_ARRAY16: case MP_MAP16: lb = 2; goto counted;
+            case MP_ARRAY32: case MP_MAP32: lb = 4; goto counted;
             default:
-                r->p = p - 1;
+                r->p--;
                 return rd_fail(r, "invalid MessagePack byte");
             }
             goto advance;
         sized:
-            if (end - p < lb)
+            if (!(q = take(r, lb)))
                 goto truncated;
-            len = (Py_ssize_t)be(p, lb) + (c >= 0xc7 && c <= 0xc9); /* ext: + type byte */
-            p += lb;
+            len = (Py_ssize_t)be(q, lb) + (c >= MP_EXT8 && c <= MP_EXT32); /* + type byte */
             goto advance;
         counted:
-            if (end - p < lb)
+            if (!(q = take(r, lb)))
                 goto truncated;
-            more = (Py_ssize_t)be(p, lb) * (c >= 0xde ? 2 : 1);
-            p += lb;
+            more = (Py_ssize_t)be(q, lb) * (c >= MP_MAP16 ? 2 : 1);
         }
         if (more) {
-            if (more > (end - p) - n)
+            if (more > (r->end - r->p) - n)
                 goto truncated;
             n += more;
             continue;
         }
     advance:
-        if (len > end - p)
+        if (!take(r, len))
             goto truncated;
-        p += len;
     }
-    r->p = p;
     return 0;
 truncated:
-    r->p = p;
     return rd_fail(r, "truncated (a length or count runs past the end)");
 }
 
 /* The value at r->p decoded by msgspec (maps with non-scalar keys, extensions, values
- * nested deeper than RD_MAX_DEPTH): what the whole-payload decode gave before. */
+ * nested deeper than MAX_DEPTH): what the whole-payload decode gave before. */
 static PyObject *rd_slow(Rd *r)
 {
     const uint8_t *start = r->p;
@@ -304,7 +320,8 @@ static inline int is_ext_byte(uint8_t c)
  * plain-value fast path, must decode where a scalar is expected. */
 static inline int next_is_composite(const Rd *r)
 {
-    return r->p < r->end && (is_container_byte(*r->p) || is_ext_byte(*r->p));
+    int c = peek(r);
+    return c >= 0 && (is_container_byte((uint8_t)c) || is_ext_byte((uint8_t)c));
 }
 
 /* A string, ASCII the quick way (what msgspec does too), else strict UTF-8. */
@@ -347,79 +364,69 @@ static PyObject *scalar(const Val *v)
  * with no error set (and r->p unchanged) for anything else. */
 static inline PyObject *rd_quick(Rd *r)
 {
-    const uint8_t *p = r->p;
-    Py_ssize_t left = r->end - p;
-    if (left <= 0)
+    const uint8_t *start = r->p, *q;
+    int c = take_byte(r);
+    if (c < 0)
         return NULL;
-    uint8_t c = *p;
-    if (c <= 0x7f) {
-        r->p = p + 1;
+    if (c <= MP_POSFIX_MAX)
         return PyLong_FromLong(c);
-    }
-    if (c >= 0xe0) {
-        r->p = p + 1;
+    if (c >= MP_NEGFIX_MIN)
         return PyLong_FromLong((int8_t)c);
-    }
-    if (c >= 0xa0 && c <= 0xbf) {
-        Py_ssize_t n = c & 0x1f;
-        if (n >= left)
-            return NULL;
-        r->p = p + 1 + n;
-        return rd_str(p + 1, n);
+    if (c >= MP_FIXSTR && c < MP_NIL) {
+        if ((q = take(r, c & 0x1f)))
+            return rd_str(q, c & 0x1f);
+        goto other;
     }
     switch (c) {
-    case 0xc0:
-        r->p = p + 1;
+    case MP_NIL:
         Py_RETURN_NONE;
-    case 0xc2:
-        r->p = p + 1;
+    case MP_FALSE:
         Py_RETURN_FALSE;
-    case 0xc3:
-        r->p = p + 1;
+    case MP_TRUE:
         Py_RETURN_TRUE;
-    case 0xd9: {
-        if (left < 2 || p[1] > left - 2)
-            return NULL;
-        r->p = p + 2 + p[1];
-        return rd_str(p + 2, p[1]);
+    case MP_STR8: {
+        const uint8_t *s;
+        if ((q = take(r, 1)) && (s = take(r, q[0])))
+            return rd_str(s, q[0]);
+        break;
     }
-    case 0xcb: {
-        if (left < 9)
-            return NULL;
-        uint64_t bits = be(p + 1, 8);
+    case MP_FLOAT64: {
+        if (!(q = take(r, 8)))
+            break;
+        uint64_t bits = be(q, 8);
         double d;
         memcpy(&d, &bits, 8);
-        r->p = p + 9;
         return PyFloat_FromDouble(d);
     }
-    case 0xcc:
-    case 0xcd:
-    case 0xce: {
-        int n = 1 << (c - 0xcc);
-        if (left < 1 + n)
-            return NULL;
-        r->p = p + 1 + n;
-        return PyLong_FromUnsignedLong((unsigned long)be(p + 1, n));
+    case MP_UINT8:
+    case MP_UINT16:
+    case MP_UINT32: {
+        int n = 1 << (c - MP_UINT8);
+        if ((q = take(r, n)))
+            return PyLong_FromUnsignedLong((unsigned long)be(q, n));
+        break;
     }
     }
+other:
+    r->p = start;
     return NULL;
 }
 
 /* One value as the Python object msgspec decodes it to.  Recursion is bounded by
- * RD_MAX_DEPTH; deeper values go to msgspec, which has its own limit. */
+ * MAX_DEPTH; deeper values go to msgspec, which has its own limit. */
 static PyObject *rd_obj(Rd *r, int depth)
 {
     const uint8_t *start = r->p;
     PyObject *q = rd_quick(r);
     if (q || PyErr_Occurred())
         return q;
-    if (r->p < r->end && is_ext_byte(*r->p))
+    if (peek(r) >= 0 && is_ext_byte((uint8_t)peek(r)))
         return rd_slow(r);
     Val v;
     if (rd_head(r, &v) < 0)
         return NULL;
     if (v.kind == V_ARRAY) {
-        if (depth >= RD_MAX_DEPTH) {
+        if (depth >= MAX_DEPTH) {
             r->p = start;
             return rd_slow(r);
         }
@@ -437,7 +444,7 @@ static PyObject *rd_obj(Rd *r, int depth)
         return list;
     }
     if (v.kind == V_MAP) {
-        if (depth >= RD_MAX_DEPTH) {
+        if (depth >= MAX_DEPTH) {
             r->p = start;
             return rd_slow(r);
         }
@@ -476,11 +483,6 @@ static PyObject *rd_obj(Rd *r, int depth)
 }
 
 /* ---- fill plans (the tuples native._load_plan builds; ops as in _native.c) ------------- */
-
-enum { L_PY = 0, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF, L_ANY,
-       L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE };
-
-enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
 
 typedef struct {
     PyObject *name;
@@ -718,26 +720,20 @@ slow:
 /* An unsigned id at r->p below `limit`: its value, else -1 with r->p unchanged. */
 static inline Py_ssize_t rd_id(Rd *r, Py_ssize_t limit)
 {
-    const uint8_t *p = r->p;
-    if (p >= r->end)
-        return -1;
-    uint8_t c = *p;
+    const uint8_t *start = r->p, *q;
+    int c = take_byte(r);
     uint64_t u;
-    int n;
-    if (c <= 0x7f)
-        u = c, n = 0;
-    else if (c >= 0xcc && c <= 0xcf) {
-        n = 1 << (c - 0xcc);
-        if (r->end - p - 1 < n)
-            return -1;
-        u = be(p + 1, n);
-    }
+    if (c >= 0 && c <= MP_POSFIX_MAX)
+        u = (uint64_t)c;
+    else if (c >= MP_UINT8 && c <= MP_UINT64 && (q = take(r, 1 << (c - MP_UINT8))))
+        u = be(q, 1 << (c - MP_UINT8));
     else
-        return -1;
-    if (u >= (uint64_t)limit)
-        return -1;
-    r->p = p + 1 + n;
-    return (Py_ssize_t)u;
+        goto other;
+    if (u < (uint64_t)limit)
+        return (Py_ssize_t)u;
+other:
+    r->p = start;
+    return -1;
 }
 
 /* The tuple of an array of plain values (no list, dict or extension among them), read
@@ -777,13 +773,13 @@ static PyObject *rd_plain_tuple(Rd *r)
  * -1 with r->p unchanged. */
 static inline Py_ssize_t rd_any_ref(Rd *r, Py_ssize_t limit)
 {
-    const uint8_t *s = r->p;
-    if (r->end - s < 3 || s[0] != 0x81 || s[1] != 0x00)
+    static const uint8_t ref_head[2] = {MP_FIXMAP | 1, TAG_REF};
+    const uint8_t *start = r->p;
+    if (!take_if(r, ref_head, 2))
         return -1;
-    r->p = s + 2;
     Py_ssize_t i = rd_id(r, limit);
     if (i < 0)
-        r->p = s;
+        r->p = start;
     return i;
 }
 
@@ -837,7 +833,8 @@ static int ahead_row(Ahead *a, PyObject *objs)
             break;
         case L_SEQ_REF: {
             Val v;
-            if (s < a->r.end && is_container_byte(*s) && rd_head(&a->r, &v) == 0 &&
+            int c = peek(&a->r);
+            if (c >= 0 && is_container_byte((uint8_t)c) && rd_head(&a->r, &v) == 0 &&
                 v.kind == V_ARRAY) {
                 Py_ssize_t m = 0;
                 for (; m < v.n && (i = rd_id(&a->r, nobjs)) >= 0; m++)
@@ -869,37 +866,31 @@ static PyObject *uuid_int_str, *uuid_safe_str; /* "int", "is_safe" */
  * no error: a bigger int or another type is the slot decoder's to judge). */
 static inline int rd_cint(Rd *r, int *out)
 {
-    const uint8_t *p = r->p;
-    Py_ssize_t left = r->end - p;
-    if (left <= 0)
-        return -1;
-    uint8_t c = *p;
+    const uint8_t *start = r->p, *q;
+    int c = take_byte(r);
     int64_t v;
-    int n = 0;
-    if (c <= 0x7f)
+    if (c < 0)
+        goto other;
+    if (c <= MP_POSFIX_MAX)
         v = c;
-    else if (c >= 0xe0)
+    else if (c >= MP_NEGFIX_MIN)
         v = (int8_t)c;
-    else if (c >= 0xcc && c <= 0xce) {
-        n = 1 << (c - 0xcc);
-        if (left < 1 + n)
-            return -1;
-        v = (int64_t)be(p + 1, n);
-    }
-    else if (c >= 0xd0 && c <= 0xd2) {
-        n = 1 << (c - 0xd0);
-        if (left < 1 + n)
-            return -1;
-        uint64_t u = be(p + 1, n);
+    else if (c >= MP_UINT8 && c <= MP_UINT32 && (q = take(r, 1 << (c - MP_UINT8))))
+        v = (int64_t)be(q, 1 << (c - MP_UINT8));
+    else if (c >= MP_INT8 && c <= MP_INT32 && (q = take(r, 1 << (c - MP_INT8)))) {
+        int n = 1 << (c - MP_INT8);
+        uint64_t u = be(q, n);
         v = n == 1 ? (int8_t)u : n == 2 ? (int16_t)u : (int32_t)u;
     }
     else
-        return -1;
+        goto other;
     if (v < INT_MIN || v > INT_MAX)
-        return -1;
+        goto other;
     *out = (int)v;
-    r->p = p + 1 + n;
     return 0;
+other:
+    r->p = start;
+    return -1;
 }
 
 /* `n` ints into out[], all or none. */
@@ -917,25 +908,19 @@ static inline int rd_cints(Rd *r, int *out, int n)
 /* An array header of exactly `n` items (fixarray: every payload here is short). */
 static inline int rd_fixarray(Rd *r, int n)
 {
-    if (r->p >= r->end || *r->p != (uint8_t)(0x90 | n))
-        return -1;
-    r->p++;
-    return 0;
+    const uint8_t head = (uint8_t)(MP_FIXARRAY | n);
+    return take_if(r, &head, 1) ? 0 : -1;
 }
 
 /* A datetime's time zone as written by values._tz_plain: Nil, or ["utc"]; NULL for
  * any other (fixed offsets and zone names are the slot decoder's). Borrowed. */
 static inline PyObject *rd_simple_tz(Rd *r)
 {
-    static const uint8_t utc[5] = {0x91, 0xa3, 'u', 't', 'c'};
-    if (r->p < r->end && *r->p == 0xc0) {
-        r->p++;
+    static const uint8_t nil = MP_NIL, utc[5] = {MP_FIXARRAY | 1, MP_FIXSTR | 3, 'u', 't', 'c'};
+    if (take_if(r, &nil, 1))
         return Py_None;
-    }
-    if (r->end - r->p >= 5 && memcmp(r->p, utc, 5) == 0) {
-        r->p += 5;
+    if (take_if(r, utc, 5))
         return PyDateTime_TimeZone_UTC;
-    }
     return NULL;
 }
 
@@ -950,10 +935,9 @@ static PyObject *rd_value(LField *f, Rd *r)
     const uint8_t *start = r->p;
     int x[8];
     PyObject *v = NULL;
-    if (f->build && r->p < r->end && *r->p == 0xc0) { /* Optional: Nil is None */
-        r->p++;
+    static const uint8_t nil = MP_NIL, bin16[2] = {MP_BIN8, 16};
+    if (f->build && take_if(r, &nil, 1)) /* Optional: Nil is None */
         Py_RETURN_NONE;
-    }
     switch (f->vk) {
     case VK_DATETIME: {
         if (rd_fixarray(r, 9) < 0 || rd_cints(r, x, 8) < 0)
@@ -980,12 +964,12 @@ static PyObject *rd_value(LField *f, Rd *r)
     case VK_UUID: {
         /* uuid.UUID(bytes=b) stores int.from_bytes(b, "big") and SafeUUID.unknown in
          * its two slots (object.__setattr__: the class refuses setattr) */
-        if (rd_fixarray(r, 1) < 0 || r->end - r->p < 18 || r->p[0] != 0xc4 || r->p[1] != 16)
+        const uint8_t *q;
+        if (rd_fixarray(r, 1) < 0 || !take_if(r, bin16, 2) || !(q = take(r, 16)))
             goto other;
-        PyObject *n = long_from_be16(r->p + 2);
+        PyObject *n = long_from_be16(q);
         if (!n)
             return NULL;
-        r->p += 18;
         v = PyBaseObject_Type.tp_new((PyTypeObject *)f->vcls, no_args, NULL);
         if (v && (PyObject_GenericSetAttr(v, uuid_int_str, n) < 0 ||
                   PyObject_GenericSetAttr(v, uuid_safe_str, f->vextra) < 0))
@@ -1013,7 +997,7 @@ other:
 static PyObject *rd_tuple_list(Rd *r, int arity)
 {
     const uint8_t *start = r->p;
-    if (r->p >= r->end || !is_container_byte(*r->p))
+    if (peek(r) < 0 || !is_container_byte((uint8_t)peek(r)))
         return NULL;
     Val h;
     if (rd_head(r, &h) < 0 || h.kind != V_ARRAY) {
@@ -1062,9 +1046,13 @@ static PyObject *rd_dict(LField *f, Rd *r, Py_ssize_t nobjs, PyObject *objs)
     Val kh, vh;
     PyObject *d = NULL, **keys = NULL;
     Py_ssize_t nkeys = 0;
-    if (r->end - r->p < 2 || r->p[0] != 0x92 || !is_container_byte(r->p[1]))
+    static const uint8_t pair = MP_FIXARRAY | 2;
+    if (!take_if(r, &pair, 1))
         return NULL;
-    r->p++;
+    if (peek(r) < 0 || !is_container_byte((uint8_t)peek(r))) {
+        r->p = start;
+        return NULL;
+    }
     if (rd_head(r, &kh) < 0 || kh.kind != V_ARRAY)
         goto other;
     /* rd_head checked the count against the bytes left: at most one key a byte */
@@ -1075,7 +1063,7 @@ static PyObject *rd_dict(LField *f, Rd *r, Py_ssize_t nobjs, PyObject *objs)
         if (next_is_composite(r) || !(keys[nkeys] = rd_obj(r, 0))) /* a scalar: no recursion */
             goto other;
     }
-    if (r->p >= r->end || !is_container_byte(*r->p) || rd_head(r, &vh) < 0 ||
+    if (peek(r) < 0 || !is_container_byte((uint8_t)peek(r)) || rd_head(r, &vh) < 0 ||
         vh.kind != V_ARRAY || vh.n != kh.n || !(d = dict_presized(kh.n)))
         goto other;
     for (Py_ssize_t i = 0; i < kh.n; i++) {
@@ -1114,7 +1102,7 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
         if (i >= 0)
             return Py_NewRef(PyList_GET_ITEM(objs, i));
     }
-    else if (f->op == L_SEQ_REF && r->p < r->end && *r->p != 0xc0) {
+    else if (f->op == L_SEQ_REF && peek(r) >= 0 && peek(r) != MP_NIL) {
         Val v;
         if (rd_head(r, &v) < 0)
             return NULL;

@@ -38,14 +38,6 @@ from ckpt.state.stats import Stats
 
 ENGINE = "typed"  # the stream is the typed engine's; the native engine only writes it faster
 
-# Op codes shared with _native.c.
-OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
-OP_TUPLE, OP_FROZENSET, OP_SAVE, OP_VALUE = range(8, 12)
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = range(6)
-MAX_TUPLE_ITEMS = 8  # as in _native.c
-_BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
-_NONE = frozenset({type(None)})
-
 
 def _typed_save_source(sch: Schema) -> tuple[str, dict, str]:
     return codegen.build_save(sch)
@@ -73,6 +65,8 @@ def _load_core() -> tuple[Any, str]:
         from ckpt.state import _native
     except ImportError as exc:
         return None, f"the C extension does not load ({exc}); reinstall ckpt"
+    if not hasattr(_native, "OP_PY"):  # built from older sources than this ckpt's
+        return None, "the C extension is older than this ckpt (no shared codes); reinstall ckpt"
     _native.configure(msgspec.msgpack.Encoder().encode, StateError)
     if hasattr(_native, "read_configure"):  # an older build without the byte reader
         _native.read_configure(StateError, _decode_slice)
@@ -140,6 +134,72 @@ class _StoreProbe:
 
 
 _core, _reason = _load_core()
+
+
+def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
+    """The C core's codes by name: ``_native_vocab.h`` declares them once and the module
+    exports them.  Without the core no plan is ever run, and distinct stand-ins do."""
+    listed = names.split()
+    if _core is None:
+        return tuple((1 << i) if bits else i for i in range(len(listed)))
+    return tuple(getattr(_core, name) for name in listed)
+
+
+# save: a field's op, an element's op, the scalar type bits
+(
+    OP_PY,
+    OP_SCALAR,
+    OP_REF,
+    OP_ENUM,
+    OP_ANY,
+    OP_LIST,
+    OP_SET,
+    OP_DICT,
+    OP_TUPLE,
+    OP_FROZENSET,
+    OP_SAVE,
+    OP_VALUE,
+) = _codes(
+    "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
+    "OP_SAVE OP_VALUE"
+)
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
+    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
+)
+_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES = _codes(
+    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES", bits=True
+)
+_BITS = {type(None): _M_NONE, bool: _M_BOOL, int: _M_INT, float: _M_FLOAT, str: _M_STR}
+_BITS[bytes] = _M_BYTES
+_NONE = frozenset({type(None)})
+# load: a field's op, what a sequence is built into, how a zero is made, value kinds
+(
+    L_PY,
+    L_DEFAULT,
+    L_FACTORY,
+    L_RAW,
+    L_NONE_ZERO,
+    L_FALSY_ZERO,
+    L_TUPLE,
+    L_REF,
+    L_ANY,
+    L_ENUM,
+    L_SEQ_REF,
+    L_SEQ,
+    L_DICT,
+    L_DICT_REF,
+    L_SAVE,
+    L_VALUE,
+    L_SEQ_TUPLE,
+) = _codes(
+    "L_PY L_DEFAULT L_FACTORY L_RAW L_NONE_ZERO L_FALSY_ZERO L_TUPLE L_REF L_ANY L_ENUM "
+    "L_SEQ_REF L_SEQ L_DICT L_DICT_REF L_SAVE L_VALUE L_SEQ_TUPLE"
+)
+B_LIST, B_SET, B_FROZENSET, B_TUPLE = _codes("B_LIST B_SET B_FROZENSET B_TUPLE")
+Z_OBJECT, Z_CALL, Z_LIST, Z_DICT, Z_SET = _codes("Z_OBJECT Z_CALL Z_LIST Z_DICT Z_SET")
+_VK = _codes("VK_DATETIME VK_DATE VK_TIMEDELTA VK_UUID")
+_VALUE_KINDS = dict(zip(("datetime", "date", "timedelta", "uuid"), _VK, strict=True))
+(MAX_TUPLE_ITEMS,) = (8,) if _core is None else _codes("MAX_TUPLE_ITEMS")
 
 
 _CRC_IN_C = _core is not None and hasattr(_core, "crc32")  # a core built before it: zlib
@@ -403,12 +463,6 @@ class _PayloadView:
 
 # --- loading ---------------------------------------------------------------------------
 
-# Load op codes shared with _native.c.
-L_PY, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF = range(8)
-L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE = range(8, 17)
-# Value types whose payload arrays C reads itself (L_VALUE; VK_* in _native_read.c).
-_VALUE_KINDS = {"datetime": 1, "date": 2, "timedelta": 3, "uuid": 4}
-B_LIST, B_SET, B_FROZENSET, B_TUPLE = range(4)
 _BUILD = {K.LIST: B_LIST, K.SET: B_SET, K.FROZENSET: B_FROZENSET, K.VARTUPLE: B_TUPLE}
 _FALSY_ZERO = {K.STR: "", K.BOOL: False, K.BYTES: b""}
 
@@ -531,18 +585,18 @@ def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -
     )
 
 
-_NEW = {list: 2, dict: 3, set: 4}  # factories C calls without a call (make_zero)
+_NEW = {list: Z_LIST, dict: Z_DICT, set: Z_SET}  # factories C makes without a call
 
 
 def _how(factory: Any) -> int:
-    return _NEW.get(factory, 1)
+    return _NEW.get(factory, Z_CALL)
 
 
 def _default_entry(spec: Any) -> tuple:
     name = sys.intern(spec.name)
     if spec.factory is not MISSING:
         return (name, -1, L_FACTORY, 0, None, _how(spec.factory), spec.factory, None)
-    return (name, -1, L_DEFAULT, 0, None, 0, spec.default, None)
+    return (name, -1, L_DEFAULT, 0, None, Z_OBJECT, spec.default, None)
 
 
 def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
@@ -566,7 +620,7 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
                 slot = load_slot_function(plan, spec, checked)
             else:
                 slot = _LazyLoadSlot(plan, spec, checked)
-            how = _how(zero) if zero_call else 0
+            how = _how(zero) if zero_call else Z_OBJECT
             fields.append((sys.intern(spec.name), source, op, build, zero, how, arg, slot))
         fields.extend(_default_entry(spec) for spec in sch.unsaved)
         cls = sch.cls
