@@ -1187,29 +1187,183 @@ static int value_field(LField *f)
     return 0;
 }
 
+/* One read_fill call: the type's parsed plan and where its values go. */
+typedef struct {
+    LField *fs;
+    Py_ssize_t n, nrow;  /* plan entries; columns per stream row */
+    int has_dict, frozen, direct;
+    int sequential;      /* the stream row holds exactly the read fields, in plan order */
+    const uint8_t **at;  /* not sequential: each column's offset in the current row */
+    const void *keys;    /* direct stores: the class's shared keys, */
+    Py_ssize_t *ix;      /* ... each field's index in them, */
+    int all_ix;          /* ... and whether every field has one yet */
+    PyObject *objs, *ctx;
+} Fill;
+
+/* The plan's entries into fl->fs, checked; fl->sequential set.  0, or -1 with an error. */
+static int fill_parse(Fill *fl, PyObject *entries)
+{
+    Py_ssize_t expect = 0;
+    fl->sequential = 1;
+    for (Py_ssize_t j = 0; j < fl->n; j++) {
+        LField *f = &fl->fs[j];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, j), "UniiOiOO", &f->name, &f->src, &f->op,
+                              &f->build, &f->zero, &f->zero_call, &f->arg, &f->slot))
+            return -1;
+        if (f->src >= fl->nrow)
+            goto bad;
+        if (f->op == L_VALUE && value_field(f) < 0)
+            return -1;
+        if (f->op == L_SEQ_TUPLE &&
+            ((f->vk = (int)PyLong_AsLong(f->arg)) < 1 || f->vk >= MP_FIX_ITEMS)) {
+            if (!PyErr_Occurred()) /* a fixarray */
+                PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple list plan");
+            return -1;
+        }
+        if (f->op != L_DEFAULT && f->op != L_FACTORY) {
+            if (f->src < 0)
+                goto bad;
+            if (f->src != expect++)
+                fl->sequential = 0;
+        }
+    }
+    if (expect != fl->nrow)
+        fl->sequential = 0;
+    return 0;
+bad:
+    PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
+    return -1;
+}
+
+/* Look ahead when the graph is large and this type's rows hold references: the op per
+ * stream column into *ops (owned by the caller), and the first rows read ahead. */
+static int fill_ahead_start(Fill *fl, Ahead *ahead, uint8_t **ops, Py_ssize_t nshells)
+{
+    if (PyList_GET_SIZE(fl->objs) < load_ahead_min || fl->nrow <= 0)
+        return 0;
+    if (!(*ops = PyMem_Calloc(fl->nrow, 1))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < fl->n; j++) {
+        int op = fl->fs[j].op;
+        if (fl->fs[j].src >= 0 && (op == L_REF || op == L_SEQ_REF || op == L_ANY)) {
+            (*ops)[fl->fs[j].src] = (uint8_t)op;
+            ahead->left = nshells;
+        }
+    }
+    ahead->ops = *ops;
+    for (int k = 0; k < AHEAD_ROWS && ahead_row(ahead, fl->objs); k++)
+        ;
+    return 0;
+}
+
+/* Store field j's value v (stolen) into obj: straight into its inline values, into the
+ * dict `d` being built, or by setattr.  0, or -1 with an error. */
+static inline int fill_store(Fill *fl, PyObject *obj, PyObject **values, PyObject *d,
+                             Py_ssize_t j, PyObject *v)
+{
+    PyObject *name = fl->fs[j].name;
+    int rc;
+    if (values && ckpt_store_put(obj, fl->keys, values, fl->ix[j], v) == 0)
+        return 0; /* stored: the values array owns v now */
+    if (fl->has_dict)
+        rc = PyDict_SetItem(d, name, v);
+    else if (fl->frozen || fl->direct)
+        rc = PyObject_GenericSetAttr(obj, name, v);
+    else
+        rc = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* Field j's value for the current row (r at its column when sequential). */
+static inline PyObject *fill_value(Fill *fl, Rd *r, Py_ssize_t j)
+{
+    LField *f = &fl->fs[j];
+    if (f->op == L_DEFAULT)
+        return Py_NewRef(f->arg);
+    if (f->op == L_FACTORY)
+        return make_zero(f->zero_call, f->arg);
+    if (!fl->sequential)
+        r->p = fl->at[f->src];
+    return read_field(f, r, fl->objs, fl->ctx);
+}
+
+/* One object's row, from r->p: its fields read and stored.  0, or -1 with an error. */
+static int fill_row(Fill *fl, Rd *r, PyObject *obj)
+{
+    if (fl->ix && !fl->all_ix) {
+        /* looked up again until every field has an index: the first instances may add
+         * the keys */
+        fl->all_ix = 1;
+        for (Py_ssize_t j = 0; j < fl->n; j++)
+            if ((fl->ix[j] = ckpt_store_index(fl->keys, fl->fs[j].name)) < 0)
+                fl->all_ix = 0;
+    }
+    PyObject **values = fl->all_ix ? ckpt_store_values(obj, fl->keys) : NULL;
+    Val h;
+    const uint8_t *row_at = r->p;
+    if (rd_head(r, &h) < 0)
+        return -1;
+    if (h.kind != V_ARRAY || h.n != fl->nrow) {
+        r->p = row_at;
+        PyErr_Format(StateErr, "a %s row has the wrong number of fields", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    const uint8_t *row_end = NULL;
+    if (!fl->sequential) {
+        for (Py_ssize_t k = 0; k < fl->nrow; k++) {
+            fl->at[k] = r->p;
+            if (rd_skip(r, 1) < 0)
+                return -1;
+        }
+        row_end = r->p;
+    }
+    PyObject *d = fl->has_dict ? dict_presized(fl->n) : NULL;
+    if (fl->has_dict && !d)
+        return -1;
+    for (Py_ssize_t j = 0; j < fl->n; j++) {
+        PyObject *v = fill_value(fl, r, j);
+        if (!v || fill_store(fl, obj, values, d, j, v) < 0) {
+            Py_XDECREF(d);
+            return -1;
+        }
+    }
+    if (!fl->sequential)
+        r->p = row_end;
+    if (fl->has_dict) {
+        int rc = fl->frozen ? PyObject_GenericSetAttr(obj, dict_str, d)
+                            : PyObject_SetAttr(obj, dict_str, d);
+        Py_DECREF(d);
+        return rc;
+    }
+    return 0;
+}
+
 static PyObject *read_fill(PyObject *mod, PyObject *args)
 {
-    PyObject *shells, *body, *plan, *objs, *ctx, *entries;
-    Py_ssize_t start, nrow;
-    int has_dict, frozen;
+    PyObject *shells, *body, *plan, *entries;
+    Py_ssize_t start;
+    Fill fl = {0};
     if (!PyArg_ParseTuple(args, "O!OnO!O!O", &PyList_Type, &shells, &body, &start, &PyTuple_Type,
-                          &plan, &PyList_Type, &objs, &ctx))
+                          &plan, &PyList_Type, &fl.objs, &fl.ctx))
         return NULL;
-    if (!PyArg_ParseTuple(plan, "ipnO!", &has_dict, &frozen, &nrow, &PyTuple_Type, &entries))
+    if (!PyArg_ParseTuple(plan, "ipnO!", &fl.has_dict, &fl.frozen, &fl.nrow, &PyTuple_Type,
+                          &entries))
         return NULL;
-    int direct = has_dict == 2;
-    if (direct)
-        has_dict = 0;
+    fl.direct = fl.has_dict == 2;
+    if (fl.direct)
+        fl.has_dict = 0;
     Py_buffer buf;
     if (get_buffer(body, &buf) < 0)
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(entries);
-    LField *fs = PyMem_Calloc(n ? n : 1, sizeof(LField));
-    Py_ssize_t *ix = NULL; /* direct stores: field j's index in the shared keys */
-    uint8_t *ahead_ops = NULL; /* the look-ahead's op per stream column */
-    const uint8_t **at = PyMem_Calloc(nrow ? nrow : 1, sizeof(uint8_t *));
-    if (!fs || !at) {
+    fl.n = PyTuple_GET_SIZE(entries);
+    fl.fs = PyMem_Calloc(fl.n ? fl.n : 1, sizeof(LField));
+    fl.at = PyMem_Calloc(fl.nrow ? fl.nrow : 1, sizeof(uint8_t *));
+    uint8_t *ahead_ops = NULL;
+    if (!fl.fs || !fl.at) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1217,148 +1371,31 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "ckpt native: bad row offset");
         goto done;
     }
-    /* sequential: the stream row holds exactly the read fields, in plan order */
-    int sequential = 1;
-    Py_ssize_t expect = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        LField *f = &fs[j];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(entries, j), "UniiOiOO", &f->name, &f->src, &f->op,
-                              &f->build, &f->zero, &f->zero_call, &f->arg, &f->slot))
-            goto done;
-        if (f->src >= nrow) {
-            PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
-            goto done;
-        }
-        if (f->op == L_VALUE && value_field(f) < 0)
-            goto done;
-        if (f->op == L_SEQ_TUPLE &&
-            ((f->vk = (int)PyLong_AsLong(f->arg)) < 1 || f->vk > 15)) { /* a fixarray */
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple list plan");
-            goto done;
-        }
-        if (f->op != L_DEFAULT && f->op != L_FACTORY) {
-            if (f->src < 0) {
-                PyErr_SetString(PyExc_SystemError, "ckpt native: bad load plan");
-                goto done;
-            }
-            if (f->src != expect++)
-                sequential = 0;
-        }
-    }
-    if (expect != nrow)
-        sequential = 0;
-    /* direct: each field's index in the class's shared keys, for stores straight into
-     * the inline values (looked up again until every field has one: the first
-     * instances may add the keys) */
-    const void *keys = NULL;
-    int all_ix = 0;
-    if (direct && PyList_GET_SIZE(shells) > 0) {
-        keys = ckpt_store_keys(Py_TYPE(PyList_GET_ITEM(shells, 0)));
-        ix = keys ? PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t)) : NULL;
-        if (keys && !ix) {
+    if (fill_parse(&fl, entries) < 0)
+        goto done;
+    if (fl.direct && PyList_GET_SIZE(shells) > 0) {
+        fl.keys = ckpt_store_keys(Py_TYPE(PyList_GET_ITEM(shells, 0)));
+        fl.ix = fl.keys ? PyMem_Calloc(fl.n ? fl.n : 1, sizeof(Py_ssize_t)) : NULL;
+        if (fl.keys && !fl.ix) {
             PyErr_NoMemory();
             goto done;
         }
     }
     Rd r = {buf.buf, (const uint8_t *)buf.buf + start, (const uint8_t *)buf.buf + buf.len};
-    /* look ahead when the graph is large and this type's rows hold references */
-    Ahead ahead = {r, NULL, nrow, 0};
-    if (PyList_GET_SIZE(objs) >= load_ahead_min && nrow > 0) {
-        if (!(ahead_ops = PyMem_Calloc(nrow, 1))) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t j = 0; j < n; j++) {
-            int op = fs[j].op;
-            if (fs[j].src >= 0 && (op == L_REF || op == L_SEQ_REF || op == L_ANY)) {
-                ahead_ops[fs[j].src] = (uint8_t)op;
-                ahead.left = PyList_GET_SIZE(shells);
-            }
-        }
-        ahead.ops = ahead_ops;
-        for (int k = 0; k < AHEAD_ROWS && ahead_row(&ahead, objs); k++)
-            ;
-    }
+    Ahead ahead = {r, NULL, fl.nrow, 0};
+    if (fill_ahead_start(&fl, &ahead, &ahead_ops, PyList_GET_SIZE(shells)) < 0)
+        goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shells); i++) {
-        PyObject *obj = PyList_GET_ITEM(shells, i);
-        ahead_row(&ahead, objs);
-        if (ix && !all_ix) {
-            all_ix = 1;
-            for (Py_ssize_t j = 0; j < n; j++)
-                if ((ix[j] = ckpt_store_index(keys, fs[j].name)) < 0)
-                    all_ix = 0;
-        }
-        PyObject **values = all_ix ? ckpt_store_values(obj, keys) : NULL;
-        Val h;
-        const uint8_t *row_at = r.p;
-        if (rd_head(&r, &h) < 0)
+        ahead_row(&ahead, fl.objs);
+        if (fill_row(&fl, &r, PyList_GET_ITEM(shells, i)) < 0)
             goto done;
-        if (h.kind != V_ARRAY || h.n != nrow) {
-            r.p = row_at;
-            PyErr_Format(StateErr, "a %s row has the wrong number of fields",
-                         Py_TYPE(obj)->tp_name);
-            goto done;
-        }
-        const uint8_t *row_end = NULL;
-        if (!sequential) {
-            for (Py_ssize_t k = 0; k < nrow; k++) {
-                at[k] = r.p;
-                if (rd_skip(&r, 1) < 0)
-                    goto done;
-            }
-            row_end = r.p;
-        }
-        PyObject *d = has_dict ? dict_presized(n) : NULL;
-        if (has_dict && !d)
-            goto done;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            LField *f = &fs[j];
-            PyObject *v;
-            if (f->op == L_DEFAULT)
-                v = Py_NewRef(f->arg);
-            else if (f->op == L_FACTORY)
-                v = make_zero(f->zero_call, f->arg);
-            else {
-                if (!sequential)
-                    r.p = at[f->src];
-                v = read_field(f, &r, objs, ctx);
-            }
-            if (!v) {
-                Py_XDECREF(d);
-                goto done;
-            }
-            int rc;
-            if (values && ckpt_store_put(obj, keys, values, ix[j], v) == 0)
-                continue; /* stored: the values array owns v now */
-            if (has_dict)
-                rc = PyDict_SetItem(d, f->name, v);
-            else if (frozen || direct)
-                rc = PyObject_GenericSetAttr(obj, f->name, v);
-            else
-                rc = PyObject_SetAttr(obj, f->name, v);
-            Py_DECREF(v);
-            if (rc < 0) {
-                Py_XDECREF(d);
-                goto done;
-            }
-        }
-        if (!sequential)
-            r.p = row_end;
-        if (has_dict) {
-            int rc = frozen ? PyObject_GenericSetAttr(obj, dict_str, d)
-                            : PyObject_SetAttr(obj, dict_str, d);
-            Py_DECREF(d);
-            if (rc < 0)
-                goto done;
-        }
     }
     result = PyLong_FromSsize_t(r.p - r.base);
 done:
     PyMem_Free(ahead_ops);
-    PyMem_Free(fs);
-    PyMem_Free(ix);
-    PyMem_Free(at);
+    PyMem_Free(fl.fs);
+    PyMem_Free(fl.ix);
+    PyMem_Free(fl.at);
     PyBuffer_Release(&buf);
     return result;
 }
