@@ -26,7 +26,7 @@
  *   _native_ahead.h    prefetching the objects the walk meets next
  *   _native_crc.h      CRC-32 of the frame
  *   _native_save.h     saving an object, the Walk and Table types
- *   and here: the module's state, the exported vocabulary and module init.
+ *   and here: the exported vocabulary and module init (its state: _native_state.h).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,12 +43,6 @@
 #include "_native_vocab.h"
 #include <datetime.h>
 
-static PyObject *msgspec_encode;   /* msgspec.msgpack.encode: values this file does not write */
-static PyObject *str_value_;       /* "_value_" */
-static PyObject *str_before_save;  /* "__before_save__" */
-static PyObject *str_native_plan;  /* "_native_plan": where a TypeInfo keeps its Plan */
-static PyObject *empty_tuple;
-static PyObject *StateError;     /* ckpt.errors.StateError */
 
 #include "_native_dict.h"
 #include "_native_buf.h"
@@ -135,8 +129,9 @@ static PyObject *configure(PyObject *mod, PyObject *args)
     PyObject *enc, *err;
     if (!PyArg_ParseTuple(args, "OO", &enc, &err))
         return NULL;
-    Py_XSETREF(msgspec_encode, Py_NewRef(enc));
-    Py_XSETREF(StateError, Py_NewRef(err));
+    CkptState *st = ckpt_state_of(mod);
+    Py_XSETREF(st->encode, Py_NewRef(enc));
+    (void)err; /* the reader's read_configure keeps StateError */
     Py_RETURN_NONE;
 }
 
@@ -154,9 +149,71 @@ static PyMethodDef module_methods[] = {
     {NULL},
 };
 
-static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_native", "The native engine's compiled core.", -1, module_methods,
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    CkptState *st = ckpt_state_of(m);
+    Py_VISIT(st->encode);
+    Py_VISIT(st->state_error);
+    Py_VISIT(st->slice_decode);
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    CkptState *st = ckpt_state_of(m);
+    Py_CLEAR(st->encode);
+    Py_CLEAR(st->state_error);
+    Py_CLEAR(st->slice_decode);
+    Py_CLEAR(st->no_args);
+    Py_CLEAR(st->str_value_);
+    Py_CLEAR(st->str_before_save);
+    Py_CLEAR(st->str_native_plan);
+    Py_CLEAR(st->str_dict);
+    Py_CLEAR(st->str_int);
+    Py_CLEAR(st->str_is_safe);
+    return 0;
+}
+
+static void module_free(void *m)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    CkptState *st = ckpt_state_of((PyObject *)m);
+    if (st && st->dict_watcher >= 0 && PyDict_ClearWatcher(st->dict_watcher) < 0)
+        PyErr_Clear();
+#endif
+    module_clear((PyObject *)m);
+}
+
+struct PyModuleDef ckpt_moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "The native engine's compiled core.",
+    .m_size = sizeof(CkptState),
+    .m_methods = module_methods,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
 };
+
+/* The state's names and the dict watcher; 0, or -1 with an error set. */
+static int state_init(CkptState *st)
+{
+    st->dict_watcher = -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    st->dict_watcher = PyDict_AddWatcher(on_dict_event);
+    if (st->dict_watcher < 0)
+        PyErr_Clear(); /* all taken: dicts are written from snapshots */
+#endif
+    return (st->no_args = PyTuple_New(0)) &&
+                   (st->str_value_ = PyUnicode_InternFromString("_value_")) &&
+                   (st->str_before_save = PyUnicode_InternFromString("__before_save__")) &&
+                   (st->str_native_plan = PyUnicode_InternFromString("_native_plan")) &&
+                   (st->str_dict = PyUnicode_InternFromString("__dict__")) &&
+                   (st->str_int = PyUnicode_InternFromString("int")) &&
+                   (st->str_is_safe = PyUnicode_InternFromString("is_safe"))
+               ? 0
+               : -1;
+}
 
 PyMODINIT_FUNC PyInit__native(void)
 {
@@ -166,21 +223,11 @@ PyMODINIT_FUNC PyInit__native(void)
     look_min_init();
     if (check_dict_table() < 0)
         return NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    dict_watcher = PyDict_AddWatcher(on_dict_event);
-    if (dict_watcher < 0)
-        PyErr_Clear(); /* all taken: dicts are written from snapshots */
-#endif
-    str_value_ = PyUnicode_InternFromString("_value_");
-    str_before_save = PyUnicode_InternFromString("__before_save__");
-    str_native_plan = PyUnicode_InternFromString("_native_plan");
-    empty_tuple = PyTuple_New(0);
-    if (!str_value_ || !str_before_save || !str_native_plan || !empty_tuple)
-        return NULL;
-    PyObject *m = PyModule_Create(&moduledef);
+    PyObject *m = PyModule_Create(&ckpt_moduledef);
     if (!m)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
+    if (state_init(ckpt_state_of(m)) < 0 ||
+        PyModule_AddObjectRef(m, "Walk", (PyObject *)&WalkType) < 0 ||
         PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
         PyModule_AddIntConstant(m, "fast_paths", CKPT_FAST_PATHS) < 0 ||

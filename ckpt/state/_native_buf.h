@@ -374,7 +374,14 @@ static int w_scalar(Buf *b, PyObject *v, int bit)
  * encoding of a sub-value is exactly its bytes inside the whole payload. */
 static int w_msgspec(Buf *b, PyObject *v)
 {
-    PyObject *enc = PyObject_CallOneArg(msgspec_encode, v);
+    CkptState *st = ckpt_state(); /* values C does not write: a rare path */
+    if (!st)
+        return -1;
+    if (!st->encode) {
+        PyErr_SetString(PyExc_RuntimeError, "ckpt native: not configured");
+        return -1;
+    }
+    PyObject *enc = PyObject_CallOneArg(st->encode, v);
     if (!enc)
         return -1;
     int r = w_raw(b, PyBytes_AS_STRING(enc), PyBytes_GET_SIZE(enc));

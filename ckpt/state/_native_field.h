@@ -20,9 +20,12 @@ static inline int w_field_scalar(FIELD_ARGS)
 
 static inline int w_field_ref(FIELD_ARGS)
 {
-    if (!ref_fits(w, v))
+    Slot *s = pt_find(&w->ids, v); /* one lookup for an object met before */
+    if (s)
+        return w_uint(b, (uint64_t)(intptr_t)s->val);
+    if (!ref_fits_new(w, v))
         return w_fallback(w, b, f, obj);
-    Py_ssize_t i = ref_id(w, v);
+    Py_ssize_t i = discover(w, v);
     return i < 0 ? -1 : w_uint(b, (uint64_t)i);
 }
 
@@ -169,7 +172,7 @@ static int w_field_tuple(FIELD_ARGS)
 {
     if (Py_TYPE(v) != &PyTuple_Type || !tuple_fits(f, v))
         return w_fallback(w, b, f, obj);
-    if (v == empty_tuple)
+    if (PyTuple_GET_SIZE(v) == 0) /* the empty tuple: Nil, as typed writes it */
         return w_byte(b, MP_NIL);
     if (w_array(b, PyTuple_GET_SIZE(v)) < 0)
         return -1;
@@ -241,7 +244,7 @@ static int run_before_save(Walk *w, PyObject *obj)
     Py_DECREF(k);
     if (r < 0)
         return -1;
-    PyObject *res = PyObject_CallMethodNoArgs(obj, str_before_save);
+    PyObject *res = PyObject_CallMethodNoArgs(obj, w->st->str_before_save);
     if (!res)
         return -1;
     Py_DECREF(res);

@@ -17,6 +17,7 @@ typedef struct {
     int tmask[MAX_TUPLE_ITEMS]; /* ... and each position's scalar mask */
     int vk;                     /* OP_VALUE: which value type (VK_*) */
     PyObject *vcls;             /* OP_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
+    PyObject *vname;            /* OP_VALUE, VK_UUID: "int", its slot (held) */
 } Field;
 
 /* A class's parsed plan, built once by Python (``native._plan_for``) and kept on its
@@ -77,11 +78,11 @@ static void plan_free_fields(Plan *p)
         Py_XDECREF(fields[i].name);
         Py_XDECREF(fields[i].fallback);
         Py_XDECREF(fields[i].arg);
+        Py_XDECREF(fields[i].vname);
     }
     PyMem_Free(fields);
 }
 
-static PyObject *uuid_int_name; /* "int" */
 
 /* An OP_VALUE field's arg, (VK_*, class or None, extra), into the field; the datetime
  * C API is imported on first use (a class with such a field has the module loaded). */
@@ -94,8 +95,10 @@ static int value_plan(Field *f, PyObject *arg)
         goto bad;
     if (!PyDateTimeAPI && !(PyDateTimeAPI = PyCapsule_Import(PyDateTime_CAPSULE_NAME, 0)))
         return -1;
-    if (!uuid_int_name && !(uuid_int_name = PyUnicode_InternFromString("int")))
+    CkptState *st = ckpt_state();
+    if (!st)
         return -1;
+    f->vname = Py_NewRef(st->str_int);
     return 0;
 bad:
     PyErr_Clear();
@@ -146,7 +149,7 @@ static int w_std_value(Buf *b, Field *f, PyObject *v)
         if ((PyObject *)t != f->vcls)
             return 1;
         /* v.bytes is v.int.to_bytes(16, "big"); an int that does not fit is the slot's */
-        PyObject *n = PyObject_GetAttr(v, uuid_int_name);
+        PyObject *n = PyObject_GetAttr(v, f->vname);
         if (!n)
             return -1;
         unsigned char raw[16];

@@ -3,6 +3,7 @@
 #define CKPT_NATIVE_READ_H
 #include <Python.h>
 
+#include "_native_state.h"
 #include "_native_vocab.h"
 
 extern PyMethodDef native_read_methods[];

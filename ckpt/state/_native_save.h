@@ -440,9 +440,13 @@ static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTuple(args, "OOO!O!", &plan_for, &enum_plan, &PySet_Type, &hooked,
                           &PyDict_Type, &savable))
         return NULL;
+    CkptState *st = ckpt_state();
+    if (!st)
+        return NULL;
     Walk *w = (Walk *)type->tp_alloc(type, 0);
     if (!w)
         return NULL;
+    w->st = st;
     w->savable = Py_NewRef(savable);
     w->escaped = PySet_New(NULL);
     if (!w->escaped)

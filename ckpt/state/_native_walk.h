@@ -24,6 +24,7 @@ typedef struct {
     int32_t *tseq;
     Py_ssize_t ntseq, cap_tseq;
     PyObject *ids_view, *cmemo_view;
+    CkptState *st; /* the state of the interpreter that made the walk */
     PyObject **held; /* containers recorded in cmemo from C, kept alive (strong) */
     Py_ssize_t nheld, cap_held;
 } Walk;
@@ -74,7 +75,7 @@ static PyObject *cached_plan(Walk *w, PyTypeObject *cls)
         PyErr_Clear();
         return NULL;
     }
-    PyObject *plan = PyDict_GetItemWithError(d, str_native_plan);
+    PyObject *plan = PyDict_GetItemWithError(d, w->st->str_native_plan);
     Py_DECREF(d); /* the info keeps its dict, and the dict the plan */
     return plan;
 }
@@ -106,12 +107,10 @@ static Py_ssize_t type_index(Walk *w, PyTypeObject *cls)
     return t;
 }
 
-/* Whether a value fits a reference slot: None, an object with an id, or an instance
- * of a registered savable class (exact type).  No side effects. */
-static int ref_fits(Walk *w, PyObject *x)
+/* Whether a value without an id fits a reference slot: an instance of a registered
+ * savable class (exact type).  No side effects. */
+static int ref_fits_new(Walk *w, PyObject *x)
 {
-    if (pt_find(&w->ids, x))
-        return 1;
     Slot *s = pt_find(&w->tindex, Py_TYPE(x));
     if (s)
         return !w->tents[(intptr_t)s->val - 1]->is_enum;
@@ -127,6 +126,13 @@ static int ref_fits(Walk *w, PyObject *x)
     if (r > 0)
         Py_XSETREF(w->known[w->nknown++ & 3], Py_NewRef(tp));
     return r > 0;
+}
+
+/* Whether a value fits a reference slot: None, an object with an id, or an instance
+ * of a registered savable class (exact type).  No side effects. */
+static inline int ref_fits(Walk *w, PyObject *x)
+{
+    return pt_find(&w->ids, x) || ref_fits_new(w, x);
 }
 
 static int all_refs_fit(Walk *w, PyObject *list)
@@ -418,7 +424,7 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
         Slot *s = pt_find(&w->enumv, x);
         if (s)
             return w_value(b, (PyObject *)s->val, 0);
-        PyObject *val = PyObject_GetAttr(x, str_value_);
+        PyObject *val = PyObject_GetAttr(x, w->st->str_value_);
         if (!val)
             return -1;
         int r = w_value(b, val, 0);
@@ -592,7 +598,6 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
 
 #if PY_VERSION_HEX >= 0x030C0000
 /* The dict w_dict_direct is reading (3.12+), and whether it changed meanwhile. */
-static int dict_watcher = -1;
 static PyObject *watched_dict;
 static int watched_changed;
 
@@ -630,6 +635,7 @@ static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObjec
 #elif PY_VERSION_HEX >= 0x030C0000
     /* No version tag to compare from 3.12: a dict watcher (public API) says whether
      * the dict changed.  One dict at a time (a nested walk takes snapshots). */
+    int dict_watcher = w->st->dict_watcher;
     if (dict_watcher < 0 || watched_dict)
         return 1;
     if (PyDict_Watch(dict_watcher, d) < 0) {
