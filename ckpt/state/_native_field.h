@@ -15,6 +15,11 @@ static inline int w_field_scalar(FIELD_ARGS)
     int bit = fit_bit(v);
     if (bit & f->mask)
         return w_scalar(b, v, bit);
+    if (bit == 0 && Py_TYPE(v) == &PyLong_Type && (f->mask & M_INT)) {
+        int r = w_slot_bigint(w, b, v); /* beyond 64 bits: the slot's escape */
+        if (r <= 0)
+            return r;
+    }
     return w_fallback(w, b, f, obj);
 }
 

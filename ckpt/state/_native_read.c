@@ -526,6 +526,7 @@ typedef struct {
     int vk;            /* L_VALUE: which value type (VK_*); L_SEQ_TUPLE: the tuples' arity */
     PyObject *vcls;    /* L_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
     PyObject *vextra;  /* L_VALUE, VK_UUID: uuid.SafeUUID.unknown (borrowed) */
+    int escapes;       /* the type holds slot escapes: a scalar slot may be one */
 } LField;
 
 static inline PyObject *ref_get(PyObject *objs, PyObject *raw)
@@ -1123,10 +1124,38 @@ other:
     return NULL;
 }
 
+/* An int beyond 64 bits as the typed engine's dyn decoder makes it of {T_BIGINT:
+ * "decimal"} (int(str)), or of a scalar slot's escape {T_SLOT: {T_BIGINT: "decimal"}}
+ * (`slot`); NULL with no error and r->p unchanged for any other bytes, and for a string
+ * int() refuses (the slot decoder then says so in its own words). */
+static PyObject *rd_bigint(Rd *r, int slot)
+{
+    static const uint8_t head[4] = {MP_FIXMAP | 1, TAG_SLOT, MP_FIXMAP | 1, TAG_BIGINT};
+    const uint8_t *start = r->p;
+    Val v;
+    if (!take_if(r, slot ? head : head + 2, slot ? 4 : 2))
+        return NULL;
+    PyObject *s = NULL, *n = NULL;
+    if (rd_head(r, &v) == 0 && v.kind == V_STR && (s = rd_str(v.data, v.n)))
+        n = PyLong_FromUnicodeObject(s, 10);
+    Py_XDECREF(s);
+    if (!n) {
+        PyErr_Clear();
+        r->p = start;
+    }
+    return n;
+}
+
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
     const uint8_t *start = r->p;
     Py_ssize_t nobjs = PyList_GET_SIZE(objs);
+    if (f->escapes && (f->op == L_NONE_ZERO || f->op == L_RAW || f->op == L_FALSY_ZERO) &&
+        peek(r) == (MP_FIXMAP | 1)) {
+        PyObject *n = rd_bigint(r, 1);
+        if (n)
+            return n;
+    }
     if (f->op == L_REF) {
         Py_ssize_t i = rd_id(r, nobjs);
         if (i >= 0)
@@ -1162,6 +1191,9 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
         Py_ssize_t i = rd_any_ref(r, nobjs);
         if (i >= 0)
             return Py_NewRef(PyList_GET_ITEM(objs, i));
+        PyObject *n = peek(r) == (MP_FIXMAP | 1) ? rd_bigint(r, 0) : NULL;
+        if (n)
+            return n;
     }
     else if (f->op == L_VALUE) {
         PyObject *v = rd_value(f, r);
@@ -1385,8 +1417,9 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!OnO!O!O", &PyList_Type, &shells, &body, &start, &PyTuple_Type,
                           &plan, &PyList_Type, &fl.objs, &fl.ctx))
         return NULL;
-    if (!PyArg_ParseTuple(plan, "ipnO!", &fl.has_dict, &fl.frozen, &fl.nrow, &PyTuple_Type,
-                          &entries))
+    int escapes = 0; /* the stream lists the type as holding slot escapes */
+    if (!PyArg_ParseTuple(plan, "ipnO!|p", &fl.has_dict, &fl.frozen, &fl.nrow, &PyTuple_Type,
+                          &entries, &escapes))
         return NULL;
     fl.direct = fl.has_dict == 2;
     if (fl.direct)
@@ -1409,6 +1442,8 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     }
     if (fill_parse(&fl, entries) < 0)
         goto done;
+    for (Py_ssize_t j = 0; j < fl.n; j++)
+        fl.fs[j].escapes = escapes;
     if (fl.direct && PyList_GET_SIZE(shells) > 0) {
         fl.keys = ckpt_store_keys(Py_TYPE(PyList_GET_ITEM(shells, 0)));
         fl.ix = fl.keys ? PyMem_Calloc(fl.n ? fl.n : 1, sizeof(Py_ssize_t)) : NULL;

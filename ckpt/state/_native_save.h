@@ -105,6 +105,7 @@ static PyObject *walk_run(Walk *w, PyObject *args)
             TypeEntry *te = w->tents[t];
             if (!te->npending)
                 continue;
+            w->cur_type = t;
             if (has_current) {
                 PyObject *cur = PyLong_FromSsize_t(t);
                 int r = cur ? PyObject_SetAttrString(ctx, "current", cur) : -1;

@@ -47,8 +47,10 @@ enum {
 #define MP_FIX_STR 32   /* fixstr holds fewer bytes than this */
 
 /* The typed engine's self-describing tags ({tag: payload}, dyn.py): a reference {0: id},
- * a tuple {1: [...]}, a set {2: [...]}, a frozenset {3: [...]}, a dict {4: [[k], [v]]}. */
-enum { TAG_REF = 0, TAG_TUPLE, TAG_SET, TAG_FROZENSET, TAG_DICT };
+ * a tuple {1: [...]}, a set {2: [...]}, a frozenset {3: [...]}, a dict {4: [[k], [v]]},
+ * an int beyond 64 bits {7: "decimal"}, a compact slot's escape {8: dyn value} (wire.py). */
+enum { TAG_REF = 0, TAG_TUPLE, TAG_SET, TAG_FROZENSET, TAG_DICT, TAG_BYTEARRAY, TAG_ENUM,
+       TAG_BIGINT, TAG_SLOT, TAG_VALUE };
 
 /* ---- save: a field's op (Plan entries) and an element's op inside a container --------- */
 enum {

@@ -25,6 +25,7 @@ typedef struct {
     Py_ssize_t ntseq, cap_tseq;
     PyObject *ids_view, *cmemo_view;
     CkptState *st; /* the state of the interpreter that made the walk */
+    Py_ssize_t cur_type; /* the type index whose batch is being written */
     PyObject **held; /* containers recorded in cmemo from C, kept alive (strong) */
     Py_ssize_t nheld, cap_held;
 } Walk;
@@ -277,6 +278,42 @@ static int memo_hold(Walk *w, PyObject *c, PyObject *owner)
 
 static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth);
 
+/* An int beyond 64 bits as the typed engine's dyn encoder writes it, {T_BIGINT: str(v)}:
+ * 0, -1 on error, 1 (nothing written, no error) where str() refuses it (more digits than
+ * sys.get_int_max_str_digits allows): the Python path then raises the same error. */
+static int w_bigint(Buf *b, PyObject *v)
+{
+    PyObject *s = PyObject_Str(v);
+    if (!s) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    int r = w_byte(b, MP_FIXMAP | 1) < 0 || w_byte(b, TAG_BIGINT) < 0 || w_str(b, s) < 0 ? -1 : 0;
+    Py_DECREF(s);
+    return r;
+}
+
+/* A compact slot's escape of an int beyond 64 bits, {T_SLOT: {T_BIGINT: str(v)}}, and
+ * the current type recorded as holding an escape (typed's SaveCtx.esc): 0, -1 on error,
+ * 1 (nothing written) where w_bigint declines. */
+static int w_slot_bigint(Walk *w, Buf *b, PyObject *v)
+{
+    Py_ssize_t start = b->len;
+    if (w_byte(b, MP_FIXMAP | 1) < 0 || w_byte(b, TAG_SLOT) < 0)
+        return -1;
+    int r = w_bigint(b, v);
+    if (r != 0) {
+        b->len = start;
+        return r;
+    }
+    PyObject *t = PyLong_FromSsize_t(w->cur_type);
+    r = t ? PySet_Add(w->escaped, t) : -1;
+    Py_XDECREF(t);
+    return r;
+}
+
 static int w_dyn_python(Walk *w, Buf *b, PyObject *v, PyObject *owner)
 {
     PyObject *r = PyObject_CallFunctionObjArgs(w->dyn, v, owner, NULL);
@@ -335,7 +372,8 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
                 return w_head(b, MP_UINT64, u, 8);
             PyErr_Clear();
         }
-        return w_dyn_python(w, b, v, owner); /* a big int: tagged */
+        int r = w_bigint(b, v); /* a big int: tagged */
+        return r <= 0 ? r : w_dyn_python(w, b, v, owner);
     }
     if (depth >= MAX_DEPTH)
         return w_dyn_python(w, b, v, owner);

@@ -629,7 +629,8 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
             and all(_dict_ok(cls, f[0]) for f in fields)
             and (sch.frozen or cls.__setattr__ is object.__setattr__)
         )
-        entry = (2 if direct else int(sch.has_dict), sch.frozen, plan.nfields, tuple(fields))
+        has_dict = 2 if direct else int(sch.has_dict)
+        entry = (has_dict, sch.frozen, plan.nfields, tuple(fields), checked)
         cache[key] = entry
     return entry
 
