@@ -189,6 +189,44 @@ static int w_field_tuple(FIELD_ARGS)
     return 0;
 }
 
+/* The mask of a tuple position (tuple[A, B]) or of every item (tuple[X, ...]); M_REF: a
+ * reference, as a reference slot takes it. */
+static inline int ref_tuple_mask(Field *f, Py_ssize_t i)
+{
+    return f->tarity >= 0 ? f->tmask[i] : f->kmask;
+}
+
+/* A tuple holding references (E_REF in the plan's vop): typed writes it through the
+ * slot's fit test and compact encoder, so an array of the scalars and of the
+ * references' ids, the empty tuple an empty array (not Nil). */
+static CKPT_NOINLINE int w_field_ref_tuple(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyTuple_Type)
+        return w_fallback(w, b, f, obj);
+    Py_ssize_t n = PyTuple_GET_SIZE(v);
+    if (f->tarity >= 0 && n != f->tarity)
+        return w_fallback(w, b, f, obj);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(v, i);
+        int mask = ref_tuple_mask(f, i);
+        if (mask == M_REF ? !ref_fits(w, x) : !(fit_bit(x) & mask))
+            return w_fallback(w, b, f, obj);
+    }
+    if (w_array(b, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n && i < PyTuple_GET_SIZE(v); i++) {
+        PyObject *x = PyTuple_GET_ITEM(v, i);
+        if (ref_tuple_mask(f, i) == M_REF) {
+            Py_ssize_t id = ref_id(w, x); /* discovering may run Python: the tuple is held */
+            if (id < 0 || w_uint(b, (uint64_t)id) < 0)
+                return -1;
+        }
+        else if (w_scalar(b, x, type_bit(x)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int w_field_frozenset(FIELD_ARGS)
 {
     if (Py_TYPE(v) != &PyFrozenSet_Type || !set_fits(v, E_SCALAR, f->kmask))
@@ -224,6 +262,8 @@ static int w_field(FIELD_ARGS)
     case OP_DICT:
         return w_field_dict(w, b, f, obj, v);
     case OP_TUPLE:
+        if (f->vop == E_REF)
+            return w_field_ref_tuple(w, b, f, obj, v);
         return w_field_tuple(w, b, f, obj, v);
     case OP_FROZENSET:
         return w_field_frozenset(w, b, f, obj, v);

@@ -71,6 +71,8 @@ enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
 
 /* Exact scalar types as bits of a field's mask. */
 enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 };
+/* A tuple position (or every item of tuple[X, ...]) that holds a reference, not a scalar. */
+#define M_REF 64
 
 /* ---- load: a field's op (the fill plans native._load_plan builds) --------------------- */
 enum {

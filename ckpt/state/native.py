@@ -166,8 +166,8 @@ def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
 E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
     "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
 )
-_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES = _codes(
-    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES", bits=True
+_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF = _codes(
+    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF", bits=True
 )
 _BITS = {type(None): _M_NONE, bool: _M_BOOL, int: _M_INT, float: _M_FLOAT, str: _M_STR}
 _BITS[bytes] = _M_BYTES
@@ -269,7 +269,7 @@ def _field_arg(kind: Kind, op: int) -> Any:
     if op == OP_VALUE:
         return _value_kind((kind.args[0] if kind.tag is K.OPT else kind).codec)
     if op == OP_TUPLE and kind.tag is K.TUPLE:
-        return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
+        return tuple(_M_REF if _is_ref(a) else _mask(_fast_types(a.tag)) for a in kind.args)
     if op == OP_LIST and kind.args[0].tag is K.TUPLE:  # list[tuple[A, B]]: per-item masks
         return tuple(_mask(_fast_types(a.tag)) for a in kind.args[0].args)
     return None
@@ -314,6 +314,13 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
         if E_NONE in (kop, vop) or E_TUPLE in (kop, vop):
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
+    if tag in (K.TUPLE, K.VARTUPLE) and any(_is_ref(a) for a in kind.args):
+        if not all(a.tag in SCALARS or _is_ref(a) for a in kind.args):
+            return py
+        if tag is K.TUPLE and len(kind.args) > MAX_TUPLE_ITEMS:
+            return py
+        kmask = _M_REF if tag is K.VARTUPLE else 0  # E_REF: a tuple holding references
+        return OP_TUPLE, 0, 0, kmask, E_REF, 0
     if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
         if not all(a.tag in SCALARS for a in kind.args):
             return py
