@@ -9,6 +9,7 @@ replace the main interpreter's.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def test_without_the_core_native_py_still_imports() -> None:
         print("ok")
         """
     )
-    env = {"CKPT_PURE_PYTHON": "1", "PYTHONPATH": str(STATE.parents[1])}
+    env = {**os.environ, "CKPT_PURE_PYTHON": "1", "PYTHONPATH": str(STATE.parents[1])}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
     )
@@ -129,7 +130,7 @@ def test_a_subinterpreter_keeps_its_own_state() -> None:
             print("ok")
         """
     )
-    env = {"PYTHONPATH": str(STATE.parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(STATE.parents[1])}  # keeps LD_PRELOAD (ASan)
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
     )
