@@ -38,14 +38,6 @@ from ckpt.state.stats import Stats
 
 ENGINE = "typed"  # the stream is the typed engine's; the native engine only writes it faster
 
-# Op codes shared with _native.c.
-OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
-OP_TUPLE, OP_FROZENSET, OP_SAVE, OP_VALUE = range(8, 12)
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = range(6)
-MAX_TUPLE_ITEMS = 8  # as in _native.c
-_BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
-_NONE = frozenset({type(None)})
-
 
 def _typed_save_source(sch: Schema) -> tuple[str, dict, str]:
     return codegen.build_save(sch)
@@ -101,6 +93,8 @@ def _load_core() -> tuple[Any, str]:
         from ckpt.state import _native
     except ImportError as exc:
         return None, f"the C extension does not load ({exc}); reinstall ckpt"
+    if not hasattr(_native, "OP_PY"):  # built from older sources than this ckpt's
+        return None, "the C extension is older than this ckpt (no shared codes); reinstall ckpt"
     _native.configure(msgspec.msgpack.Encoder().encode, StateError)
     if hasattr(_native, "read_configure"):  # an older build without the byte reader
         _native.read_configure(StateError, _decode_slice)
@@ -170,6 +164,72 @@ class _StoreProbe:
 _core, _reason = _load_core()
 
 
+def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
+    """The C core's codes by name: ``_native_vocab.h`` declares them once and the module
+    exports them.  Without the core no plan is ever run, and distinct stand-ins do."""
+    listed = names.split()
+    if _core is None:
+        return tuple((1 << i) if bits else i for i in range(len(listed)))
+    return tuple(getattr(_core, name) for name in listed)
+
+
+# save: a field's op, an element's op, the scalar type bits
+(
+    OP_PY,
+    OP_SCALAR,
+    OP_REF,
+    OP_ENUM,
+    OP_ANY,
+    OP_LIST,
+    OP_SET,
+    OP_DICT,
+    OP_TUPLE,
+    OP_FROZENSET,
+    OP_SAVE,
+    OP_VALUE,
+) = _codes(
+    "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
+    "OP_SAVE OP_VALUE"
+)
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
+    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
+)
+_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF = _codes(
+    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF", bits=True
+)
+_BITS = {type(None): _M_NONE, bool: _M_BOOL, int: _M_INT, float: _M_FLOAT, str: _M_STR}
+_BITS[bytes] = _M_BYTES
+_NONE = frozenset({type(None)})
+# load: a field's op, what a sequence is built into, how a zero is made, value kinds
+(
+    L_PY,
+    L_DEFAULT,
+    L_FACTORY,
+    L_RAW,
+    L_NONE_ZERO,
+    L_FALSY_ZERO,
+    L_TUPLE,
+    L_REF,
+    L_ANY,
+    L_ENUM,
+    L_SEQ_REF,
+    L_SEQ,
+    L_DICT,
+    L_DICT_REF,
+    L_SAVE,
+    L_VALUE,
+    L_SEQ_TUPLE,
+) = _codes(
+    "L_PY L_DEFAULT L_FACTORY L_RAW L_NONE_ZERO L_FALSY_ZERO L_TUPLE L_REF L_ANY L_ENUM "
+    "L_SEQ_REF L_SEQ L_DICT L_DICT_REF L_SAVE L_VALUE L_SEQ_TUPLE"
+)
+B_LIST, B_SET, B_FROZENSET, B_TUPLE = _codes("B_LIST B_SET B_FROZENSET B_TUPLE")
+Z_OBJECT, Z_CALL, Z_LIST, Z_DICT, Z_SET = _codes("Z_OBJECT Z_CALL Z_LIST Z_DICT Z_SET")
+_VK = _codes("VK_DATETIME VK_DATE VK_TIMEDELTA VK_UUID")
+_VALUE_KINDS = dict(zip(("datetime", "date", "timedelta", "uuid"), _VK, strict=True))
+(MAX_TUPLE_ITEMS,) = (8,) if _core is None else _codes("MAX_TUPLE_ITEMS")
+
+
 _CRC_IN_C = _core is not None and hasattr(_core, "crc32")  # a core built before it: zlib
 
 
@@ -237,7 +297,7 @@ def _field_arg(kind: Kind, op: int) -> Any:
     if op == OP_VALUE:
         return _value_kind((kind.args[0] if kind.tag is K.OPT else kind).codec)
     if op == OP_TUPLE and kind.tag is K.TUPLE:
-        return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
+        return tuple(_M_REF if _is_ref(a) else _mask(_fast_types(a.tag)) for a in kind.args)
     if op == OP_LIST and kind.args[0].tag is K.TUPLE:  # list[tuple[A, B]]: per-item masks
         return tuple(_mask(_fast_types(a.tag)) for a in kind.args[0].args)
     return None
@@ -282,6 +342,13 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
         if E_NONE in (kop, vop) or E_TUPLE in (kop, vop):
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
+    if tag in (K.TUPLE, K.VARTUPLE) and any(_is_ref(a) for a in kind.args):
+        if not all(a.tag in SCALARS or _is_ref(a) for a in kind.args):
+            return py
+        if tag is K.TUPLE and len(kind.args) > MAX_TUPLE_ITEMS:
+            return py
+        kmask = _M_REF if tag is K.VARTUPLE else 0  # E_REF: a tuple holding references
+        return OP_TUPLE, 0, 0, kmask, E_REF, 0
     if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
         if not all(a.tag in SCALARS for a in kind.args):
             return py
@@ -473,12 +540,6 @@ class _PayloadView:
 
 # --- loading ---------------------------------------------------------------------------
 
-# Load op codes shared with _native.c.
-L_PY, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF = range(8)
-L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE = range(8, 17)
-# Value types whose payload arrays C reads itself (L_VALUE; VK_* in _native_read.c).
-_VALUE_KINDS = {"datetime": 1, "date": 2, "timedelta": 3, "uuid": 4}
-B_LIST, B_SET, B_FROZENSET, B_TUPLE = range(4)
 _BUILD = {K.LIST: B_LIST, K.SET: B_SET, K.FROZENSET: B_FROZENSET, K.VARTUPLE: B_TUPLE}
 _FALSY_ZERO = {K.STR: "", K.BOOL: False, K.BYTES: b""}
 
@@ -601,18 +662,18 @@ def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -
     )
 
 
-_NEW = {list: 2, dict: 3, set: 4}  # factories C calls without a call (make_zero)
+_NEW = {list: Z_LIST, dict: Z_DICT, set: Z_SET}  # factories C makes without a call
 
 
 def _how(factory: Any) -> int:
-    return _NEW.get(factory, 1)
+    return _NEW.get(factory, Z_CALL)
 
 
 def _default_entry(spec: Any) -> tuple:
     name = sys.intern(spec.name)
     if spec.factory is not MISSING:
         return (name, -1, L_FACTORY, 0, None, _how(spec.factory), spec.factory, None)
-    return (name, -1, L_DEFAULT, 0, None, 0, spec.default, None)
+    return (name, -1, L_DEFAULT, 0, None, Z_OBJECT, spec.default, None)
 
 
 def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
@@ -636,7 +697,7 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
                 slot = load_slot_function(plan, spec, checked)
             else:
                 slot = _LazyLoadSlot(plan, spec, checked)
-            how = _how(zero) if zero_call else 0
+            how = _how(zero) if zero_call else Z_OBJECT
             fields.append((sys.intern(spec.name), source, op, build, zero, how, arg, slot))
         fields.extend(_default_entry(spec) for spec in sch.unsaved)
         cls = sch.cls
@@ -645,7 +706,8 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
             and all(_dict_ok(cls, f[0]) for f in fields)
             and (sch.frozen or cls.__setattr__ is object.__setattr__)
         )
-        entry = (2 if direct else int(sch.has_dict), sch.frozen, plan.nfields, tuple(fields))
+        has_dict = 2 if direct else int(sch.has_dict)
+        entry = (has_dict, sch.frozen, plan.nfields, tuple(fields), checked)
         cache[key] = entry
     return entry
 
