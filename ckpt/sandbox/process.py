@@ -44,6 +44,7 @@ import time
 from ckpt.errors import KernelError, SandboxError, StatefileError
 from ckpt.sandbox import rpc
 from ckpt.sandbox.http import HttpServer, bind
+from ckpt.sandbox.sandboxlog import log
 
 # Annotations are strings; importing ``typing`` (or ``argparse``, which brings ``re``
 # and ``gettext``) would be a large share of the time before the process is ready.
@@ -81,14 +82,6 @@ def self_cpu_usec() -> int:
     """CPU (user + system) of this process, all threads, in microseconds."""
     t = os.times()
     return int((t.user + t.system) * 1_000_000)
-
-
-def log(msg: str) -> None:
-    """One timestamped line to the sandbox log (our stderr)."""
-    now = time.time()
-    stamp = f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}"
-    sys.stderr.write(f"{stamp} [{os.getpid()}] {msg}\n")
-    sys.stderr.flush()
 
 
 def _fault_stall(which: str = "checkpoint-stall") -> tuple[float, str | None]:

@@ -215,7 +215,7 @@ class StagedImage:
 def _log_source(source: Any) -> None:
     """The restore's line on where the image's chunks (kernel state, page map and
     pages) came from, once the background fill is done."""
-    from ckpt.sandbox.process import log
+    from ckpt.sandbox.sandboxlog import log
 
     s = source.stats
     log(
