@@ -1,5 +1,10 @@
 /* The native engine's reader: the compact stream's rows decoded straight from the bytes.
  *
+ * Why one file: it is one reader.  Every byte of input goes through the checked reads
+ * defined at its top, and the cursor's invariants (what has been checked against the
+ * bytes left) hold across split, shells and fill; spread over files, a read could be
+ * added that does not go through them.
+ *
  * Without it, msgspec decodes the whole payload into Python lists first and C walks
  * those; here `split` finds the nine top-level items (and each type's rows) with one
  * structural pass, `shells` creates every object from the type_seq bytes, and `fill`

@@ -1,4 +1,6 @@
 /* Saving an object, running a walk, and the Walk and Table types Python sees.
+ * Why one file: saving one object, running the walk over the rest and the two types
+ * Python sees (Walk, Table) are one lifecycle: create, run, release.
  *
  * Part of _native.c's one compilation unit (#included there, in order: the
  * walk's hot calls inline across these files); not compiled on its own. */

@@ -1,4 +1,6 @@
 /* The save walk: ids, the container memo, self-describing values, elements.
+ * Why one file: the walk's ids, memo and element writers share one Walk struct and
+ * call each other in its hot loop; the compiler sees them together in one unit.
  *
  * Part of _native.c's one compilation unit (#included there, in order: the
  * walk's hot calls inline across these files); not compiled on its own. */
