@@ -67,6 +67,7 @@ class Cell:
     lost: int = 0
     failed_requests: int = 0
     counters: dict[str, Any] = field(default_factory=dict)
+    round_detail: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Client(threading.Thread):
@@ -203,6 +204,7 @@ def run_cell(top: Path, key: Path, workload: str, rate: int, serve_at: str) -> C
         cell.memory_bytes = int(report["memory_bytes"])
         cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)
         cell.rounds = len(report["rounds"])
+        cell.round_detail = report["rounds"]
         cell.failed_requests = client.failures
         cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
         cell.acked = len(client.acked)

@@ -306,6 +306,27 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
     remove_files(root, sandbox_id)
 
 
+HANG_UP_TIMEOUT_S = 5.0
+
+
+def hang_up(root: Root, sandbox_id: str, timeout: float = HANG_UP_TIMEOUT_S) -> bool:
+    """Have a running or paused sandbox shut down its client connections and exit (its
+    cgroup thawed for that), so its clients hear at once: after a SIGKILL they wait
+    while the kernel frees the process's memory, which takes a while for a large one.
+    Best effort, returns whether it answered; ``delete`` removes what is left."""
+    from ckpt.sandbox.protocol import StopRequest
+
+    try:
+        st = _running(root, sandbox_id, "hang up")
+        mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
+        if mgr is not None:
+            mgr.thaw()
+        _call(root, st, StopRequest(), timeout=timeout)
+    except CkptError:
+        return False
+    return True
+
+
 def _clean_checkpoint(st: SandboxState) -> None:
     """Remove what a checkpoint cut short left beside its image (a CLI killed while the
     sandbox wrote): ``statefile.clean_stale`` touches only leftovers of dead writers."""
