@@ -80,6 +80,7 @@ class Cell:
     round_detail: list[dict[str, Any]] = field(default_factory=list)
     load: str = "write"
     clients: int = 1
+    client_gaps_ms: list[float] = field(default_factory=list)  # each client's longest
     baseline_ms: float = 0.0  # 0: not measured
     ratio: float = 0.0
 
@@ -261,7 +262,8 @@ def run_cell(
         report = json.loads(out)
         cell.frozen_ms = float(report["frozen_time_ms"])
         cell.downtime_ms = float(report["downtime_ms"])
-        cell.gap_ms = max(c.gap_ns for c in clients) / 1e6
+        cell.client_gaps_ms = [round(c.gap_ns / 1e6, 3) for c in clients]
+        cell.gap_ms = max(cell.client_gaps_ms)
         cell.bytes_sent = int(report["bytes_sent"])
         cell.memory_bytes = int(report["memory_bytes"])
         cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)

@@ -42,7 +42,8 @@ def test_keep_alive_clients_and_the_baseline_are_measured() -> None:
     report = migrate.run([4], ["kv"], rate=1 << 20, loads=["keepalive"])
     (cell,) = report["cells"]
     assert cell["load"] == "keepalive" and cell["acked"] > 0 and cell["lost"] == 0, cell
-    assert cell["clients"] == 1 + migrate.KEEPALIVE_CLIENTS
+    assert cell["clients"] == 1 + migrate.KEEPALIVE_CLIENTS == len(cell["client_gaps_ms"])
+    assert cell["gap_ms"] == max(cell["client_gaps_ms"])
     assert cell["gap_ms"] > 0 and cell["baseline_ms"] > 0, cell
     assert cell["ratio"] == round(cell["total_ms"] / cell["baseline_ms"], 3)
     (line,) = migrate.go_lines(report)
