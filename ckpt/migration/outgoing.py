@@ -248,7 +248,7 @@ class Migration:
             t = time.perf_counter()
             sent0 = ch.bytes_sent
             path = workdir / f"r{r}"
-            opts: dict[str, Any] = {"pre_dump": True}
+            opts: dict[str, Any] = {"pre_dump": True, "sync": False}  # sent, then removed
             if parent is not None:
                 opts["parent"] = str(parent)
             res = lifecycle.checkpoint(self.root, self.sid, path, options=opts)
@@ -283,7 +283,7 @@ class Migration:
         self.paused = True
         sent0 = ch.bytes_sent
         final = workdir / "final"
-        opts = {"parent": str(parent)} if parent is not None else {}
+        opts = {"sync": False, **({"parent": str(parent)} if parent is not None else {})}
         res = lifecycle.checkpoint(self.root, self.sid, final, leave_running=True, options=opts)
         t_dumped = time.perf_counter()
         lifecycle.pause_point("migrate:frozen")
