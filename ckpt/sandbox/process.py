@@ -708,11 +708,13 @@ class Host:
 
     def _exit(self) -> None:
         log("exiting")
-        self.exiting.set()
         if self.http is not None:
             # handed over: the sockets live on in the template; only our fds close
             self.http.close(shutdown=not self.handed_over)
         self.server.close()
+        # only now: the main thread, woken, finalizes the interpreter, which ends this
+        # thread at its next switch, before the sockets above were shut down
+        self.exiting.set()
         sys.stderr.flush()
         os._exit(0)
 
