@@ -10,6 +10,7 @@ first error lines are kept beside the package in ``_native<EXT_SUFFIX>.build-err
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import sys
@@ -114,7 +115,8 @@ setup(
         Extension(
             "ckpt.state._native",
             sources=["ckpt/state/_native.c", "ckpt/state/_native_read.c"],
-            depends=["ckpt/state/_native_read.h", "ckpt/state/_native_compat.h"],
+            # _native.c #includes its parts (one unit: the walk's hot calls inline across them)
+            depends=sorted(glob.glob("ckpt/state/_native*.h")),
             extra_compile_args=["-O2"],
             optional=True,
         )

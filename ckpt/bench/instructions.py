@@ -34,7 +34,8 @@ from ckpt.bench.harness import BenchError, _go_name, _two_lines, machine_info
 
 TOGGLE = "functools_reduce"  # the C function of functools.reduce in CPython
 VARIANTS = (*(("native",) if state.native_status()[0] else ()), "typed", "reflect", "pickle")
-BIG = ("Graph", "BigIntGraph", "People", "Flat")  # 20k-node shapes: one counted op is enough
+# 20k-node shapes: one counted op is enough
+BIG = ("Graph", "BigIntGraph", "People", "Flat", "Mixed")
 _SUMMARY = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
 

@@ -12,7 +12,14 @@ destination.  ``ckpt migrate --json`` moves it, and the figures are:
 * ``gap_ms``: the longest time the client went without an answer (what a user sees);
 * ``total_ms``: wall time of ``ckpt migrate``;
 * ``sent_ratio``: bytes sent over the memory's size;
-* ``rounds``, ``lost``: acknowledged writes missing on the destination (must be 0).
+* ``rounds``, ``lost``: acknowledged writes missing on the destination (must be 0);
+* ``baseline_ms``: the same sandbox, now on the destination, under the same load, moved
+  through a local directory instead: one ``checkpoint --pre-copy`` and one ``restore``
+  (wall time of both commands); ``ratio`` is ``total_ms`` over it.
+
+The ``write`` load is the one client above; ``keepalive`` adds ``KEEPALIVE_CLIENTS``
+clients that each keep one HTTP/1.1 connection open and ``GET /`` every
+``KEEPALIVE_INTERVAL_S``, and ``gap_ms`` is the longest any of them waited.
 
 With ``link="netns"`` the two roots are two hosts in network namespaces
 (``ckpt.bench.netns``: 198.18.0.0/15, each link shaped by ``tbf`` to ``shape``,
@@ -45,6 +52,9 @@ from typing import Any
 from ckpt.bench.harness import BenchError, machine_info
 
 DEFAULT_SIZES = (64, 256)
+LOADS = ("write", "keepalive")
+KEEPALIVE_CLIENTS = 4
+KEEPALIVE_INTERVAL_S = 0.01
 RETRY_S = 0.005
 VALUE_BYTES = 4096
 MAX_REQUESTS = 200_000
@@ -67,6 +77,12 @@ class Cell:
     lost: int = 0
     failed_requests: int = 0
     counters: dict[str, Any] = field(default_factory=dict)
+    round_detail: list[dict[str, Any]] = field(default_factory=list)
+    load: str = "write"
+    clients: int = 1
+    client_gaps_ms: list[float] = field(default_factory=list)  # each client's longest
+    baseline_ms: float = 0.0  # 0: not measured
+    ratio: float = 0.0
 
 
 class _Client(threading.Thread):
@@ -74,9 +90,16 @@ class _Client(threading.Thread):
     ``RETRY_S`` on each address in turn.  Records acknowledged writes and the longest
     time between two answers."""
 
-    def __init__(self, addresses: list[tuple[str, int]], kv: bool, rate: int) -> None:
+    def __init__(
+        self,
+        addresses: list[tuple[str, int]],
+        kv: bool,
+        rate: int,
+        interval: float | None = None,
+    ) -> None:
         super().__init__(name="bench-client", daemon=True)
         self.addresses, self.kv, self.rate = addresses, kv, rate
+        self.interval = interval  # between GETs (None: 2 ms); kv paces by ``rate``
         self.acked: dict[str, bytes] = {}
         self.gap_ns = 0
         self.failures = 0
@@ -113,7 +136,7 @@ class _Client(threading.Thread):
         return True
 
     def run(self) -> None:
-        interval = VALUE_BYTES / self.rate if self.kv else 0.002
+        interval = VALUE_BYTES / self.rate if self.kv else (self.interval or 0.002)
         deadline = time.monotonic() + TIMEOUT_S
         which = 0
         conn: http.client.HTTPConnection | None = None
@@ -174,42 +197,89 @@ def _lost(address: tuple[str, int], acked: dict[str, bytes]) -> int:
     return lost
 
 
-def run_cell(top: Path, key: Path, workload: str, rate: int, serve_at: str) -> Cell:
-    """Run, load, migrate, count what was lost; remove both sandboxes."""
+def _clients(addresses: list[tuple[str, int]], kv: bool, rate: int, load: str) -> list[_Client]:
+    """The load of one cell, started: the writer (or reader), plus the keep-alive ones."""
+    clients = [_Client(addresses, kv, rate)]
+    if load == "keepalive":
+        clients += [
+            _Client(addresses, False, rate, interval=KEEPALIVE_INTERVAL_S)
+            for _ in range(KEEPALIVE_CLIENTS)
+        ]
+    for c in clients:
+        c.start()
+    return clients
+
+
+def _stop(clients: list[_Client]) -> None:
+    for c in clients:
+        c.stop()
+
+
+def baseline(root: Path, sid: str, image: Path, clients: list[_Client]) -> float:
+    """Wall ms of one local ``checkpoint --pre-copy`` and one ``restore`` of ``sid``,
+    under ``clients``' load (stopped here); the image is removed."""
+    try:
+        t0 = time.perf_counter_ns()
+        _ckpt(root, "checkpoint", sid, "--pre-copy", "--image-path", str(image))
+        _ckpt(root, "restore", sid, "--image-path", str(image))
+        return (time.perf_counter_ns() - t0) / 1e6
+    finally:
+        _stop(clients)
+        shutil.rmtree(image, ignore_errors=True)
+
+
+def run_cell(
+    top: Path,
+    key: Path,
+    workload: str,
+    rate: int,
+    serve_at: str,
+    load: str = "write",
+    with_baseline: bool = True,
+) -> Cell:
+    """Run, load, migrate, count what was lost, time the local baseline; remove both
+    sandboxes."""
     sid = f"mig-{os.getpid()}"
     src, dst = top / "src", top / "dst"
-    cell = Cell(workload)
+    cell = Cell(workload, load=load)
     kv = workload.startswith("kv:")
     _ckpt(src, "run", sid, "--workload", workload, "--port", "0")
-    client = None
+    clients: list[_Client] = []
     try:
         state = json.loads(_ckpt(src, "state", sid))
         host, _, port = state["address"].rpartition(":")
         new_port = _free_port()
-        client = _Client([(host, int(port)), (HOST, new_port)], kv, rate)
-        client.start()
+        clients = _clients([(host, int(port)), (HOST, new_port)], kv, rate, load)
         time.sleep(0.5)  # the load is under way before the migration starts
         t0 = time.perf_counter_ns()
         out = _ckpt(src, "migrate", sid, "--to", serve_at, "--key-file", str(key),
                     "--port", str(new_port), "--json")  # fmt: skip
         cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
-        time.sleep(0.3)  # the client finds the destination
-        client.stop()
+        time.sleep(0.3)  # the clients find the destination
+        _stop(clients)
+        writer = clients[0]
+        cell.clients = len(clients)
         report = json.loads(out)
         cell.frozen_ms = float(report["frozen_time_ms"])
         cell.downtime_ms = float(report["downtime_ms"])
-        cell.gap_ms = client.gap_ns / 1e6
+        cell.client_gaps_ms = [round(c.gap_ns / 1e6, 3) for c in clients]
+        cell.gap_ms = max(cell.client_gaps_ms)
         cell.bytes_sent = int(report["bytes_sent"])
         cell.memory_bytes = int(report["memory_bytes"])
         cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)
         cell.rounds = len(report["rounds"])
-        cell.failed_requests = client.failures
+        cell.round_detail = report["rounds"]
+        cell.failed_requests = sum(c.failures for c in clients)
         cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
-        cell.acked = len(client.acked)
-        cell.lost = _lost((HOST, new_port), client.acked) if kv else 0
+        cell.acked = len(writer.acked)
+        cell.lost = _lost((HOST, new_port), writer.acked) if kv else 0
+        if with_baseline:
+            clients = _clients([(HOST, new_port)], kv, rate, load)
+            time.sleep(0.5)
+            cell.baseline_ms = baseline(dst, sid, top / "baseline", clients)
+            cell.ratio = round(cell.total_ms / cell.baseline_ms, 3)
     finally:
-        if client is not None:
-            client.stop()
+        _stop(clients)
         for root in (src, dst):
             with contextlib.suppress(subprocess.SubprocessError, BenchError):
                 _ckpt(root, "delete", sid, "--force", timeout=120)
@@ -225,13 +295,19 @@ def run(
     link: str = "loopback",
     shape: str = "1gbit",
     delay_ms: float = 0.0,
+    loads: Sequence[str] = ("write",),
+    with_baseline: bool = True,
 ) -> dict[str, Any]:
     """Every cell, in private roots removed afterwards, with one ``ckpt serve``."""
     if any(k not in ("memory", "kv") for k in kinds):
         raise BenchError(f"unknown workload in {', '.join(kinds)}; choose memory, kv or both")
+    if not loads or any(x not in LOADS for x in loads):
+        raise BenchError(f"unknown load in {', '.join(loads)}; choose {' or '.join(LOADS)}")
     if not sizes or any(s <= 0 for s in sizes):
         raise BenchError("sizes are positive MiB counts, e.g. 64,256")
     if link == "netns":
+        if "keepalive" in loads:
+            raise BenchError("--loads keepalive runs on loopback only; give --loads write")
         return run_netns(sizes, kinds, rate, progress, shape=shape, delay_ms=delay_ms)
     if link != "loopback":
         raise BenchError(f"unknown link {link!r}; choose loopback or netns")
@@ -252,10 +328,11 @@ def run(
         serve_at = _wait_listening(top / "serve.log", serve)
         for kind in kinds:
             for size in sizes:
-                workload = f"{kind}:{size}"
-                if progress:
-                    progress(workload)
-                cells.append(run_cell(top, key, workload, rate, serve_at))
+                for load in loads:
+                    workload = f"{kind}:{size}"
+                    if progress:
+                        progress(f"{workload} ({load})")
+                    cells.append(run_cell(top, key, workload, rate, serve_at, load, with_baseline))
     finally:
         serve.terminate()
         try:
@@ -290,6 +367,10 @@ def _wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> str:
     raise BenchError("ckpt serve did not listen within 60 s")
 
 
+def _label(c: dict[str, Any]) -> str:
+    return c["workload"] + ("+ka" if c.get("load") == "keepalive" else "")
+
+
 def render(report: dict[str, Any]) -> Any:
     """The cells as one table that fits 80 columns."""
     from rich import box
@@ -298,20 +379,26 @@ def render(report: dict[str, Any]) -> Any:
     t = Table(
         title=f"bench migrate over {report['link']} (one sample per cell; ms)",
         title_justify="left",
-        caption="gap: longest a client retrying every 5 ms waited; sent/mem: bytes",
+        caption=(
+            "gap: longest a client retrying every 5 ms waited; base: local checkpoint\n"
+            "--pre-copy + restore; x: total/base; sent: bytes/memory; +ka: keep-alive"
+        ),
         box=box.SIMPLE,
         pad_edge=False,
     )
     t.add_column("workload", no_wrap=True)
-    for name in ("frozen", "down", "gap", "total", "sent/mem", "rounds", "lost"):
+    for name in ("frozen", "down", "gap", "total", "base", "x", "sent", "rnd", "lost"):
         t.add_column(name, justify="right", no_wrap=True)
     for c in report["cells"]:
+        base = c.get("baseline_ms") or 0.0
         t.add_row(
-            c["workload"],
+            _label(c),
             f"{c['frozen_ms']:.0f}",
             f"{c['downtime_ms']:.0f}",
             f"{c['gap_ms']:.0f}",
             f"{c['total_ms']:.0f}",
+            f"{base:.0f}" if base else "-",
+            f"{c['ratio']:.2f}" if base else "-",
             f"{c['sent_ratio']:.2f}",
             str(c["rounds"]),
             f"{c['lost']}/{c['acked']}" if c["workload"].startswith("kv") else "-",
@@ -324,21 +411,66 @@ def go_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for c in report["cells"]:
         name = f"BenchmarkMigrate/{report['link']}/{c['workload'].replace(':', '_')}"
-        lines.append(
-            "\t".join(
-                [
-                    name,
-                    "1",
-                    f"{c['downtime_ms'] * 1e6:.0f} ns/op",
-                    f"{c['frozen_ms'] * 1e6:.0f} frozen-ns",
-                    f"{c['gap_ms'] * 1e6:.0f} gap-ns",
-                    f"{c['total_ms'] * 1e6:.0f} total-ns",
-                    f"{c['bytes_sent']} sent-B",
-                    f"{c['lost']} lost",
-                ]
-            )
-        )
+        if c.get("load") == "keepalive":
+            name += "_keepalive"
+        fields = [
+            name,
+            "1",
+            f"{c['downtime_ms'] * 1e6:.0f} ns/op",
+            f"{c['frozen_ms'] * 1e6:.0f} frozen-ns",
+            f"{c['gap_ms'] * 1e6:.0f} gap-ns",
+            f"{c['total_ms'] * 1e6:.0f} total-ns",
+        ]
+        if c.get("baseline_ms"):
+            fields.append(f"{c['baseline_ms'] * 1e6:.0f} baseline-ns")
+        fields += [f"{c['bytes_sent']} sent-B", f"{c['lost']} lost"]
+        lines.append("\t".join(fields))
     return lines
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Per cell, frozen time, downtime and client-visible gap (left) and total time
+    against the local baseline (right), as grouped bars; written as a PNG.  Check the
+    path first with ``scale.check_plot`` so a long run never ends in a failed plot."""
+    from ckpt.bench.scale import _pyplot
+
+    plt = _pyplot()
+    cells = report["cells"]
+    labels = [_label(c) for c in cells]
+    at = range(len(cells))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, bars, title in (
+        (
+            axes[0],
+            (("frozen_ms", "frozen"), ("downtime_ms", "downtime"), ("gap_ms", "client gap")),
+            "the freeze, as the source and a client see it",
+        ),
+        (
+            axes[1],
+            (("total_ms", "migration"), ("baseline_ms", "local pre-copy + restore")),
+            "total time",
+        ),
+    ):
+        width = 0.8 / len(bars)
+        for i, (attr, name) in enumerate(bars):
+            ax.bar(
+                [x + i * width for x in at],
+                [float(c.get(attr) or 0.0) for c in cells],
+                width,
+                label=name,
+            )
+        ax.set_xticks([x + width * (len(bars) - 1) / 2 for x in at], labels, fontsize=7)
+        ax.set(ylabel="ms")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        f"ckpt bench migrate over {report['link']} — {report['machine'].get('cpu', '')}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+    return path
 
 
 # --- two hosts in network namespaces ---------------------------------------------------

@@ -210,6 +210,20 @@ def bench_migrate_cmd(
         float,
         typer.Option("--delay-ms", metavar="MS", min=0, help="netns: added latency, each way."),
     ] = 0.0,
+    loads: Annotated[
+        str, typer.Option("--loads", help="write, keepalive (+4 keep-alive GETs) or both.")
+    ] = "write",
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline/--no-baseline",
+            help="Also time a local checkpoint --pre-copy + restore (loopback).",
+        ),
+    ] = True,
+    plot_path: Annotated[
+        Path | None,
+        typer.Option("--plot", metavar="FILE", help="Also draw the cells to FILE.png."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Frozen time, downtime, client-visible gap, bytes and lost writes of a migration.
@@ -218,10 +232,11 @@ def bench_migrate_cmd(
     that retries every 5 ms, or between two hosts in network namespaces over a shaped
     link (root only); every acknowledged write is read back at the destination.
     """
-    from ckpt.bench import migrate
+    from ckpt.bench import migrate, scale
     from ckpt.bench.harness import BenchError
     from ckpt.cli.output import out, say
 
+    plot_to = scale.check_plot(plot_path) if plot_path is not None else None
     try:
         size_list = [int(s) for s in sizes.split(",") if s]
     except ValueError:
@@ -234,7 +249,11 @@ def bench_migrate_cmd(
         link=link,
         shape=shape,
         delay_ms=delay_ms,
+        loads=[x for x in loads.split(",") if x],
+        with_baseline=baseline,
     )
+    if plot_to is not None:
+        migrate.plot(report, plot_to)
     if as_json:
         print(json.dumps(report, indent=2, default=str), flush=True)
         return

@@ -248,7 +248,7 @@ class Migration:
             t = time.perf_counter()
             sent0 = ch.bytes_sent
             path = workdir / f"r{r}"
-            opts: dict[str, Any] = {"pre_dump": True}
+            opts: dict[str, Any] = {"pre_dump": True, "sync": False}  # sent, then removed
             if parent is not None:
                 opts["parent"] = str(parent)
             res = lifecycle.checkpoint(self.root, self.sid, path, options=opts)
@@ -283,13 +283,14 @@ class Migration:
         self.paused = True
         sent0 = ch.bytes_sent
         final = workdir / "final"
-        opts = {"parent": str(parent)} if parent is not None else {}
+        opts = {"sync": False, **({"parent": str(parent)} if parent is not None else {})}
         res = lifecycle.checkpoint(self.root, self.sid, final, leave_running=True, options=opts)
         t_dumped = time.perf_counter()
         lifecycle.pause_point("migrate:frozen")
         if parent is not None:
             shutil.rmtree(parent, ignore_errors=True)
         pages = send_image(ch, final, len(self.report.rounds), final=True)
+        t_final_sent = time.perf_counter()
         if not self.report.rounds:
             self.report.memory_bytes = pages * 4096
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
@@ -303,6 +304,9 @@ class Migration:
                 "pages": pages,
                 "bytes": ch.bytes_sent - sent0,
                 "ms": round((t_restored - t_pause) * 1e3, 3),
+                "dump_ms": round((t_dumped - t_pause) * 1e3, 3),
+                "send_ms": round((t_final_sent - t_dumped) * 1e3, 3),
+                "restore_wait_ms": round((t_restored - t_final_sent) * 1e3, 3),
             }
         )
         lifecycle.pause_point("migrate:restored")
@@ -321,13 +325,18 @@ class Migration:
                 f"{self.sid}` here"
             ) from exc
         guard.say(COMMITTED)
+        t_committed = time.perf_counter()
         lifecycle.pause_point("migrate:committed")
+        lifecycle.hang_up(self.root, self.sid)  # its waiting clients go to the destination
         lifecycle.delete(self.root, self.sid, force=True)
+        t_deleted = time.perf_counter()
         self.report.address = restored.address
         self.report.frozen_time_ms = round((t_dumped - t_pause) * 1e3, 3)
         self.report.downtime_ms = round((t_restored - t_pause) * 1e3, 3)
         counters = dict(res.timings.counters)
         counters["restore_time_ms"] = restored.restore_ms
+        counters["done_ack_ms"] = round((t_committed - t_restored) * 1e3, 3)
+        counters["source_delete_ms"] = round((t_deleted - t_committed) * 1e3, 3)
         counters["rounds"] = len(self.report.rounds)
         counters["pages_written"] = sum(
             r.get("pages_written", r["pages"]) for r in self.report.rounds

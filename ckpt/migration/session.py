@@ -4,7 +4,7 @@
 
     source (ckpt migrate)                       destination (ckpt serve)
     Offer(id, workload, engine, cpus, port) ──▶  refuse an ID it has (Error EXISTS)
-                                            ◀──  Ack
+                                            ◀──  Ack; makes the sandbox's process
     round r (running): PageRuns* RoundEnd   ──▶  written as image rN (pre-dump)
                                             ◀──  Ack
     freeze; StateChunk* PageRuns* RoundEnd  ──▶  written as image "final", parent rN;
@@ -93,21 +93,23 @@ def receive(ch: Any, root: Any) -> Received:
     got = Received(sid)
     incoming = Incoming(root.path, offer)
     guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
-    restored = False
+    made = False  # a sandbox of ``sid`` exists here that this session made
     try:
         ch.send(m.Ack(seq=ch.frames_received))
-        _warm_template(root)  # ready by the time the rounds are in: a restore forks it
+        _warm_template(root)  # a restore forks it
+        # The sandbox's process is made while the rounds arrive: once the final image
+        # is in, only loading it is left.  From here the guard removes it if we die.
+        guard.say(RESTORING)
+        prepared = lifecycle.prepare_restore(root, sid, offer.cpus, offer.engine or None)
+        made = True
         while True:
             end = incoming.receive_image(ch)
             got.images += 1
             if end.final:
                 break
             ch.send(m.Ack(seq=ch.frames_received))
-        if root.exists(sid):  # made meanwhile by someone else: not ours to replace
-            raise Exists(f"sandbox {sid} appeared on the destination during the migration")
         assert incoming.final is not None
         t0 = time.perf_counter()
-        guard.say(RESTORING)
         result = lifecycle.restore(
             root,
             sid,
@@ -116,8 +118,8 @@ def receive(ch: Any, root: Any) -> Received:
             engine=offer.engine or None,
             port=offer.port,
             background=True,  # pages fill in behind: the files are open, ours, verified
+            prepared=prepared,
         )
-        restored = True
         got.restore_ms = round((time.perf_counter() - t0) * 1e3, 3)
         got.address = result.state.address
         got.notes = list(result.notes)
@@ -131,7 +133,7 @@ def receive(ch: Any, root: Any) -> Received:
             ch.send(m.Ack(seq=ch.frames_received))
         return got
     except BaseException as exc:
-        if restored and not got.committed:
+        if made and not got.committed:
             _stop(lifecycle, root, sid)
         if isinstance(exc, MigrationError | OSError) and not ch_closed(ch):
             code = m.ErrorCode.NO_SPACE if isinstance(exc, NoSpace) else m.ErrorCode.INTERNAL

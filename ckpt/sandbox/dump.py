@@ -167,6 +167,7 @@ def write_image(job: Dump) -> dict[str, Any]:
             level=request.level,
             key=job.key,
             metadata=job.metadata,
+            **({} if request.sync else {"sync": False}),
         ) as img:
             with clock.phase("state_dump"):
                 result = state.save(k, img.state_file, engine=job.engine, stats=stats)

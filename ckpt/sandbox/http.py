@@ -83,6 +83,7 @@ class HttpServer:
         self._adopted = list(conns)
         self._reading_paused = False
         self._busy = 0  # connection threads inside a request
+        self._serving: set[socket.socket] = set()  # connections a thread has
 
     def start(self) -> None:
         self.sock.setblocking(False)
@@ -101,6 +102,11 @@ class HttpServer:
         if shutdown:
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                serving = list(self._serving)
+            for conn in serving:  # their clients hear now, not when the process is gone
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
     # -- draining ------------------------------------------------------------------
@@ -175,10 +181,12 @@ class HttpServer:
     def _spawn(self, conn: socket.socket) -> None:
         with self._lock:
             self._active += 1
+            self._serving.add(conn)
         threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _park(self, conn: socket.socket) -> None:
         with self._lock:
+            self._serving.discard(conn)
             self._parked.append(conn)
             self._active -= 1
             self._lock.notify_all()
@@ -195,6 +203,8 @@ class HttpServer:
                 return
         except OSError:
             pass
+        with self._lock:
+            self._serving.discard(conn)
         self._done()
         with contextlib.suppress(OSError):
             conn.close()

@@ -90,6 +90,18 @@ class CheckpointResult:
 
 
 @dataclass
+class Prepared:
+    """A sandbox process made for a restore that has not been asked for yet
+    (``prepare_restore``): its record says creating, its cgroup and process exist."""
+
+    st: SandboxState
+    mgr: Any
+    spawned: Any
+    notes: list[str]
+    handed_over: bool
+
+
+@dataclass
 class RestoreResult:
     state: SandboxState
     timings: Timings
@@ -306,6 +318,27 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
     remove_files(root, sandbox_id)
 
 
+HANG_UP_TIMEOUT_S = 5.0
+
+
+def hang_up(root: Root, sandbox_id: str, timeout: float = HANG_UP_TIMEOUT_S) -> bool:
+    """Have a running or paused sandbox shut down its client connections and exit (its
+    cgroup thawed for that), so its clients hear at once: after a SIGKILL they wait
+    while the kernel frees the process's memory, which takes a while for a large one.
+    Best effort, returns whether it answered; ``delete`` removes what is left."""
+    from ckpt.sandbox.protocol import StopRequest
+
+    try:
+        st = _running(root, sandbox_id, "hang up")
+        mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
+        if mgr is not None:
+            mgr.thaw()
+        _call(root, st, StopRequest(), timeout=timeout)
+    except CkptError:
+        return False
+    return True
+
+
 def _clean_checkpoint(st: SandboxState) -> None:
     """Remove what a checkpoint cut short left beside its image (a CLI killed while the
     sandbox wrote): ``statefile.clean_stale`` touches only leftovers of dead writers."""
@@ -474,11 +507,13 @@ def restore(
     port: int | None = None,
     ignore_cgroups: bool = False,
     template: bool | None = None,
+    prepared: Prepared | None = None,
 ) -> RestoreResult:
     """Start a new sandbox process (in its cgroup, under its quota) from an image.
 
     Replaces a stopped sandbox of the same ID; refuses a running one.  On failure,
-    nothing of the new sandbox is left behind.
+    nothing of the new sandbox is left behind.  With ``prepared`` (the same ID's, from
+    ``prepare_restore``), its process is the one restored: only the image is loaded.
     """
     _check_engine(engine)
     from ckpt.sandbox.remote_image import STAGE_DIR, attach, request_fields
@@ -487,13 +522,14 @@ def restore(
     t0 = time.perf_counter_ns()
     image = Path(image).absolute()
     if not remote and not image.exists():
+        if prepared is not None:
+            discard(root, prepared.st)
         raise SandboxError(f"no image at {image}: check --image-path")
-    handed_over = _clear_stopped(root, sandbox_id)
-    notes: list[str] = []
+    if prepared is None:
+        prepared = prepare_restore(root, sandbox_id, cpus, engine, ignore_cgroups, template)
+    st, mgr, spawned, notes = prepared.st, prepared.mgr, prepared.spawned, prepared.notes
+    handed_over = prepared.handed_over
     timings = Timings()
-    st, mgr, spawned = make_sandbox(
-        root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template, "restore"
-    )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     from ckpt.sandbox.protocol import Listener, RestoreRequest
 
@@ -538,6 +574,26 @@ def restore(
     else:
         notes.extend(listener_notes(reply, handed_over))
     return RestoreResult(st, timings, reply.stats, reply.stats_text, notes)
+
+
+def prepare_restore(
+    root: Root,
+    sandbox_id: str,
+    cpus: float | None = None,
+    engine: str | None = None,
+    ignore_cgroups: bool = False,
+    template: bool | None = None,
+) -> Prepared:
+    """The first half of ``restore``: the sandbox's record, cgroup and process, waiting
+    for its image, so that a restore whose image is still arriving (a migration) costs
+    only the load once it is there.  ``discard(root, prepared.st)`` undoes it."""
+    _check_engine(engine)
+    handed_over = _clear_stopped(root, sandbox_id)
+    notes: list[str] = []
+    st, mgr, spawned = make_sandbox(
+        root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template, "restore"
+    )
+    return Prepared(st, mgr, spawned, notes, handed_over)
 
 
 def _clear_stopped(root: Root, sandbox_id: str) -> bool:

@@ -118,6 +118,7 @@ def pre_dump(
             level=params.get("level"),
             key=key,
             metadata=metadata,
+            sync=bool(params.get("sync", True)),
         ) as img:
             t1 = time.perf_counter_ns()
             summary = img.write_pages(_batched(host, frames, timer))

@@ -44,6 +44,7 @@ import time
 from ckpt.errors import KernelError, SandboxError, StatefileError
 from ckpt.sandbox import rpc
 from ckpt.sandbox.http import HttpServer, bind
+from ckpt.sandbox.sandboxlog import log
 
 # Annotations are strings; importing ``typing`` (or ``argparse``, which brings ``re``
 # and ``gettext``) would be a large share of the time before the process is ready.
@@ -81,14 +82,6 @@ def self_cpu_usec() -> int:
     """CPU (user + system) of this process, all threads, in microseconds."""
     t = os.times()
     return int((t.user + t.system) * 1_000_000)
-
-
-def log(msg: str) -> None:
-    """One timestamped line to the sandbox log (our stderr)."""
-    now = time.time()
-    stamp = f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now % 1 * 1000):03d}"
-    sys.stderr.write(f"{stamp} [{os.getpid()}] {msg}\n")
-    sys.stderr.flush()
 
 
 def _fault_stall(which: str = "checkpoint-stall") -> tuple[float, str | None]:
@@ -347,7 +340,7 @@ class Host:
         t0 = time.perf_counter_ns()
         from ckpt.sandbox import remote_image
 
-        remote_image.begin_restore(request, _key(request.key_hex), log)  # s3://: while importing
+        remote_image.begin_restore(request, _key(request.key_hex))  # s3://: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox.protocol import Listener, RestoreReply
 
@@ -356,7 +349,7 @@ class Host:
         stats = state.Stats() if request.stats else None
         from ckpt.statefile import chain
 
-        image, staged = remote_image.open_for_restore(request, _key(request.key_hex), log)
+        image, staged = remote_image.open_for_restore(request, _key(request.key_hex))
         if chain.is_pre_dump(image):
             raise StatefileError(
                 f"{request.image} is a pre-dump (memory pages, no kernel state); restore "
@@ -719,11 +712,13 @@ class Host:
 
     def _exit(self) -> None:
         log("exiting")
-        self.exiting.set()
         if self.http is not None:
             # handed over: the sockets live on in the template; only our fds close
             self.http.close(shutdown=not self.handed_over)
         self.server.close()
+        # only now: the main thread, woken, finalizes the interpreter, which ends this
+        # thread at its next switch, before the sockets above were shut down
+        self.exiting.set()
         sys.stderr.flush()
         os._exit(0)
 

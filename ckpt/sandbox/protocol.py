@@ -125,6 +125,7 @@ class CheckpointRequest(Request, tag="checkpoint"):
     parent: str | None = None  # the last image of this sandbox: write what is dirty since
     pre_copy: bool = False  # rounds of pre-dumps, then the final freeze
     store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
+    sync: bool = True  # fsync the image; False: one read back at once and removed
 
 
 class PauseRequest(Request, tag="pause"):

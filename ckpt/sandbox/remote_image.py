@@ -39,11 +39,6 @@ STORE_VARS = (
     "AWS_DEFAULT_REGION",
 )
 STAGE_DIR = "image-stage"
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    Log = Callable[[str], None]  # the sandbox's log (process.log), given by the caller
 # ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
 # not imported from there, as the fetch runs in a thread beside the sandbox's imports
 # of the statefile package (two threads importing one package can see it half made).
@@ -305,15 +300,12 @@ class StagedImage:
     fetched during the kernel state's load put 300 ms before the first answer
     (memory:512, loopback; 36 ms with the header alone)."""
 
-    def __init__(
-        self, params: Any, key: bytes | None, *, lazy: bool = False, log: Log | None = None
-    ) -> None:
+    def __init__(self, params: Any, key: bytes | None, *, lazy: bool = False) -> None:
         stage = _get(params, "stage_dir")
         if not stage:
             raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
         self.top = Path(stage)
         self.source: Any = None
-        self._log = log
         repo, name = open_repository(params, key)
         self.dir = self.top / name  # each image of the chain beside its child
         reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
@@ -341,7 +333,7 @@ class StagedImage:
         from ckpt.storage.chunkcache import ChunkCache
         from ckpt.storage.lazy import ChunkSource
 
-        self.source = ChunkSource(reader, ChunkCache.default(), on_close=self._log_source)
+        self.source = ChunkSource(reader, ChunkCache.default(), on_close=_log_source)
         pages = reader.manifest.files.get(PAGES_IMG)
         if pages is not None:
             self.source.prefetch(pages.chunks[:1])
@@ -357,16 +349,17 @@ class StagedImage:
         if source is not None:
             source.release()
 
-    def _log_source(self, source: Any) -> None:
-        """The restore's line on where the image's chunks (kernel state, page map and
-        pages) came from, once the background fill is done."""
-        if self._log is None:
-            return
-        s = source.stats
-        self._log(
-            f"restore: {source.where} loaded: {s.from_store} chunks from the store "
-            f"({s.bytes_from_store} bytes), {s.from_cache} from the local cache"
-        )
+
+def _log_source(source: Any) -> None:
+    """The restore's line on where the image's chunks (kernel state, page map and
+    pages) came from, once the background fill is done."""
+    from ckpt.sandbox.sandboxlog import log
+
+    s = source.stats
+    log(
+        f"restore: {source.where} loaded: {s.from_store} chunks from the store "
+        f"({s.bytes_from_store} bytes), {s.from_cache} from the local cache"
+    )
 
 
 def load_failure(exc: BaseException) -> str:
@@ -383,7 +376,7 @@ _early: tuple[Any, Any] | None = None  # (the request, the future of its StagedI
 EARLY_WAIT_S = 3600.0  # each store request has its own deadline; this only bounds the join
 
 
-def begin_restore(params: Any, key: bytes | None, log: Log | None = None) -> None:
+def begin_restore(params: Any, key: bytes | None) -> None:
     """For an ``s3://`` image, start fetching it now, in a thread, while the sandbox
     imports the kernel and state modules (a cold sandbox spends 60-300 ms there);
     :func:`open_for_restore` takes the result, or raises its error in place."""
@@ -396,8 +389,7 @@ def begin_restore(params: Any, key: bytes | None, log: Log | None = None) -> Non
 
     def fetch() -> None:
         try:
-            lazy = bool(_get(params, "background"))
-            future.set_result(StagedImage(params, key, lazy=lazy, log=log))
+            future.set_result(StagedImage(params, key, lazy=bool(_get(params, "background"))))
         except BaseException as exc:
             future.set_exception(exc)
 
@@ -407,19 +399,17 @@ def begin_restore(params: Any, key: bytes | None, log: Log | None = None) -> Non
     threading.Thread(target=fetch, name="ckpt-fetch", daemon=True).start()
 
 
-def _staged(params: Any, key: bytes | None, log: Log | None) -> StagedImage:
+def _staged(params: Any, key: bytes | None) -> StagedImage:
     """The image fetched for this request: the one :func:`begin_restore` started, or
     fetched now."""
     global _early
     early, _early = _early, None
     if early is not None and early[0] is params:
         return early[1].result(timeout=EARLY_WAIT_S)  # type: ignore[no-any-return]
-    return StagedImage(params, key, lazy=bool(_get(params, "background")), log=log)
+    return StagedImage(params, key, lazy=bool(_get(params, "background")))
 
 
-def open_for_restore(
-    params: Any, key: bytes | None, log: Log | None = None
-) -> tuple[Any, StagedImage | None]:
+def open_for_restore(params: Any, key: bytes | None) -> tuple[Any, StagedImage | None]:
     """The image a restore loads, and the staged copy to remove once it is loaded
     (``--background`` from a store: the pages are read from the store from then on)."""
     from ckpt import statefile
@@ -427,7 +417,7 @@ def open_for_restore(
     if not is_remote(_get(params, "image")):
         return statefile.open_image(_get(params, "image"), key=key), None
     lazy = bool(_get(params, "background"))
-    staged = _staged(params, key, log)
+    staged = _staged(params, key)
     try:
         if lazy:
             from ckpt.statefile.sources import StoreImage

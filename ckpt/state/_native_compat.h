@@ -44,6 +44,13 @@
 #define CKPT_LONG_COMPACT 0
 #endif
 
+/* A cold function kept out of its callers (the walk's hot loop stays small). */
+#if defined(__GNUC__) || defined(__clang__)
+#define CKPT_NOINLINE __attribute__((noinline))
+#else
+#define CKPT_NOINLINE
+#endif
+
 /* 1 if this build may read CPython internals (the module's `fast_paths`; 0 built portable). */
 #define CKPT_FAST_PATHS (!CKPT_PORTABLE)
 

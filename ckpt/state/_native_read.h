@@ -3,11 +3,10 @@
 #define CKPT_NATIVE_READ_H
 #include <Python.h>
 
-extern PyMethodDef native_read_methods[];
+#include "_native_state.h"
+#include "_native_vocab.h"
 
-/* The stdlib value types whose fields both directions handle in C (OP_VALUE, L_VALUE),
- * as their codecs in values.py write them; native._VALUE_KINDS holds the same codes. */
-enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
+extern PyMethodDef native_read_methods[];
 
 /* Direct stores into a fresh instance's inline values (defined in _native.c, where the
  * 3.11 layouts are checked): the class's shared keys (NULL: not possible), a field's

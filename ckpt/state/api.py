@@ -20,7 +20,9 @@ from ckpt.state import wire as w
 from ckpt.state.native import native_status
 from ckpt.state.stats import Stats, collecting
 
-ENGINES = ("reflect", "typed", "native") if native_status()[0] else ("reflect", "typed")
+_NATIVE = native_status()[0]  # fixed once the C core has loaded (or not)
+_DEFAULT = "native" if _NATIVE else "typed"
+ENGINES = ("reflect", "typed", "native") if _NATIVE else ("reflect", "typed")
 PAUSE_GC = True  # typed and native pause cyclic GC; benchmarks turn it off to compare
 _MODULES = {"reflect": reflect, "typed": typed, "native": native}
 _PAUSED = (typed, native)
@@ -48,14 +50,14 @@ class SaveResult:
 
 def default_engine() -> str:
     """The fastest engine available here: ``native`` when its C core is built, else ``typed``."""
-    return "native" if native_status()[0] else "typed"
+    return _DEFAULT
 
 
 def _engine(name: str | None) -> Any:
-    module = _MODULES.get(default_engine() if name is None else name)
+    module = _MODULES.get(_DEFAULT if name is None else name)
     if module is None:
         raise StateError(f"unknown state engine {name!r}; choose one of {', '.join(ENGINES)}")
-    if module is native and not native_status()[0]:
+    if module is native and not _NATIVE:
         raise StateError(
             f"the native state engine is unavailable here ({native_status()[1]}); "
             "use engine='typed'"
@@ -70,7 +72,7 @@ def _encode(root: Any, engine: str | None, stats: Stats | None) -> tuple[bytes, 
     tables are released, so no collection can start anywhere inside a typed save.
     """
     module = _engine(engine)
-    engine = engine or default_engine()
+    engine = engine or _DEFAULT
     paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
     if paused:
         gc.disable()
@@ -154,7 +156,7 @@ def _read_exact(binary_file: BinaryIO, size: int) -> bytes:
 def loads(data: Any, engine: str | None = None, stats: Stats | None = None) -> Any:
     """Rebuild the graph from a stream written by any engine (None: default_engine())."""
     module = _engine(engine)
-    engine = engine or default_engine()
+    engine = engine or _DEFAULT
     paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
     if paused:
         gc.disable()

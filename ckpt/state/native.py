@@ -30,21 +30,13 @@ from typing import Any
 import msgspec
 
 from ckpt.errors import StateError
-from ckpt.state import codegen, graph, registry, schema, type_tables, typed
+from ckpt.state import codegen, dyn, graph, registry, schema, type_tables, typed
 from ckpt.state import wire as w
 from ckpt.state.dyn import EnumMembers
 from ckpt.state.schema import SCALARS, K, Kind, Schema
 from ckpt.state.stats import Stats
 
 ENGINE = "typed"  # the stream is the typed engine's; the native engine only writes it faster
-
-# Op codes shared with _native.c.
-OP_PY, OP_SCALAR, OP_REF, OP_ENUM, OP_ANY, OP_LIST, OP_SET, OP_DICT = range(8)
-OP_TUPLE, OP_FROZENSET, OP_SAVE, OP_VALUE = range(8, 12)
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = range(6)
-MAX_TUPLE_ITEMS = 8  # as in _native.c
-_BITS = {type(None): 1, bool: 2, int: 4, float: 8, str: 16, bytes: 32}
-_NONE = frozenset({type(None)})
 
 
 def _typed_save_source(sch: Schema) -> tuple[str, dict, str]:
@@ -61,7 +53,35 @@ def _fast_types(tag: K) -> frozenset:
 
 
 def _save_ctx(walk: Any, hooked: set[int]) -> Any:
-    return typed.SaveCtx(walk)
+    """typed's ``SaveCtx`` for this walk, bound on first use: the C core reads none of
+    its bindings but ``current``, and a save whose values all fit their slots calls no
+    slot code, so most saves never build its two dyn encoders (a third of a small
+    save's fixed cost).  ``_PendingSaveCtx`` becomes a plain ``SaveCtx`` at the first
+    read of a binding, so slot code reads it without a getattr hook."""
+    ctx = _PendingSaveCtx.__new__(_PendingSaveCtx)
+    ctx.escaped = walk.escaped
+    ctx.current = -1
+    _pending_walks[id(ctx)] = walk
+    return ctx
+
+
+_pending_walks: dict[int, Any] = {}  # id of a _PendingSaveCtx -> its walk, until bound
+
+
+class _PendingSaveCtx(typed.SaveCtx):
+    """A ``SaveCtx`` not bound yet (no slots of its own: it can become one)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:  # a binding not set yet
+        walk = _pending_walks.pop(id(self), None)
+        if walk is None:
+            raise AttributeError(name)
+        current = self.current
+        typed.SaveCtx.__init__(self, walk)
+        self.current = current
+        self.__class__ = typed.SaveCtx
+        return getattr(self, name)
 
 
 def _load_core() -> tuple[Any, str]:
@@ -73,6 +93,8 @@ def _load_core() -> tuple[Any, str]:
         from ckpt.state import _native
     except ImportError as exc:
         return None, f"the C extension does not load ({exc}); reinstall ckpt"
+    if not hasattr(_native, "OP_PY"):  # built from older sources than this ckpt's
+        return None, "the C extension is older than this ckpt (no shared codes); reinstall ckpt"
     _native.configure(msgspec.msgpack.Encoder().encode, StateError)
     if hasattr(_native, "read_configure"):  # an older build without the byte reader
         _native.read_configure(StateError, _decode_slice)
@@ -142,6 +164,72 @@ class _StoreProbe:
 _core, _reason = _load_core()
 
 
+def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
+    """The C core's codes by name: ``_native_vocab.h`` declares them once and the module
+    exports them.  Without the core no plan is ever run, and distinct stand-ins do."""
+    listed = names.split()
+    if _core is None:
+        return tuple((1 << i) if bits else i for i in range(len(listed)))
+    return tuple(getattr(_core, name) for name in listed)
+
+
+# save: a field's op, an element's op, the scalar type bits
+(
+    OP_PY,
+    OP_SCALAR,
+    OP_REF,
+    OP_ENUM,
+    OP_ANY,
+    OP_LIST,
+    OP_SET,
+    OP_DICT,
+    OP_TUPLE,
+    OP_FROZENSET,
+    OP_SAVE,
+    OP_VALUE,
+) = _codes(
+    "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
+    "OP_SAVE OP_VALUE"
+)
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
+    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
+)
+_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF = _codes(
+    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF", bits=True
+)
+_BITS = {type(None): _M_NONE, bool: _M_BOOL, int: _M_INT, float: _M_FLOAT, str: _M_STR}
+_BITS[bytes] = _M_BYTES
+_NONE = frozenset({type(None)})
+# load: a field's op, what a sequence is built into, how a zero is made, value kinds
+(
+    L_PY,
+    L_DEFAULT,
+    L_FACTORY,
+    L_RAW,
+    L_NONE_ZERO,
+    L_FALSY_ZERO,
+    L_TUPLE,
+    L_REF,
+    L_ANY,
+    L_ENUM,
+    L_SEQ_REF,
+    L_SEQ,
+    L_DICT,
+    L_DICT_REF,
+    L_SAVE,
+    L_VALUE,
+    L_SEQ_TUPLE,
+) = _codes(
+    "L_PY L_DEFAULT L_FACTORY L_RAW L_NONE_ZERO L_FALSY_ZERO L_TUPLE L_REF L_ANY L_ENUM "
+    "L_SEQ_REF L_SEQ L_DICT L_DICT_REF L_SAVE L_VALUE L_SEQ_TUPLE"
+)
+B_LIST, B_SET, B_FROZENSET, B_TUPLE = _codes("B_LIST B_SET B_FROZENSET B_TUPLE")
+Z_OBJECT, Z_CALL, Z_LIST, Z_DICT, Z_SET = _codes("Z_OBJECT Z_CALL Z_LIST Z_DICT Z_SET")
+_VK = _codes("VK_DATETIME VK_DATE VK_TIMEDELTA VK_UUID")
+_VALUE_KINDS = dict(zip(("datetime", "date", "timedelta", "uuid"), _VK, strict=True))
+(MAX_TUPLE_ITEMS,) = (8,) if _core is None else _codes("MAX_TUPLE_ITEMS")
+
+
 _CRC_IN_C = _core is not None and hasattr(_core, "crc32")  # a core built before it: zlib
 
 
@@ -209,7 +297,7 @@ def _field_arg(kind: Kind, op: int) -> Any:
     if op == OP_VALUE:
         return _value_kind((kind.args[0] if kind.tag is K.OPT else kind).codec)
     if op == OP_TUPLE and kind.tag is K.TUPLE:
-        return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
+        return tuple(_M_REF if _is_ref(a) else _mask(_fast_types(a.tag)) for a in kind.args)
     if op == OP_LIST and kind.args[0].tag is K.TUPLE:  # list[tuple[A, B]]: per-item masks
         return tuple(_mask(_fast_types(a.tag)) for a in kind.args[0].args)
     return None
@@ -254,6 +342,13 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
         if E_NONE in (kop, vop) or E_TUPLE in (kop, vop):
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
+    if tag in (K.TUPLE, K.VARTUPLE) and any(_is_ref(a) for a in kind.args):
+        if not all(a.tag in SCALARS or _is_ref(a) for a in kind.args):
+            return py
+        if tag is K.TUPLE and len(kind.args) > MAX_TUPLE_ITEMS:
+            return py
+        kmask = _M_REF if tag is K.VARTUPLE else 0  # E_REF: a tuple holding references
+        return OP_TUPLE, 0, 0, kmask, E_REF, 0
     if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
         if not all(a.tag in SCALARS for a in kind.args):
             return py
@@ -359,23 +454,27 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
 
 def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    ctx = _save_ctx(walk, hooked)
     try:
-        ctx = _save_ctx(walk, hooked)
+
+        def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
+            return ctx.dyn(value, owner)
+
+        if type(root) in registry._by_class:
+            # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
+            # class yet, and would call ctx.dyn for it)
+            walk.discover(root)
         # the root self-describing, in C (ctx.dyn's encoding and discovery order)
-        root_bytes = walk.dyn_bytes(ctx, ctx.dyn, root, graph.ROOT_OWNER)
+        root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
-            walk.run(ctx, ctx.dyn, stats)
+            walk.run(ctx, enc, stats)
         except StateError as exc:
             failed = walk.failed
             if failed is None:
                 raise
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
-        # The typed engine's own payload builder makes everything but type_seq and the
-        # rows (version, type table, shared locations, flags), which C writes between.
-        payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
-        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
-        suffix = root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
+        prefix, suffix = _head_and_tail(walk, root, root_bytes)
         data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
         # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
         # instructions than zlib's loop on a 1 MiB stream)
@@ -384,7 +483,45 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
+        _pending_walks.pop(id(ctx), None)
         walk.release()
+
+
+_NOTHING_SHARED = b"\x90\x80"  # the payload's last two items: no shared locations, no flags
+_MAX_PREFIXES = 16  # type tables kept (a program saves a few graph shapes again and again)
+# the walk's types (schemas and enum classes, hashed by identity) -> the encoded items
+# before type_seq; entries naming a class or enum no longer registered are dropped at
+# the next miss, so a replaced class lives on only until then
+_prefixes: dict[tuple, bytes] = {}
+
+
+def _head_and_tail(walk: Any, root: Any, root_bytes: bytes) -> tuple[bytes, bytes]:
+    """The payload's bytes before type_seq (version, engine, encoding, type table) and
+    after the rows (root, shared locations, flags), which C writes between.
+
+    The typed engine's own payload builder makes them; the head of a type table met
+    before and the tail of a walk with nothing shared or escaped are known already.
+    """
+    types = tuple(walk.types)
+    prefix = _prefixes.get(types)
+    if prefix is not None and not (walk.shared or walk.escaped):
+        return prefix, root_bytes + _NOTHING_SHARED
+    payload = _PayloadView(walk).payload(ENGINE, w.COMPACT, root, None)
+    if prefix is None:
+        prefix = b"\x99" + _encode(payload[: w.TYPE_SEQ])[1:]
+        for key in [k for k in _prefixes if not all(map(_registered, k))]:
+            del _prefixes[key]
+        for oldest in list(_prefixes)[: max(0, len(_prefixes) - _MAX_PREFIXES + 1)]:
+            del _prefixes[oldest]
+        _prefixes[types] = prefix
+    return prefix, root_bytes + _encode(payload[w.ROOT + 1 :])[1:]  # shared, flags
+
+
+def _registered(entry: Any) -> bool:
+    """Whether a walk's type (a schema or an enum class) is still the registered one."""
+    if isinstance(entry, Schema):
+        return registry.type_info(entry.cls) is entry.info
+    return schema.enum_named(schema.enum_name(entry)) is entry
 
 
 class _PayloadView:
@@ -403,12 +540,6 @@ class _PayloadView:
 
 # --- loading ---------------------------------------------------------------------------
 
-# Load op codes shared with _native.c.
-L_PY, L_DEFAULT, L_FACTORY, L_RAW, L_NONE_ZERO, L_FALSY_ZERO, L_TUPLE, L_REF = range(8)
-L_ANY, L_ENUM, L_SEQ_REF, L_SEQ, L_DICT, L_DICT_REF, L_SAVE, L_VALUE, L_SEQ_TUPLE = range(8, 17)
-# Value types whose payload arrays C reads itself (L_VALUE; VK_* in _native_read.c).
-_VALUE_KINDS = {"datetime": 1, "date": 2, "timedelta": 3, "uuid": 4}
-B_LIST, B_SET, B_FROZENSET, B_TUPLE = range(4)
 _BUILD = {K.LIST: B_LIST, K.SET: B_SET, K.FROZENSET: B_FROZENSET, K.VARTUPLE: B_TUPLE}
 _FALSY_ZERO = {K.STR: "", K.BOOL: False, K.BYTES: b""}
 
@@ -531,18 +662,18 @@ def load_slot_function(plan: graph.TypePlan, spec: Any, checked: bool = False) -
     )
 
 
-_NEW = {list: 2, dict: 3, set: 4}  # factories C calls without a call (make_zero)
+_NEW = {list: Z_LIST, dict: Z_DICT, set: Z_SET}  # factories C makes without a call
 
 
 def _how(factory: Any) -> int:
-    return _NEW.get(factory, 1)
+    return _NEW.get(factory, Z_CALL)
 
 
 def _default_entry(spec: Any) -> tuple:
     name = sys.intern(spec.name)
     if spec.factory is not MISSING:
         return (name, -1, L_FACTORY, 0, None, _how(spec.factory), spec.factory, None)
-    return (name, -1, L_DEFAULT, 0, None, 0, spec.default, None)
+    return (name, -1, L_DEFAULT, 0, None, Z_OBJECT, spec.default, None)
 
 
 def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
@@ -566,7 +697,7 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
                 slot = load_slot_function(plan, spec, checked)
             else:
                 slot = _LazyLoadSlot(plan, spec, checked)
-            how = _how(zero) if zero_call else 0
+            how = _how(zero) if zero_call else Z_OBJECT
             fields.append((sys.intern(spec.name), source, op, build, zero, how, arg, slot))
         fields.extend(_default_entry(spec) for spec in sch.unsaved)
         cls = sch.cls
@@ -575,7 +706,8 @@ def _load_plan(plan: graph.TypePlan, checked: bool) -> tuple:
             and all(_dict_ok(cls, f[0]) for f in fields)
             and (sch.frozen or cls.__setattr__ is object.__setattr__)
         )
-        entry = (2 if direct else int(sch.has_dict), sch.frozen, plan.nfields, tuple(fields))
+        has_dict = 2 if direct else int(sch.has_dict)
+        entry = (has_dict, sch.frozen, plan.nfields, tuple(fields), checked)
         cache[key] = entry
     return entry
 
@@ -603,12 +735,17 @@ def loads(data: Any, stats: Stats | None) -> Any:
     msgspec decodes only the small items (version, type table, root, shared, flags);
     type_seq and the rows are read by ``_native_read.c`` where they lie, so no list of
     rows is ever built.  Self-describing (reflect) and version-1 tagged streams load
-    with the typed engine's code, as ``load`` does.
+    with the typed engine's code, as ``load`` does.  A head met before (``_Head``)
+    is not decoded or resolved again.
     """
     if not reads_bytes():  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = w.check_frame(data, _crc32)
     spans, tseq, row_spans = _core.read_split(body)
+    known = _known_head(body, spans)
+    if known is not None:
+        row_counts = known.row_counts(tseq, row_spans)
+        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats)
     head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
     types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
     table = type_tables.lookup(types_raw)  # a table met before: no decoding, no matching
@@ -619,26 +756,146 @@ def loads(data: Any, stats: Stats | None) -> Any:
     loaded, row_counts = _validate(head, tseq, row_spans, types_raw, table)
     if loaded.shared:  # shared locations name objects: apply_shared needs their types
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
-    names = [p.schema.name if p is not None else "" for p in loaded.plans]
-    objs, per_type = _core.read_shells(loaded.classes, names, row_counts, body, *tseq)
-    ctx = typed.LoadCtx(objs, loaded.enums)
+    known = _Head(loaded, type_tables.lookup(types_raw) if table is None else table)
+    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded)
+    if known.type_names and not loaded.shared and not loaded.escaped:
+        _remember_head(body, spans, known)
+    return root
+
+
+def _fill_all(
+    body: memoryview,
+    spans: Any,
+    tseq: Any,
+    row_spans: Any,
+    row_counts: list[int],
+    known: _Head,
+    stats: Stats | None,
+    loaded: graph.Loaded | None = None,
+) -> Any:
+    """Make the shells, fill them type by type, and resolve the root (and, for a
+    ``loaded`` stream, its shared locations)."""
+    objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
+    ctx = _load_ctx(objs, known.enums)
     fill = _core.read_fill
-    escaped = loaded.escaped
-    for plan, shells, (start, _count) in zip(loaded.plans, per_type, row_spans, strict=True):
-        if plan is None or not shells:
+    for cplan, name, shells, (start, _count) in zip(
+        known.cplans, known.names, per_type, row_spans, strict=True
+    ):
+        if cplan is None or not shells:
             continue
-        cplan = _load_plan(plan, plan.index in escaped)
         if stats is None:
             fill(shells, body, start, cplan, objs, ctx)
         else:
             begin = stats.clock()
             fill(shells, body, start, cplan, objs, ctx)
-            stats.add(plan.schema.name, stats.clock() - begin, len(shells))
-    root = ctx.dyn(head[w.ROOT])
-    graph.apply_shared(loaded, objs, root)
-    graph.run_after_load(objs, graph.hooked_classes(loaded))
+            stats.add(name, stats.clock() - begin, len(shells))
+    at, end = spans[w.ROOT]
+    if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
+        ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
+    else:
+        ref = -1
+    if 0 <= ref < len(objs):
+        root = objs[ref]  # one object, as ctx.dyn reads it
+    else:
+        root = ctx.dyn(_decode_slice(body[at:end]))
+    if loaded is not None:
+        graph.apply_shared(loaded, objs, root)
+    if known.hooked:
+        graph.run_after_load(objs, known.hooked)
     objs.clear()  # the decoder closure holds this list in a cycle; leave it empty
     return root
+
+
+def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
+    """typed's ``LoadCtx``, its decoder built on the first call: only slot code and a
+    root other than one object use it.  The bindings are ``LoadCtx.__init__``'s."""
+    ctx = typed.LoadCtx.__new__(typed.LoadCtx)
+    ctx.objs = objs
+    ctx.oget = objs.__getitem__
+    built: list = []
+
+    def lazy(raw: Any) -> Any:
+        if not built:
+            built.append(dyn.make_decoder(objs, enums))
+            ctx.dyn = built[0]
+        return built[0](raw)
+
+    ctx.dyn = lazy
+    return ctx
+
+
+class _Head:
+    """What a stream's head (version, engine, encoding, type table, and its shared
+    locations and flags) resolves to, apart from the per-stream object counts."""
+
+    __slots__ = ("checks", "classes", "cplans", "enums", "hooked", "names", "type_names")
+
+    def __init__(self, loaded: graph.Loaded, table: Any) -> None:
+        self.type_names = table.names if table is not None else ()
+        self.classes, self.enums = loaded.classes, loaded.enums
+        self.names = [p.schema.name if p is not None else "" for p in loaded.plans]
+        self.cplans = [
+            None if p is None else _load_plan(p, p.index in loaded.escaped) for p in loaded.plans
+        ]
+        self.hooked = graph.hooked_classes(loaded)
+        # what the registry must still say: (class, its TypeInfo) or (enum name, enum)
+        self.checks = tuple(
+            (c, registry.type_info(c)) if e is None else (name, e)
+            for c, e, name in zip(self.classes, self.enums, self.type_names, strict=False)
+        )
+
+    def current(self) -> bool:
+        """type_tables' check: the registry still maps each class to the same TypeInfo
+        (a class registered again, or one whose name another took, has another or
+        none) and each enum name to the same enum."""
+        info_of, enum_named = registry._by_class.get, schema.enum_named
+        for key, value in self.checks:
+            if (info_of(key) if type(key) is not str else enum_named(key)) is not value:
+                return False
+        return True
+
+    def row_counts(self, tseq: Any, row_spans: Any) -> list[int]:
+        """The per-type object counts, checked as ``_validate`` checks them."""
+        if row_spans is None or len(row_spans) != len(self.names):
+            raise StateError("state stream type table and rows do not match")
+        if tseq is None:
+            raise StateError("state stream payload has the wrong shape")
+        if None in row_spans or None in self.cplans:  # a message to find, or enums
+            counts = []
+            for name, span, cplan in zip(self.type_names, row_spans, self.cplans, strict=True):
+                if span is None:
+                    raise StateError(f"type {name!r}: object count and row count disagree")
+                if cplan is None:  # an enum
+                    graph.check_enum_count(name, span[1])
+                counts.append(span[1])
+            return counts
+        return [span[1] for span in row_spans]
+
+
+_MAX_HEADS = 16  # heads kept, as type_tables keeps tables
+_heads: dict[bytes, _Head] = {}  # version..type table bytes -> what they resolve to
+
+
+def _known_head(body: memoryview, spans: Any) -> _Head | None:
+    """The head these bytes resolved to before, if the registry still agrees and the
+    stream has no shared locations and no flags."""
+    at = spans[w.SHARED][0]
+    if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
+        return None  # not _NOTHING_SHARED
+    known = _heads.get(bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]]))
+    if known is not None and not known.current():
+        _heads.clear()  # the registry changed: every head may name a class it let go
+        return None
+    return known
+
+
+def _remember_head(body: memoryview, spans: Any, known: _Head) -> None:
+    key = bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]])
+    if len(key) > type_tables.MAX_TABLE_BYTES:
+        return
+    for oldest in list(_heads)[: max(0, len(_heads) - _MAX_HEADS + 1)]:
+        del _heads[oldest]
+    _heads[key] = known
 
 
 def _validate(

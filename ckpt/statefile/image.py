@@ -341,6 +341,7 @@ class ImageWriter:
         key: bytes | None = None,
         metadata: dict[str, Any] | None = None,
         chunk_size: int = CHUNK_SIZE,
+        sync: bool = True,
     ) -> None:
         if compression not in CODECS:
             raise StatefileError(
@@ -357,6 +358,9 @@ class ImageWriter:
             raise StatefileError(f"chunk size {chunk_size} is out of range")
         self._t = _Target(image_dir)
         self.path = self._t.path
+        # False: no fsync, for an image read back at once and removed (a migration's
+        # rounds), where a crash loses nothing that the running sandbox does not hold
+        self._sync = sync
         self.force = force
         self.compression = compression
         self.level = level if compression == "zstd" else None
@@ -566,7 +570,8 @@ class ImageWriter:
         with open(name, "wb", opener=self._create) as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if self._sync:
+                os.fsync(f.fileno())
 
     def _publish(self, pages_meta: bytes) -> None:
         """Write pages_meta.img, fsync every file and the directory, rename into place."""
@@ -577,7 +582,8 @@ class ImageWriter:
             for fh in files:
                 fh.flush()
             # The files and their directory, before the rename installs them.
-            _fsync_together([fh.fileno() for fh in files] + [self._tmp_fd])
+            if self._sync:
+                _fsync_together([fh.fileno() for fh in files] + [self._tmp_fd])
         for fh in (self._state_f, self._pages_f):
             fh.close()
         self._install()
@@ -612,7 +618,8 @@ class ImageWriter:
             os.rename(self._tmp, t)
         self._tmp = None
         self._close_tmp_fd()
-        _fsync_dir(parent)
+        if self._sync:
+            _fsync_dir(parent)
         if old is not None:
             self.left_behind.extend(_remove_image_dir(parent, os.path.basename(old)))
 

@@ -1,10 +1,12 @@
 """``ckpt bench migrate``: one small real cell on loopback (every acknowledged write
-arrives, the client found the destination), the table within 80 columns, and bad
-options refused before anything starts."""
+arrives, the client found the destination), one under keep-alive clients with the
+local baseline, the table within 80 columns, the plot, and bad options refused before
+anything starts."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -15,8 +17,9 @@ from ckpt.bench.harness import BenchError
 
 @pytest.mark.slow
 def test_a_small_run_loses_nothing() -> None:
-    report = migrate.run([4], ["kv"], rate=1 << 20)
+    report = migrate.run([4], ["kv"], rate=1 << 20, with_baseline=False)
     (cell,) = report["cells"]
+    assert cell["load"] == "write" and cell["baseline_ms"] == 0 and cell["ratio"] == 0
     assert cell["acked"] > 0 and cell["lost"] == 0, cell
     assert cell["rounds"] >= 2 and cell["bytes_sent"] > 0 and cell["memory_bytes"] > 0
     assert cell["gap_ms"] > 0 and "downtime_ms" in cell["counters"]
@@ -32,8 +35,78 @@ def test_table_fits_80_columns() -> None:
     assert "…" not in buf.getvalue()
 
 
+@pytest.mark.slow
+def test_keep_alive_clients_and_the_baseline_are_measured() -> None:
+    """The keep-alive clients follow the sandbox too (each answered again afterwards,
+    so the gap is finite), and the local checkpoint + restore is timed."""
+    report = migrate.run([4], ["kv"], rate=1 << 20, loads=["keepalive"])
+    (cell,) = report["cells"]
+    assert cell["load"] == "keepalive" and cell["acked"] > 0 and cell["lost"] == 0, cell
+    assert cell["clients"] == 1 + migrate.KEEPALIVE_CLIENTS == len(cell["client_gaps_ms"])
+    assert cell["gap_ms"] == max(cell["client_gaps_ms"])
+    assert cell["gap_ms"] > 0 and cell["baseline_ms"] > 0, cell
+    assert cell["ratio"] == round(cell["total_ms"] / cell["baseline_ms"], 3)
+    (line,) = migrate.go_lines(report)
+    assert line.startswith("BenchmarkMigrate/loopback/kv_4_keepalive\t1\t")
+    assert "baseline-ns" in line
+
+
+def test_keep_alive_clients_each_hold_one_connection(monkeypatch) -> None:
+    """A keep-alive client opens one connection for all its requests while they are
+    answered: the load is of kept-alive connections, not new ones."""
+    import http.client
+
+    from ckpt.sandbox import http as served
+
+    def respond(method: str, path: str, body: bytes) -> tuple[int, dict]:
+        return 200, {}
+
+    srv = served.HttpServer(served.bind("127.0.0.1", 0), respond)
+    srv.start()
+    opened = []
+    real = http.client.HTTPConnection.connect
+
+    def connect(self):  # type: ignore[no-untyped-def]
+        opened.append(self)
+        real(self)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    try:
+        (client,) = migrate._clients([srv.address], False, 1 << 20, "write")
+        keep = migrate._Client([srv.address], False, 1 << 20, interval=0.001)
+        keep.start()
+        while keep.is_alive() and keep.gap_ns == 0:
+            keep.join(0.05)
+        keep._halt.wait(0.2)
+        migrate._stop([client, keep])
+    finally:
+        srv.close()
+    assert keep.failures == 0 and client.failures == 0
+    assert len(opened) == 2, opened
+
+
+def test_the_plot_is_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
+    cells = [
+        {**vars(migrate.Cell("kv:64", 20, 120, 140, 7000)), "baseline_ms": 6000.0},
+        {**vars(migrate.Cell("kv:64", 40, 250, 300, 11000, load="keepalive"))},
+    ]
+    report = {"link": "loopback", "machine": {"cpu": "test"}, "cells": cells}
+    out = migrate.plot(report, tmp_path / "m.png")
+    assert out.read_bytes().startswith(b"\x89PNG")
+
+
 @pytest.mark.parametrize(
-    "kwargs", [{"sizes": [0]}, {"sizes": []}, {"kinds": ["http"]}, {"link": "wifi"}]
+    "kwargs",
+    [
+        {"sizes": [0]},
+        {"sizes": []},
+        {"kinds": ["http"]},
+        {"link": "wifi"},
+        {"loads": ["burst"]},
+        {"loads": []},
+        {"link": "netns", "loads": ["keepalive"]},
+    ],
 )
 def test_bad_options_are_refused_before_starting(kwargs: dict) -> None:
     with pytest.raises(BenchError):

@@ -122,11 +122,18 @@ def running(cli: Cli) -> list[str]:
 
 def leftovers(hosts: Hosts) -> list[str]:
     """What a migration may leave behind that it must not: the destination's received
-    images, the source's working directories."""
+    images and any sandbox there that does not run (one made for a restore that did
+    not happen), the source's working directories."""
     found = []
     incoming = hosts.dst.root / ".incoming"
     if incoming.is_dir():
         found += [f"dst/.incoming/{n}" for n in os.listdir(incoming)]
+    if hosts.dst.root.is_dir():
+        found += [
+            f"dst/{st.id} ({st.status})"
+            for st in lifecycle.list_sandboxes(Root(hosts.dst.root))
+            if st.status != "running"
+        ]
     if hosts.src.root.is_dir():
         found += [f"src/{n}" for n in os.listdir(hosts.src.root) if n.startswith(".migrate-")]
     return found

@@ -65,6 +65,34 @@ def test_migration_moves_memory_and_values(hosts: Hosts) -> None:
     assert serve.stop() == 0
 
 
+def test_the_destination_makes_the_sandbox_process_while_the_rounds_arrive(
+    hosts: Hosts,
+) -> None:
+    """By the first round the destination's sandbox exists (creating, its process
+    alive), so the frozen step only loads the image into it; then it runs."""
+    _run(hosts)
+    serve = hosts.serve()
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:round"})
+    try:
+        wait_for(lambda: stopped(cli), "the migrate CLI to stop in a round", 120)
+        wait_for(
+            lambda: hosts.dst.root.joinpath(SID).exists(),
+            "the destination to make the sandbox",
+            60,
+        )
+        st = hosts.dst.state(SID)
+        assert st["status"] == "creating" and psutil.pid_exists(st["pid"]), st
+        cli.send_signal(signal.SIGCONT)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, err
+    assert hosts.dst.state(SID)["pid"] == st["pid"]  # that process was restored
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
+    assert leftovers(hosts) == []
+
+
 def test_writes_acknowledged_during_migration_all_arrive(hosts: Hosts) -> None:
     _run(hosts)
     serve = hosts.serve()

@@ -85,7 +85,9 @@ def test_a_failed_compile_is_reported_in_the_compilers_words(tmp_path: Path) -> 
     source = pkg / "_native.c"
     text = source.read_text()
     planted = "static int planted = undeclared_planted_name;\n"
-    source.write_text(text.replace("#define MAX_DEPTH", planted + "#define MAX_DEPTH", 1))
+    source.write_text(
+        text.replace('#include "_native_dict.h"', planted + '#include "_native_dict.h"', 1)
+    )
     proc = _build(tmp_path)
     assert proc.returncode == 0, proc.stderr  # installs without the core
     assert "undeclared_planted_name" in proc.stderr.split("warning: ckpt's native engine")[-1]

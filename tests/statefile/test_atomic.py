@@ -262,3 +262,23 @@ def test_a_failed_sync_of_any_file_leaves_the_old_image(
         write_image(target, NEW, force=True)
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
     assert leftovers(tmp_path) == []
+
+
+def test_an_image_written_without_sync_reads_back_and_calls_no_fsync(
+    make_image, tmp_path: Path, monkeypatch
+) -> None:
+    """``sync=False`` (a migration's transient images): the same image, installed the
+    same way (replacing an old one too), with no fsync of any file or directory."""
+    target = make_image("img", OLD, sample_pages())
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_image(target, NEW, sample_pages(), force=True, sync=False)
+    assert synced == []
+    assert statefile.open_image(target).read_state() == NEW
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,299 @@
+/* One field of a saved object, per op.
+ *
+ * Part of _native.c's one compilation unit (#included there, in order: the
+ * walk's hot calls inline across these files); not compiled on its own. */
+#ifndef CKPT_NATIVE_FIELD_H
+#define CKPT_NATIVE_FIELD_H
+
+/* Each op's writer takes the walk, the buffer, the field, the object and the field's
+ * value; writes the value (0), or hands the field to its slot function when the value
+ * is not exactly what the op covers; -1 on error. */
+#define FIELD_ARGS Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *v
+
+static inline int w_field_scalar(FIELD_ARGS)
+{
+    int bit = fit_bit(v);
+    if (bit & f->mask)
+        return w_scalar(b, v, bit);
+    if (bit == 0 && Py_TYPE(v) == &PyLong_Type && (f->mask & M_INT)) {
+        int r = w_slot_bigint(w, b, v); /* beyond 64 bits: the slot's escape */
+        if (r <= 0)
+            return r;
+    }
+    return w_fallback(w, b, f, obj);
+}
+
+static inline int w_field_ref(FIELD_ARGS)
+{
+    Slot *s = pt_find(&w->ids, v); /* one lookup for an object met before */
+    if (s)
+        return w_uint(b, (uint64_t)(intptr_t)s->val);
+    if (!ref_fits_new(w, v))
+        return w_fallback(w, b, f, obj);
+    Py_ssize_t i = discover(w, v);
+    return i < 0 ? -1 : w_uint(b, (uint64_t)i);
+}
+
+static int w_field_enum(FIELD_ARGS)
+{
+    if (v == Py_None && (f->mask & M_NONE))
+        return w_byte(b, MP_NIL);
+    if ((PyObject *)Py_TYPE(v) != f->arg)
+        return w_fallback(w, b, f, obj);
+    return w_elem(w, b, E_ENUM, v, obj);
+}
+
+static int w_field_any(FIELD_ARGS)
+{
+    if (v == Py_None)
+        return w_byte(b, MP_NIL);
+    return w_dyn(w, b, v, obj, 0);
+}
+
+static int w_field_save(FIELD_ARGS)
+{
+    PyObject *r = PyObject_CallOneArg(f->arg, v);
+    if (!r)
+        return -1;
+    int rc = w_value(b, r, 0);
+    Py_DECREF(r);
+    return rc;
+}
+
+/* A container met before (and not held only by its owner) is written as Nil and
+ * recorded as shared: 1 if so (or -1), 0 to write it. */
+static inline int w_seen_container(Walk *w, Buf *b, PyObject *v, int once)
+{
+    if (once || !memo_check(w, v))
+        return 0;
+    return seen_again(w, v) < 0 || w_byte(b, MP_NIL) < 0 ? -1 : 1;
+}
+
+static int w_field_list(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyList_Type)
+        return w_fallback(w, b, f, obj);
+    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    if (seen)
+        return seen < 0 ? -1 : 0;
+    if ((f->kop == E_SCALAR &&
+         !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask)) ||
+        (f->kop == E_REF && !all_refs_fit(w, v)) ||
+        (f->kop == E_TUPLE && !all_tuples_fit(f, v)))
+        return w_fallback(w, b, f, obj);
+    if (!once && memo_hold(w, v, obj) < 0)
+        return -1;
+    if (PyList_GET_SIZE(v) == 0 && f->elide)
+        return w_byte(b, MP_NIL);
+    return w_list_items(w, b, v, f->kop, obj);
+}
+
+static int w_field_set(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PySet_Type)
+        return w_fallback(w, b, f, obj);
+    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    if (seen)
+        return seen < 0 ? -1 : 0;
+    if (!set_fits(v, f->kop, f->kmask) || (f->kop == E_REF && !set_refs_fit(w, v)))
+        return w_fallback(w, b, f, obj);
+    if (!once && memo_hold(w, v, obj) < 0)
+        return -1;
+    if (PySet_GET_SIZE(v) == 0 && f->elide)
+        return w_byte(b, MP_NIL);
+    return w_set_items(w, b, v, f->kop, obj);
+}
+
+/* [[keys], [values]] from snapshots: discovering can run Python code. */
+static int w_dict_snapshots(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *d)
+{
+    PyObject *keys = PyDict_Keys(d);
+    if (!keys)
+        return -1;
+    PyObject *vals = PyDict_Values(d);
+    if (!vals) {
+        Py_DECREF(keys);
+        return -1;
+    }
+    int r = w_byte(b, MP_FIXARRAY | 2);
+    if (r == 0)
+        r = w_list_items(w, b, keys, f->kop, obj);
+    if (r == 0)
+        r = w_list_items(w, b, vals, f->vop, obj);
+    Py_DECREF(keys);
+    Py_DECREF(vals);
+    return r;
+}
+
+static int w_field_dict(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyDict_Type)
+        return w_fallback(w, b, f, obj);
+    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    if (seen)
+        return seen < 0 ? -1 : 0;
+    if (!dict_fits(w, v, f->kop, f->kmask, f->vop, f->vmask))
+        return w_fallback(w, b, f, obj);
+    if (!once && memo_hold(w, v, obj) < 0)
+        return -1;
+    if (PyDict_GET_SIZE(v) == 0 && f->elide)
+        return w_byte(b, MP_NIL);
+    if (f->kop != E_ANY && f->vop != E_ANY) {
+        int r = w_dict_direct(w, b, v, f->kop, f->vop, obj);
+        if (r <= 0)
+            return r;
+    }
+    return w_dict_snapshots(w, b, f, obj, v);
+}
+
+/* Whether a tuple's items fit the field: tuple[A, B] (the length and each item's kind,
+ * the plan's masks, each within kmask), or tuple[X, ...] (each item within kmask), or a
+ * tuple[A, B, ...] longer than MAX_TUPLE_ITEMS (its masks in the plan's arg). */
+static int tuple_fits(Field *f, PyObject *v)
+{
+    PyObject **items = ((PyTupleObject *)v)->ob_item;
+    Py_ssize_t n = PyTuple_GET_SIZE(v);
+    if (f->tarity >= 0) {
+        if (n != f->tarity)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!(fit_bit(items[i]) & f->tmask[i]))
+                return 0;
+        return 1;
+    }
+    if (!all_fit(items, n, f->kmask))
+        return 0;
+    if (f->arg == Py_None)
+        return 1;
+    if (n != PyTuple_GET_SIZE(f->arg))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(fit_bit(items[i]) & PyLong_AsLong(PyTuple_GET_ITEM(f->arg, i))))
+            return 0;
+    return 1;
+}
+
+static int w_field_tuple(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyTuple_Type || !tuple_fits(f, v))
+        return w_fallback(w, b, f, obj);
+    if (PyTuple_GET_SIZE(v) == 0) /* the empty tuple: Nil, as typed writes it */
+        return w_byte(b, MP_NIL);
+    if (w_array(b, PyTuple_GET_SIZE(v)) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++) {
+        PyObject *x = PyTuple_GET_ITEM(v, i);
+        if (w_scalar(b, x, type_bit(x)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The mask of a tuple position (tuple[A, B]) or of every item (tuple[X, ...]); M_REF: a
+ * reference, as a reference slot takes it. */
+static inline int ref_tuple_mask(Field *f, Py_ssize_t i)
+{
+    return f->tarity >= 0 ? f->tmask[i] : f->kmask;
+}
+
+/* A tuple holding references (E_REF in the plan's vop): typed writes it through the
+ * slot's fit test and compact encoder, so an array of the scalars and of the
+ * references' ids, the empty tuple an empty array (not Nil). */
+static CKPT_NOINLINE int w_field_ref_tuple(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyTuple_Type)
+        return w_fallback(w, b, f, obj);
+    Py_ssize_t n = PyTuple_GET_SIZE(v);
+    if (f->tarity >= 0 && n != f->tarity)
+        return w_fallback(w, b, f, obj);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(v, i);
+        int mask = ref_tuple_mask(f, i);
+        if (mask == M_REF ? !ref_fits(w, x) : !(fit_bit(x) & mask))
+            return w_fallback(w, b, f, obj);
+    }
+    if (w_array(b, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n && i < PyTuple_GET_SIZE(v); i++) {
+        PyObject *x = PyTuple_GET_ITEM(v, i);
+        if (ref_tuple_mask(f, i) == M_REF) {
+            Py_ssize_t id = ref_id(w, x); /* discovering may run Python: the tuple is held */
+            if (id < 0 || w_uint(b, (uint64_t)id) < 0)
+                return -1;
+        }
+        else if (w_scalar(b, x, type_bit(x)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int w_field_frozenset(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyFrozenSet_Type || !set_fits(v, E_SCALAR, f->kmask))
+        return w_fallback(w, b, f, obj);
+    return w_scalar_set(b, v);
+}
+
+static int w_field_value(FIELD_ARGS)
+{
+    if (v == Py_None && (f->mask & M_NONE))
+        return w_byte(b, MP_NIL);
+    int rc = w_std_value(b, f, v);
+    return rc == 1 ? w_fallback(w, b, f, obj) : rc;
+}
+
+static int w_field(FIELD_ARGS)
+{
+    switch (f->op) {
+    case OP_SCALAR:
+        return w_field_scalar(w, b, f, obj, v);
+    case OP_REF:
+        return w_field_ref(w, b, f, obj, v);
+    case OP_ENUM:
+        return w_field_enum(w, b, f, obj, v);
+    case OP_ANY:
+        return w_field_any(w, b, f, obj, v);
+    case OP_SAVE:
+        return w_field_save(w, b, f, obj, v);
+    case OP_LIST:
+        return w_field_list(w, b, f, obj, v);
+    case OP_SET:
+        return w_field_set(w, b, f, obj, v);
+    case OP_DICT:
+        return w_field_dict(w, b, f, obj, v);
+    case OP_TUPLE:
+        if (f->vop == E_REF)
+            return w_field_ref_tuple(w, b, f, obj, v);
+        return w_field_tuple(w, b, f, obj, v);
+    case OP_FROZENSET:
+        return w_field_frozenset(w, b, f, obj, v);
+    case OP_VALUE:
+        return w_field_value(w, b, f, obj, v);
+    default:
+        return w_fallback(w, b, f, obj);
+    }
+}
+#undef FIELD_ARGS
+
+static int run_before_save(Walk *w, PyObject *obj)
+{
+    PyObject *k = PyLong_FromVoidPtr(obj);
+    if (!k)
+        return -1;
+    int has = PySet_Contains(w->hooked, k);
+    if (has != 0) {
+        Py_DECREF(k);
+        return has < 0 ? -1 : 0;
+    }
+    int r = PySet_Add(w->hooked, k);
+    Py_DECREF(k);
+    if (r < 0)
+        return -1;
+    PyObject *res = PyObject_CallMethodNoArgs(obj, w->st->str_before_save);
+    if (!res)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+#endif
