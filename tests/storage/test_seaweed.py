@@ -62,3 +62,50 @@ def test_store_killed_mid_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     finally:
         server.stop()
     assert not os.path.exists(f"/tmp/seaweedfs-s3-{server.ports['s3.port']}.sock")
+
+
+def test_extra_volume_servers_hold_the_chunks_and_stop_with_the_server(tmp_path: Path) -> None:
+    """With no built-in volume server, the objects spread over the extra ones (the
+    filer's metadata and the master's lookup say where); a killed one can be started
+    again on its data, and stop() leaves no process."""
+    from ckpt.storage.s3 import S3Store
+
+    server = seaweed.start(
+        tmp_path / "sw", buckets=("ckpt-vols",), extra_volumes=2, builtin_volume=False
+    )
+    try:
+        urls = {v.url for v in server.volumes}
+        assert len(urls) == 2
+        store = S3Store.from_url("s3://ckpt-vols/p", server.env())
+        for seed in range(16):
+            store.put(f"o{seed}", payload(CHUNK, seed))
+        where = {f"o{seed}": server.holders("ckpt-vols", f"p/o{seed}") for seed in range(16)}
+        assert all(len(held) == 1 and held <= urls for held in where.values()), where
+        assert set().union(*where.values()) == urls  # both hold some: 7 volumes over 2
+        victim = server.volumes[0]
+        mine = next(k for k, held in where.items() if held == {victim.url})
+        victim.kill()
+        with pytest.raises(StorageError):
+            store.get(mine)
+        victim.start()
+        assert store.get(mine) == payload(CHUNK, int(mine[1:]))
+    finally:
+        server.stop()
+    assert all(v.process is not None and v.process.poll() is not None for v in server.volumes)
+
+
+def test_a_volume_server_that_cannot_join_is_reported_with_its_log(tmp_path: Path) -> None:
+    """A volume server whose master never answers: SeaweedError within the deadline,
+    naming the server and the reason, on one line, and no process left."""
+    (port, grpc, master, master_grpc) = seaweed.free_ports(4)
+    volume = seaweed.VolumeServer(
+        tmp_path / "v",
+        {"port": port, "port.grpc": grpc},
+        f"127.0.0.1:{master}.{master_grpc}",
+        tmp_path / "v.log",
+    )
+    with pytest.raises(seaweed.SeaweedError) as err:
+        volume.start(deadline=3)
+    text = str(err.value)
+    assert f"did not list volume server 127.0.0.1:{port}" in text and "\n" not in text
+    assert volume.process is not None and volume.process.poll() is not None
