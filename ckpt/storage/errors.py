@@ -25,6 +25,10 @@ class StoreUnreachable(StorageError):
     """The store did not answer within the deadline."""
 
 
+class StoreServerError(StorageError):
+    """The store answered with a 5xx: it is up but cannot serve the object now."""
+
+
 class ObjectMissing(StorageError):
     """An object (a manifest or a chunk) is not in the store."""
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from ckpt.storage.errors import (
     ObjectMissing,
     StorageError,
     StoreAuthError,
+    StoreServerError,
     StoreUnreachable,
 )
 from ckpt.storage.store import ObjectInfo, check_key
@@ -137,6 +139,12 @@ def _error(exc: Exception, url: str, key: str) -> StorageError:
         return StoreUnreachable(
             f"{url}: the store did not answer (endpoint down or unreachable); check"
             " AWS_ENDPOINT_URL and the network"
+        )
+    status = re.search(r"status code: (5\d\d)", text)
+    if status:
+        return StoreServerError(
+            f"{where}: the store failed to serve it (HTTP {status.group(1)}); check the"
+            " store's servers (one may be down) and retry"
         )
     first = text.splitlines()[0] if text else type(exc).__name__
     return StorageError(f"{where}: {first[:200]}")
