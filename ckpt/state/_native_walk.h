@@ -138,11 +138,19 @@ static inline int ref_fits(Walk *w, PyObject *x)
     return pt_find(&w->ids, x) || ref_fits_new(w, x);
 }
 
+/* The fit tests of a container's references skip an item that is the one that fitted
+ * last: a list or dict of many references to one object not discovered yet (not in
+ * the id table) asked the registry about it once per item.  ref_fits runs no Python,
+ * so the container (which holds `last`) does not change during the test. */
 static int all_refs_fit(Walk *w, PyObject *list)
 {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
-        if (!ref_fits(w, PyList_GET_ITEM(list, i)))
+    PyObject *last = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *x = PyList_GET_ITEM(list, i);
+        if (x != last && !ref_fits(w, x))
             return 0;
+        last = x;
+    }
     return 1;
 }
 
@@ -549,12 +557,15 @@ static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmas
     if (kop == E_ANY && vop == E_ANY)
         return 1;
     Py_ssize_t pos = 0;
-    PyObject *k, *v;
+    PyObject *k, *v, *vlast = NULL; /* as all_refs_fit: the value that fitted last */
     while (dict_next(d, &pos, &k, &v)) {
         if ((kop == E_SCALAR && !(fit_bit(k) & kmask)) || (kop == E_REF && !ref_fits(w, k)))
             return 0;
-        if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) || (vop == E_REF && !ref_fits(w, v)))
+        if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) ||
+            (vop == E_REF && v != vlast && !ref_fits(w, v)))
             return 0;
+        if (vop == E_REF)
+            vlast = v;
     }
     return 1;
 }
