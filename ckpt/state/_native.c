@@ -146,6 +146,7 @@ static PyMethodDef module_methods[] = {
     {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
     {"check_store", check_store, METH_VARARGS, "Check direct stores into inline values (3.11)."},
     {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
+    {"frame_body", frame_body, METH_O, "A well-formed frame's payload, or None."},
     {NULL},
 };
 
@@ -231,7 +232,11 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
         PyModule_AddIntConstant(m, "fast_paths", CKPT_FAST_PATHS) < 0 ||
-        PyModule_AddIntConstant(m, "dict_table", dict_table_ok) < 0 || ckpt_add_vocab(m) < 0 ||
+        PyModule_AddIntConstant(m, "dict_table", dict_table_ok) < 0 ||
+        PyModule_AddObject(m, "FRAME_FORMAT",
+                           Py_BuildValue("(y#nii)", FRAME_MAGIC, (Py_ssize_t)4,
+                                         (Py_ssize_t)FRAME_HEADER, FRAME_MIN_VERSION,
+                                         FRAME_MAX_VERSION)) < 0 || ckpt_add_vocab(m) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;
