@@ -172,6 +172,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->str_dict);
     Py_CLEAR(st->str_int);
     Py_CLEAR(st->str_is_safe);
+    Py_CLEAR(st->str_current);
     return 0;
 }
 
@@ -211,7 +212,8 @@ static int state_init(CkptState *st)
                    (st->str_native_plan = PyUnicode_InternFromString("_native_plan")) &&
                    (st->str_dict = PyUnicode_InternFromString("__dict__")) &&
                    (st->str_int = PyUnicode_InternFromString("int")) &&
-                   (st->str_is_safe = PyUnicode_InternFromString("is_safe"))
+                   (st->str_is_safe = PyUnicode_InternFromString("is_safe")) &&
+                   (st->str_current = PyUnicode_InternFromString("current"))
                ? 0
                : -1;
 }

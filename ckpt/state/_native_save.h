@@ -99,7 +99,7 @@ static PyObject *walk_run(Walk *w, PyObject *args)
         }
     }
     /* The typed engine's slot code may ask which type's batch is being encoded. */
-    int has_current = PyObject_HasAttrString(ctx, "current");
+    int has_current = PyObject_HasAttr(ctx, w->st->str_current); /* interned once */
     int progressed = 1;
     while (progressed) {
         progressed = 0;
@@ -110,7 +110,7 @@ static PyObject *walk_run(Walk *w, PyObject *args)
             w->cur_type = t;
             if (has_current) {
                 PyObject *cur = PyLong_FromSsize_t(t);
-                int r = cur ? PyObject_SetAttrString(ctx, "current", cur) : -1;
+                int r = cur ? PyObject_SetAttr(ctx, w->st->str_current, cur) : -1;
                 Py_XDECREF(cur);
                 if (r < 0)
                     goto fail;

@@ -445,7 +445,11 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
     if (t == &PyFrozenSet_Type)
         return w_dyn_set(w, b, v, TAG_FROZENSET, owner, depth);
     Slot *ts = pt_find(&w->tindex, t);
-    if (ts && !w->tents[(intptr_t)ts->val - 1]->is_enum) {
+    int fresh = 0; /* a registered class this walk has not met (a fresh walk's root) */
+    if (!ts && Py_IS_TYPE(t, &PyType_Type) &&
+        (fresh = PyDict_Contains(w->savable, (PyObject *)t)) < 0)
+        return -1; /* enum classes (their own metaclass) stay ctx.dyn's */
+    if (fresh || (ts && !w->tents[(intptr_t)ts->val - 1]->is_enum)) {
         Py_ssize_t i = discover(w, v);
         if (i < 0)
             return -1;

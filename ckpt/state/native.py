@@ -484,11 +484,8 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
             return ctx.dyn(value, owner)
 
-        if type(root) in registry._by_class:
-            # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
-            # class yet, and would call ctx.dyn for it)
-            walk.discover(root)
-        # the root self-describing, in C (ctx.dyn's encoding and discovery order)
+        # the root self-describing, in C (ctx.dyn's encoding and discovery order; a
+        # registered class the walk has not met yet is discovered there too)
         root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
             walk.run(ctx, enc, stats)
