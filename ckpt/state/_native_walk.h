@@ -584,11 +584,37 @@ static int w_fallback(Walk *w, Buf *b, Field *f, PyObject *obj)
     return rc;
 }
 
+/* A list of references writes an item that is the one before it without looking its
+ * id up again (a list of one shared object: the id table's lookup was a third of the
+ * item's cost).  `last` cannot be another object at a recycled address: every object
+ * with an id is held by w->objects until the walk is released. */
+static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n)
+{
+    PyObject *last = NULL;
+    Py_ssize_t id = 0;
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
+        PyObject *x = PyList_GET_ITEM(v, i);
+        if (x != last) {
+            Py_INCREF(x); /* discovering may run Python that empties the list */
+            id = ref_id(w, x);
+            Py_DECREF(x);
+            if (id < 0)
+                return -1;
+            last = x;
+        }
+        if (w_uint(b, (uint64_t)id) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 {
     Py_ssize_t n = PyList_GET_SIZE(v);
     if (w_array(b, n) < 0)
         return -1;
+    if (op == E_REF)
+        return w_ref_items(w, b, v, n);
     for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
         PyObject *x = PyList_GET_ITEM(v, i);
         Py_INCREF(x);
@@ -638,10 +664,25 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
 {
     if (w_array(b, PyDict_GET_SIZE(d)) < 0)
         return -1;
-    Py_ssize_t pos = 0;
-    PyObject *k, *x;
+    Py_ssize_t pos = 0, id = 0;
+    PyObject *k, *x, *last = NULL; /* as w_ref_items: a reference met just before */
     while (dict_next(d, &pos, &k, &x)) {
-        PyObject *item = Py_NewRef(which ? x : k); /* held: discovering may run Python */
+        PyObject *item = which ? x : k;
+        if (op == E_REF && item == last) {
+            if (w_uint(b, (uint64_t)id) < 0)
+                return -1;
+            continue;
+        }
+        if (op == E_REF) {
+            Py_INCREF(item); /* discovering may run Python */
+            id = ref_id(w, item);
+            Py_DECREF(item);
+            if (id < 0 || w_uint(b, (uint64_t)id) < 0)
+                return -1;
+            last = item;
+            continue;
+        }
+        Py_INCREF(item); /* held: discovering may run Python */
         int r = w_elem(w, b, op, item, owner);
         Py_DECREF(item);
         if (r < 0)
