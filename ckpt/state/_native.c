@@ -146,6 +146,7 @@ static PyMethodDef module_methods[] = {
     {"check_values", check_values, METH_VARARGS, "Check how inline values are found (3.11)."},
     {"check_store", check_store, METH_VARARGS, "Check direct stores into inline values (3.11)."},
     {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
+    {"frame_body", frame_body, METH_O, "A well-formed frame's payload, or None."},
     {NULL},
 };
 
@@ -171,6 +172,7 @@ static int module_clear(PyObject *m)
     Py_CLEAR(st->str_dict);
     Py_CLEAR(st->str_int);
     Py_CLEAR(st->str_is_safe);
+    Py_CLEAR(st->str_current);
     return 0;
 }
 
@@ -210,7 +212,8 @@ static int state_init(CkptState *st)
                    (st->str_native_plan = PyUnicode_InternFromString("_native_plan")) &&
                    (st->str_dict = PyUnicode_InternFromString("__dict__")) &&
                    (st->str_int = PyUnicode_InternFromString("int")) &&
-                   (st->str_is_safe = PyUnicode_InternFromString("is_safe"))
+                   (st->str_is_safe = PyUnicode_InternFromString("is_safe")) &&
+                   (st->str_current = PyUnicode_InternFromString("current"))
                ? 0
                : -1;
 }
@@ -231,7 +234,11 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddIntConstant(m, "look_ahead_min", (long)look_min) < 0 ||
         PyModule_AddIntConstant(m, "fast_paths", CKPT_FAST_PATHS) < 0 ||
-        PyModule_AddIntConstant(m, "dict_table", dict_table_ok) < 0 || ckpt_add_vocab(m) < 0 ||
+        PyModule_AddIntConstant(m, "dict_table", dict_table_ok) < 0 ||
+        PyModule_AddObject(m, "FRAME_FORMAT",
+                           Py_BuildValue("(y#nii)", FRAME_MAGIC, (Py_ssize_t)4,
+                                         (Py_ssize_t)FRAME_HEADER, FRAME_MIN_VERSION,
+                                         FRAME_MAX_VERSION)) < 0 || ckpt_add_vocab(m) < 0 ||
         PyModule_AddFunctions(m, native_read_methods) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -23,6 +23,7 @@ typedef struct {
     PyObject *str_dict;         /* "__dict__" */
     PyObject *str_int;          /* "int" (a UUID's slot) */
     PyObject *str_is_safe;      /* "is_safe" (a UUID's slot) */
+    PyObject *str_current;      /* "current" (typed's SaveCtx: the type being written) */
     int dict_watcher;           /* this interpreter's dict watcher id, or -1 */
 } CkptState;
 

@@ -16,8 +16,12 @@ typedef struct {
     Slot *slots;
     size_t mask, used;
     unsigned shift; /* 64 - log2(capacity): a slot index is a hash's top bits */
-    int mapped;     /* slots is a mapping of its own (slots_alloc) */
+    int mapped;     /* slots is a mapping of its own (slots_alloc); PT_EMPTY: the shared
+                     * empty array (pt_init_empty), allocated at the first put */
 } PTable;
+
+#define PT_EMPTY 2
+#define PT_FIRST_CAP 64 /* what an empty table grows to at its first put */
 
 /* Fibonacci hashing: the top bits of the address times 2**64 / phi spread the aligned,
  * clustered addresses of one allocator over the table in one multiply. */
@@ -83,7 +87,7 @@ static Slot *slots_alloc(size_t cap, int *mapped)
 /* Free what slots_alloc(cap, &mapped) returned (NULL is fine). */
 static void slots_free(Slot *slots, size_t cap, int mapped)
 {
-    if (!slots)
+    if (!slots || mapped == PT_EMPTY)
         return;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (mapped) {
@@ -108,6 +112,16 @@ static int pt_init(PTable *t, size_t cap)
     return 0;
 }
 
+/* A table with no array of its own yet: lookups find nothing in a shared all-empty
+ * array (never written: pt_put grows it first), and the first put allocates.  A small
+ * save meets one or two classes and no enum: it no longer pays for zeroed arrays. */
+static Slot pt_empty_slots[2];
+
+static void pt_init_empty(PTable *t)
+{
+    pt_set(t, pt_empty_slots, 2, PT_EMPTY);
+}
+
 static inline Slot *pt_find(PTable *t, void *key)
 {
     size_t i = phash(t, key);
@@ -124,7 +138,7 @@ static inline Slot *pt_find(PTable *t, void *key)
 static int pt_grow(PTable *t)
 {
     PTable n;
-    if (pt_init(&n, (t->mask + 1) * 2) < 0)
+    if (pt_init(&n, t->mapped == PT_EMPTY ? PT_FIRST_CAP : (t->mask + 1) * 2) < 0)
         return -1;
     for (size_t i = 0; i <= t->mask; i++) {
         Slot *s = &t->slots[i];
@@ -144,7 +158,7 @@ static int pt_grow(PTable *t)
 /* Insert a new key (the caller checked it is absent). */
 static int pt_put(PTable *t, void *key, void *val)
 {
-    if ((t->used + 1) * 2 > t->mask + 1 && pt_grow(t) < 0)
+    if (((t->used + 1) * 2 > t->mask + 1 || t->mapped == PT_EMPTY) && pt_grow(t) < 0)
         return -1;
     size_t i = phash(t, key);
     while (t->slots[i].key)
@@ -203,6 +217,7 @@ enum { SPARE_IDS, SPARE_MEMO };
 static Slot *spare_slots[2];
 static size_t spare_cap[2];
 static int spare_mapped[2];
+static int spare_clean[2]; /* the kept array is all empty already (no memset needed) */
 
 /* pt_init, taking the kept array when it is at least cap and at most 4 x cap slots. */
 static int pt_init_spare(PTable *t, size_t cap, int which)
@@ -212,16 +227,18 @@ static int pt_init_spare(PTable *t, size_t cap, int which)
     if (!kept || kcap < cap || kcap > 4 * cap)
         return pt_init(t, cap);
     spare_slots[which] = NULL;
-    memset(kept, 0, kcap * sizeof(Slot));
+    if (!spare_clean[which])
+        memset(kept, 0, kcap * sizeof(Slot));
     pt_set(t, kept, kcap, spare_mapped[which]);
     return 0;
 }
 
-/* pt_free, keeping the array for the next walk when it is not too large. */
-static void pt_free_spare(PTable *t, int which)
+/* pt_free, keeping the array for the next walk when it is not too large.  `clean`:
+ * the caller emptied every slot (the next walk need not clear the array). */
+static void pt_free_spare(PTable *t, int which, int clean)
 {
     size_t cap = t->slots ? t->mask + 1 : 0;
-    if (!cap || cap * sizeof(Slot) > SPARE_MAX ||
+    if (!cap || t->mapped == PT_EMPTY || cap * sizeof(Slot) > SPARE_MAX ||
         (spare_slots[which] && spare_cap[which] >= cap)) {
         pt_free(t); /* too large to keep, or a larger one is kept already */
         return;
@@ -230,6 +247,7 @@ static void pt_free_spare(PTable *t, int which)
     spare_slots[which] = t->slots;
     spare_mapped[which] = t->mapped;
     spare_cap[which] = cap;
+    spare_clean[which] = clean || t->used == 0;
     pt_detach(t);
 }
 

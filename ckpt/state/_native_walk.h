@@ -138,11 +138,19 @@ static inline int ref_fits(Walk *w, PyObject *x)
     return pt_find(&w->ids, x) || ref_fits_new(w, x);
 }
 
+/* The fit tests of a container's references skip an item that is the one that fitted
+ * last: a list or dict of many references to one object not discovered yet (not in
+ * the id table) asked the registry about it once per item.  ref_fits runs no Python,
+ * so the container (which holds `last`) does not change during the test. */
 static int all_refs_fit(Walk *w, PyObject *list)
 {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
-        if (!ref_fits(w, PyList_GET_ITEM(list, i)))
+    PyObject *last = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *x = PyList_GET_ITEM(list, i);
+        if (x != last && !ref_fits(w, x))
             return 0;
+        last = x;
+    }
     return 1;
 }
 
@@ -437,7 +445,11 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
     if (t == &PyFrozenSet_Type)
         return w_dyn_set(w, b, v, TAG_FROZENSET, owner, depth);
     Slot *ts = pt_find(&w->tindex, t);
-    if (ts && !w->tents[(intptr_t)ts->val - 1]->is_enum) {
+    int fresh = 0; /* a registered class this walk has not met (a fresh walk's root) */
+    if (!ts && Py_IS_TYPE(t, &PyType_Type) &&
+        (fresh = PyDict_Contains(w->savable, (PyObject *)t)) < 0)
+        return -1; /* enum classes (their own metaclass) stay ctx.dyn's */
+    if (fresh || (ts && !w->tents[(intptr_t)ts->val - 1]->is_enum)) {
         Py_ssize_t i = discover(w, v);
         if (i < 0)
             return -1;
@@ -549,12 +561,15 @@ static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmas
     if (kop == E_ANY && vop == E_ANY)
         return 1;
     Py_ssize_t pos = 0;
-    PyObject *k, *v;
+    PyObject *k, *v, *vlast = NULL; /* as all_refs_fit: the value that fitted last */
     while (dict_next(d, &pos, &k, &v)) {
         if ((kop == E_SCALAR && !(fit_bit(k) & kmask)) || (kop == E_REF && !ref_fits(w, k)))
             return 0;
-        if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) || (vop == E_REF && !ref_fits(w, v)))
+        if ((vop == E_SCALAR && !(fit_bit(v) & vmask)) ||
+            (vop == E_REF && v != vlast && !ref_fits(w, v)))
             return 0;
+        if (vop == E_REF)
+            vlast = v;
     }
     return 1;
 }
@@ -569,11 +584,37 @@ static int w_fallback(Walk *w, Buf *b, Field *f, PyObject *obj)
     return rc;
 }
 
+/* A list of references writes an item that is the one before it without looking its
+ * id up again (a list of one shared object: the id table's lookup was a third of the
+ * item's cost).  `last` cannot be another object at a recycled address: every object
+ * with an id is held by w->objects until the walk is released. */
+static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n)
+{
+    PyObject *last = NULL;
+    Py_ssize_t id = 0;
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
+        PyObject *x = PyList_GET_ITEM(v, i);
+        if (x != last) {
+            Py_INCREF(x); /* discovering may run Python that empties the list */
+            id = ref_id(w, x);
+            Py_DECREF(x);
+            if (id < 0)
+                return -1;
+            last = x;
+        }
+        if (w_uint(b, (uint64_t)id) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
 {
     Py_ssize_t n = PyList_GET_SIZE(v);
     if (w_array(b, n) < 0)
         return -1;
+    if (op == E_REF)
+        return w_ref_items(w, b, v, n);
     for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
         PyObject *x = PyList_GET_ITEM(v, i);
         Py_INCREF(x);
@@ -623,10 +664,25 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
 {
     if (w_array(b, PyDict_GET_SIZE(d)) < 0)
         return -1;
-    Py_ssize_t pos = 0;
-    PyObject *k, *x;
+    Py_ssize_t pos = 0, id = 0;
+    PyObject *k, *x, *last = NULL; /* as w_ref_items: a reference met just before */
     while (dict_next(d, &pos, &k, &x)) {
-        PyObject *item = Py_NewRef(which ? x : k); /* held: discovering may run Python */
+        PyObject *item = which ? x : k;
+        if (op == E_REF && item == last) {
+            if (w_uint(b, (uint64_t)id) < 0)
+                return -1;
+            continue;
+        }
+        if (op == E_REF) {
+            Py_INCREF(item); /* discovering may run Python */
+            id = ref_id(w, item);
+            Py_DECREF(item);
+            if (id < 0 || w_uint(b, (uint64_t)id) < 0)
+                return -1;
+            last = item;
+            continue;
+        }
+        Py_INCREF(item); /* held: discovering may run Python */
         int r = w_elem(w, b, op, item, owner);
         Py_DECREF(item);
         if (r < 0)

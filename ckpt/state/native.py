@@ -239,6 +239,30 @@ def _crc32(body: memoryview) -> int:
     return _core.crc32(body, 0) if _CRC_IN_C else zlib.crc32(body)
 
 
+# the C core checks a frame in one call where it knows wire.py's header: the same
+# magic, header size and read versions (else, or an older core, wire.check_frame)
+_FRAME_IN_C = (
+    getattr(_core, "FRAME_FORMAT", None)
+    == (
+        w.MAGIC,
+        w.HEADER_SIZE,
+        min(w.READ_VERSIONS),
+        max(w.READ_VERSIONS),
+    )
+    and tuple(range(min(w.READ_VERSIONS), max(w.READ_VERSIONS) + 1)) == w.READ_VERSIONS
+)
+
+
+def _frame_body(data: Any) -> memoryview:
+    """wire.check_frame's payload: a well-formed frame checked by the C core in one call;
+    anything else (and every error message) is wire.check_frame's."""
+    if _FRAME_IN_C:
+        body = _core.frame_body(data)
+        if body is not None:
+            return body
+    return w.check_frame(data, _crc32)
+
+
 def native_status() -> tuple[bool, str]:
     """(whether the native engine can run here, a one-line reason)."""
     return _core is not None, _reason
@@ -460,11 +484,8 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
         def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
             return ctx.dyn(value, owner)
 
-        if type(root) in registry._by_class:
-            # object 1, as ctx.dyn would discover it (a fresh walk's C core knows no
-            # class yet, and would call ctx.dyn for it)
-            walk.discover(root)
-        # the root self-describing, in C (ctx.dyn's encoding and discovery order)
+        # the root self-describing, in C (ctx.dyn's encoding and discovery order; a
+        # registered class the walk has not met yet is discovered there too)
         root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
             walk.run(ctx, enc, stats)
@@ -740,7 +761,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
     """
     if not reads_bytes():  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
-    body = w.check_frame(data, _crc32)
+    body = _frame_body(data)
     spans, tseq, row_spans = _core.read_split(body)
     known = _known_head(body, spans)
     if known is not None:

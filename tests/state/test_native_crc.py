@@ -75,3 +75,54 @@ def test_native_load_refuses_a_payload_with_a_flipped_bit(at: int) -> None:
     data[state.wire.HEADER_SIZE + at if at >= 0 else at] ^= 0x10
     with pytest.raises(state.StateError, match="checksum mismatch"):
         state.loads(bytes(data), engine="native")
+
+
+def _frame(version: int = 2, payload: bytes = b"\x92\x01\x02") -> bytes:
+    crc = zlib.crc32(payload)
+    return state.wire._HEADER.pack(state.wire.MAGIC, version, crc, len(payload)) + payload
+
+
+def test_the_frame_check_in_c_is_used_and_knows_wires_header() -> None:
+    assert native._FRAME_IN_C
+    magic, size, low, high = native._core.FRAME_FORMAT
+    assert (magic, size) == (state.wire.MAGIC, state.wire.HEADER_SIZE)
+    assert tuple(range(low, high + 1)) == state.wire.READ_VERSIONS
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+@pytest.mark.parametrize("version", state.wire.READ_VERSIONS)
+def test_the_frame_check_in_c_returns_wires_payload(kind: type, version: int) -> None:
+    for payload in (b"", b"\x92\x01\x02", bytes(range(256)) * 300):
+        data = kind(_frame(version, payload))
+        body = native._core.frame_body(data)
+        assert isinstance(body, memoryview)
+        assert body == state.wire.check_frame(data) == payload
+
+
+def _bad_frames() -> list[tuple[str, object]]:
+    good = _frame()
+    n = state.wire.HEADER_SIZE
+    flipped = bytearray(good)
+    flipped[-1] ^= 1
+    bad_crc = bytearray(good)
+    bad_crc[5] ^= 1
+    return [
+        ("short", good[: n - 1]),
+        ("magic", b"CKSX" + good[4:]),
+        ("version 0", good[:4] + b"\x00" + good[5:]),
+        ("version 3", good[:4] + b"\x03" + good[5:]),
+        ("truncated", good[:-1]),
+        ("padded", good + b"\x00"),
+        ("payload bit", bytes(flipped)),
+        ("header crc", bytes(bad_crc)),
+        ("not bytes", "CKST"),
+        ("strided", memoryview(good * 2)[::2]),
+    ]
+
+
+@pytest.mark.parametrize("name,data", _bad_frames(), ids=[n for n, _ in _bad_frames()])
+def test_the_frame_check_in_c_leaves_every_bad_frame_to_wire(name: str, data: object) -> None:
+    assert native._core.frame_body(data) is None
+    if name != "strided":  # wire reads a strided view's bytes: it is not malformed
+        with pytest.raises(state.StateError):
+            native._frame_body(data)

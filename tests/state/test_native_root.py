@@ -81,3 +81,24 @@ def test_an_unsavable_root_fails_as_typed_fails(root: Any) -> None:
             state.dumps(root, engine=engine)
         messages.append(str(info.value).removeprefix(f"{engine} save failed: "))
     assert messages[0] == messages[1]
+
+
+def test_a_fresh_walk_discovers_a_registered_root_in_c() -> None:
+    """A class the walk has not met yet is discovered by C, not handed to ctx.dyn:
+    the root (and one in a list) gets object 1 without a call back into Python."""
+    from ckpt.state import graph, native, registry
+
+    def enc(value: Any, owner: Any) -> Any:
+        raise AssertionError(f"C handed {value!r} to Python")
+
+    for root in (Leaf(3), [Leaf(4), Leaf(5)]):
+        walk = native._core.Walk(native._plan_for, native._enum_plan, set(), registry._by_class)
+        ctx = native._save_ctx(walk, set())
+        try:
+            walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
+            assert walk.objects[1] is (root if isinstance(root, Leaf) else root[0])
+        finally:
+            native._pending_walks.pop(id(ctx), None)
+            walk.release()
+    _check(Leaf(3))
+    _check([Leaf(4), Leaf(5)])
