@@ -132,11 +132,16 @@ def test_writer_during_pre_copy_loses_no_acknowledged_write(cli: Cli, tmp_path: 
         while len(acked) < 50 and t.is_alive():
             threading.Event().wait(0.01)
         _ckpt(cli, tmp_path / "img", "--pre-copy")
+        stop.set()
+        # Restore before joining: a PUT that reached the parked connection after the
+        # drain is answered by the restored sandbox (late, never refused), and the
+        # writer must be waiting for that answer, or it would time out on a write
+        # that then takes effect.
+        cli("restore", SID, "--image-path", str(tmp_path / "img"), timeout=120)
     finally:
         stop.set()
         t.join(60)
     assert not t.is_alive() and acked
-    cli("restore", SID, "--image-path", str(tmp_path / "img"), timeout=120)
     _check_values(cli, acked)
 
 
