@@ -79,7 +79,7 @@ class Incoming:
         state = _StateIn()
         pages = _PagesIn(ch, n, self.offer.pages)
         try:
-            # no fsync: it lives only as long as this session and the sandbox that reads
+            # no fsync: it lives only as long as this migration and the sandbox that reads
             # it, and a crash of this host ends both (the source keeps its copy until
             # the commit)
             with statefile.ImageWriter(path, metadata=metadata, sync=False) as img:

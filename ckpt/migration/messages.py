@@ -111,7 +111,7 @@ class Done(Message):
 
 
 class Offer(Message):
-    """The source's first session message: which sandbox, and what restoring it needs.
+    """The source's first message of a migration: which sandbox, and what restoring it needs.
 
     ``pages`` bounds every page index the source will send (the kernel's address space
     in pages); ``port`` is where the destination binds (None: the port it had)."""

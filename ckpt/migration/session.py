@@ -93,7 +93,7 @@ def receive(ch: Any, root: Any) -> Received:
     got = Received(sid)
     incoming = Incoming(root.path, offer)
     guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
-    made = False  # a sandbox of ``sid`` exists here that this session made
+    made = False  # a sandbox of ``sid`` exists here that this migration made
     try:
         ch.send(m.Ack(seq=ch.frames_received))
         _warm_template(root)  # a restore forks it
