@@ -36,6 +36,17 @@ class BenchError(CkptError):
     """A benchmark was asked for something it cannot do (bad filter, bad count)."""
 
 
+def mib_sizes(text: str) -> list[int]:
+    """``--sizes 64,256`` as [64, 256]: sandbox memory sizes in MiB, each at least 1."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise BenchError(f"bad --sizes {text!r}: give MiB counts such as 64,256")
+    return sizes
+
+
 @dataclass
 class Case:
     """One operation to measure: ``run(setup())`` (or ``run()`` without setup)."""

@@ -559,12 +559,12 @@ def render(result: dict[str, Any]) -> Any:
     return Group(*parts)
 
 
-def go_lines(points: Sequence[Point]) -> list[str]:
+def go_lines(result: dict[str, Any]) -> list[str]:
     """Go benchmark lines (one per phase and size) for benchstat."""
     from ckpt.bench.harness import _go_name
 
     lines = []
-    for p in points:
+    for p in result["points"]:
         if not p.reps:
             continue
         name = _go_name(p.workload.replace(":", "="))

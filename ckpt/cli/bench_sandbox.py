@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from ckpt.cli.options import JsonDocOpt, workdir_opt
-from ckpt.cli.output import emit_json, say, tables
+from ckpt.cli.output import say, suite_report
 
 commands = typer.Typer()
 
@@ -54,10 +54,7 @@ def bench_lifecycle_cmd(
         commands=only.split(",") if only else None,
         progress=not json_out,
     )
-    if json_out:
-        emit_json(lifecycle.to_json(report))
-        return
-    tables([lifecycle.render(report)], lifecycle.go_lines(report))
+    suite_report(lifecycle, report, json_out)
 
 
 @commands.command("frozen")
@@ -97,15 +94,11 @@ def bench_frozen_cmd(
     checkpoint runs; each image is restored and every acknowledged write read back.
     """
     from ckpt.bench import frozen, scale
-    from ckpt.bench.harness import BenchError
+    from ckpt.bench.harness import mib_sizes
 
     plot_to = scale.check_plot(plot_path) if plot_path is not None else None
-    try:
-        size_list = [int(s) for s in sizes.split(",") if s]
-    except ValueError:
-        raise BenchError(f"bad --sizes {sizes!r}: give MiB counts such as 64,256") from None
     report = frozen.run(
-        size_list,
+        mib_sizes(sizes),
         [k for k in kinds.split(",") if k],
         [m for m in modes.split(",") if m],
         rate,
@@ -113,10 +106,7 @@ def bench_frozen_cmd(
     )
     if plot_to is not None:
         frozen.plot(report, plot_to)
-    if json_out:
-        emit_json(report)
-        return
-    tables([frozen.render(report)], frozen.go_lines(report))
+    suite_report(frozen, report, json_out)
 
 
 @commands.command("load")
@@ -146,10 +136,7 @@ def bench_load_cmd(
 
         raise BenchError(f"--modes {modes!r}: give template, cold, or both")
     report = load.run(clients=clients, cycles=cycles, modes=chosen, progress=not json_out)
-    if json_out:
-        emit_json(load.to_json(report))
-        return
-    tables([load.render(report)], load.go_lines(report))
+    suite_report(load, report, json_out)
 
 
 @commands.command("scale")
@@ -194,10 +181,7 @@ def bench_scale_cmd(
     )
     if plot_to is not None:
         sys.stderr.write(f"plot written to {scale.plot(res, plot_to)}\n")
-    if json_out:
-        emit_json(scale.to_json(res))
-        return
-    tables([scale.render(res)], scale.go_lines(res["points"]))
+    suite_report(scale, res, json_out)
 
 
 @commands.command("store")
@@ -234,7 +218,4 @@ def bench_store_cmd(
 
     link = store.Link(rate, delay_ms) if netns else None
     report = store.run(workload=workload, count=count, link=link)
-    if json_out:
-        emit_json(store.to_json(report))
-        return
-    tables([store.render(report)], store.go_lines(report), width=80)
+    suite_report(store, report, json_out, width=80)

@@ -7,7 +7,6 @@ commands only, so other commands start no slower.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
@@ -180,10 +179,12 @@ def migrate_cmd(
     old_address = lifecycle.state(sandbox_root, sandbox_id).address
     opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
     report = Migration(sandbox_root, sandbox_id, host, dport, secret, opts).run()
+    from ckpt.cli.output import emit_json, say
+
     if as_json:
-        print(json.dumps(report.to_json(), indent=2, default=str), flush=True)
+        emit_json(report.to_json())
     else:
-        print(report.line(), flush=True)
+        say(report.line())
     if forward > 0 and old_address and report.address:
         from ckpt.migration.forward import relay
 
@@ -233,16 +234,12 @@ def bench_migrate_cmd(
     link (root only); every acknowledged write is read back at the destination.
     """
     from ckpt.bench import migrate, scale
-    from ckpt.bench.harness import BenchError
-    from ckpt.cli.output import out, say
+    from ckpt.bench.harness import mib_sizes
+    from ckpt.cli.output import say, suite_report
 
     plot_to = scale.check_plot(plot_path) if plot_path is not None else None
-    try:
-        size_list = [int(s) for s in sizes.split(",") if s]
-    except ValueError:
-        raise BenchError(f"bad --sizes {sizes!r}: give MiB counts such as 64,256") from None
     report = migrate.run(
-        size_list,
+        mib_sizes(sizes),
         [k for k in kinds.split(",") if k],
         rate,
         progress=None if as_json else (lambda text: say(f"  {text}")),
@@ -254,12 +251,7 @@ def bench_migrate_cmd(
     )
     if plot_to is not None:
         migrate.plot(report, plot_to)
-    if as_json:
-        print(json.dumps(report, indent=2, default=str), flush=True)
-        return
-    out.print(migrate.render(report))
-    for line in migrate.go_lines(report):
-        say(line)
+    suite_report(migrate, report, as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -39,8 +39,10 @@ err: Any = _LazyConsole(stderr=True, highlight=False)
 
 
 def say(text: str) -> None:
-    """One line of user data on stdout, as is (no markup, no wrapping)."""
+    """One line of user data on stdout, as is (no markup, no wrapping), flushed: a
+    line a command prints before a long wait (``migrate --forward``) must show now."""
     sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def note(text: str) -> None:
@@ -70,6 +72,23 @@ def tables(
         console.print(_folding(renderable))
     for line in lines:
         say(line)
+
+
+class Suite(Protocol):
+    """A benchmark suite module as the bench commands print it."""
+
+    def render(self, report: Any) -> Any: ...
+    def go_lines(self, report: Any) -> list[str]: ...
+    def to_json(self, report: Any) -> Any: ...
+
+
+def suite_report(suite: Suite, report: Any, json_out: bool, *, width: int | None = None) -> None:
+    """A suite's report as one JSON document, or as its table and Go benchmark lines:
+    the same last step for every ``ckpt bench`` command that drives sandboxes."""
+    if json_out:
+        emit_json(suite.to_json(report))
+        return
+    tables([suite.render(report)], suite.go_lines(report), width=width)
 
 
 def _folding(renderable: Any) -> Any:

@@ -121,3 +121,67 @@ def test_plot_says_where_the_png_went(tmp_path: Path, monkeypatch: pytest.Monkey
     written = scale.plot(result, target)
     assert written == target
     assert written.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("command", ["frozen", "migrate"])
+@pytest.mark.parametrize("sizes", ["64,abc", "0", "-5", "", ",", "64,0"])
+def test_bad_sizes_are_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, sizes: str
+) -> None:
+    from ckpt.bench import frozen, migrate
+
+    ran: list[Any] = []
+    monkeypatch.setattr(frozen, "run", lambda *a, **kw: ran.append(a))
+    monkeypatch.setattr(migrate, "run", lambda *a, **kw: ran.append(a))
+    res = _bench_load(tmp_path, "bench", command, "--sizes", sizes)
+    assert isinstance(res.exception, BenchError)
+    assert str(res.exception) == f"bad --sizes {sizes!r}: give MiB counts such as 64,256"
+    assert ran == []
+
+
+@pytest.mark.parametrize("command", ["frozen", "migrate"])
+def test_good_sizes_reach_the_run_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    from ckpt.bench import frozen, migrate
+
+    suite = {"frozen": frozen, "migrate": migrate}[command]
+    ran: list[Any] = []
+    monkeypatch.setattr(suite, "run", lambda sizes, *a, **kw: ran.append(sizes) or {"x": 1})
+    res = _bench_load(tmp_path, "bench", command, "--sizes", " 256, 64 ", "--json")
+    assert res.exit_code == 0, res.output
+    assert ran == [[256, 64]]
+    assert json.loads(res.output) == {"x": 1}
+
+
+class _Suite:
+    """A suite module's three printers, recording which ran."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def render(self, report: Any) -> str:
+        self.calls.append("render")
+        return f"table of {report['n']}"
+
+    def go_lines(self, report: Any) -> list[str]:
+        self.calls.append("go_lines")
+        return [f"BenchmarkX\t1\t{report['n']} ns/op"]
+
+    def to_json(self, report: Any) -> Any:
+        self.calls.append("to_json")
+        return {"n": report["n"], "as": "json"}
+
+
+def test_suite_report_prints_json_alone_or_the_table_then_go_lines(capsys) -> None:
+    from ckpt.cli.output import suite_report
+
+    suite = _Suite()
+    suite_report(suite, {"n": 7}, True)
+    assert json.loads(capsys.readouterr().out) == {"n": 7, "as": "json"}
+    assert suite.calls == ["to_json"]
+    suite = _Suite()
+    suite_report(suite, {"n": 7}, False)
+    out = capsys.readouterr().out
+    assert out.index("table of 7") < out.index("BenchmarkX\t1\t7 ns/op")
+    assert suite.calls == ["render", "go_lines"]

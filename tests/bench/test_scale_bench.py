@@ -82,7 +82,7 @@ def test_render_fits_80_columns_and_states_each_target() -> None:
 
 def test_go_lines_and_json_carry_every_point_that_ran() -> None:
     res = _fake_result()
-    lines = scale.go_lines(res["points"])
+    lines = scale.go_lines(res)
     assert all(re.fullmatch(r"BenchmarkScale\w+/[\w=/.-]+\t\d+\t\d+ ns/op.*", ln) for ln in lines)
     assert any(ln.startswith("BenchmarkScaleZstd/memory=1024\t") for ln in lines)
     assert not any("graph=100000" in ln for ln in lines)  # failed: no figure
