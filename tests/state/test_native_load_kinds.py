@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,16 +356,6 @@ def test_truncated_at_every_length(saved_with: str, rich_streams: dict, watchdog
             state.loads(data[:n], engine="native")
 
 
-def _rows_cut(payload: list, cut: int) -> list:
-    """The payload with one Kinds value cut short inside (a checksum-valid frame)."""
-    row = _row(payload)[cut % 3]
-    column = (cut // 3) % len(row)
-    value = row[column]
-    if isinstance(value, list) and value:
-        row[column] = value[: len(value) - 1 - cut % max(1, len(value))]
-    return payload
-
-
 def _framed(body: bytes) -> bytes:
     """A payload's bytes in a frame whose header and checksum are right, so that the
     reader, not the frame check, meets whatever they hold."""
@@ -425,8 +416,11 @@ def test_rows_cut_at_every_length_are_state_errors(
     assert end > start
     for n in range(start, end):
         cut = bytearray(body[:n])  # nothing after the cut to read by mistake
-        with pytest.raises(state.StateError):
+        with pytest.raises(state.StateError) as err:
             native._core.read_fill(shells, cut, start, plan, objs, native._load_ctx(objs, enums))
+        # where the reader says it stopped: never past the bytes it was given
+        at = re.search(r"at payload offset (-?\d+)", str(err.value))
+        assert at is None or start <= int(at[1]) <= n, (n, str(err.value))
 
 
 # --- hypothesis: random graphs over every kind --------------------------------------
