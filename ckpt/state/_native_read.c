@@ -1514,9 +1514,13 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
             return v;
     }
     else if (f->op == L_ELEM) {
+        /* a slot escape {8: value} (a type the stream lists as escaped): the value as
+         * dyn decodes it, e.g. the () a tuple[Ref, int] field defaults to */
+        static const uint8_t escape[2] = {MP_FIXMAP | 1, TAG_SLOT};
         if (f->build && take_if(r, &nil_byte, 1)) /* Nil is the kind's zero */
             return zero_of(f);
-        PyObject *v = elem_read(f->prog, r, objs);
+        PyObject *v = f->escapes && take_if(r, escape, 2) ? any_value(r, objs)
+                                                          : elem_read(f->prog, r, objs);
         if (v)
             return v;
         PyErr_Clear(); /* the slot decoder meets the same bytes and says what it finds */
