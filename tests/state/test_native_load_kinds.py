@@ -326,7 +326,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("column", range(len(schema_of(Kinds).fields)))
-def test_every_wire_shape_gets_typed_outcome(column: int) -> None:
+def test_every_wire_shape_gets_typed_outcome(column: int, watchdog: None) -> None:
     payload = wire.unframe(_saved(_rich(), "typed"))
     failures = []
     for shape in SHAPES:
@@ -476,9 +476,16 @@ def _graphs(draw: Any) -> list[Kinds]:
     return nodes
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_graphs(), st.sampled_from(["native", "typed"]))
-def test_random_graphs_load_as_typed_loads_them(nodes: list[Kinds], saved_with: str) -> None:
+@settings(
+    max_examples=80,
+    deadline=None,
+    # the watchdog bounds the whole run, not each example
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(nodes=_graphs(), saved_with=st.sampled_from(["native", "typed"]))
+def test_random_graphs_load_as_typed_loads_them(
+    nodes: list[Kinds], saved_with: str, watchdog: None
+) -> None:
     data = _saved(nodes, saved_with)
     typed, loaded = state.loads(data, engine="typed"), state.loads(data, engine="native")
     assert graph_diff(typed, loaded) is None
