@@ -520,6 +520,15 @@ static PyObject *rd_obj(Rd *r, int depth)
 
 /* ---- fill plans (the tuples native._load_plan builds; ops as in _native.c) ------------- */
 
+/* One node of an element program (L_ELEM), parsed from native._elem_prog's tuples. */
+typedef struct ENode {
+    int ek;     /* EK_* */
+    int build;  /* EK_SEQ: what the items are built into (B_*) */
+    int n;      /* nodes below: EK_TUPLE's arity; 1 for EK_OPT and EK_SEQ, 2 for EK_DICT */
+    PyObject *arg; /* EK_ENUM: value -> member (borrowed from the plan) */
+    struct ENode *kid[MAX_TUPLE_ITEMS];
+} ENode;
+
 typedef struct {
     PyObject *name;
     Py_ssize_t src;
@@ -532,6 +541,7 @@ typedef struct {
     PyObject *vcls;    /* L_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
     PyObject *vextra;  /* L_VALUE, VK_UUID: uuid.SafeUUID.unknown (borrowed) */
     int escapes;       /* the type holds slot escapes: a scalar slot may be one */
+    ENode *prog;       /* L_ELEM: its program's nodes (prog[0] the root), owned */
 } LField;
 
 static inline PyObject *ref_get(PyObject *objs, PyObject *raw)
@@ -1151,6 +1161,294 @@ static PyObject *rd_bigint(Rd *r, int slot)
     return n;
 }
 
+
+/* ---- element programs (L_ELEM) --------------------------------------------------------
+ * A field whose kind nests (tuple[Ref, int], list[Any], dict[Ref, int], Optional[Enum],
+ * list[tuple[Ref, Ref]], bytearray, ...) is read by walking its program, a tree of EK_*
+ * nodes as deep as its annotation (native._elem_prog): each node takes only the wire
+ * shape codegen.elem_decoder's decoder for it takes as that value.  Any other shape, and
+ * any failure on the way, leaves the whole field to the slot decoder (read_field rewinds
+ * and clears), so values and errors are the typed engine's.  Recursion follows the
+ * program, never the input: a self-describing (EK_ANY) value is taken only one array
+ * deep. */
+
+static const uint8_t nil_byte = MP_NIL;
+
+/* An array's head at r->p: its item count, or -1 for any other value. */
+static inline Py_ssize_t rd_array(Rd *r)
+{
+    Val v;
+    int c = peek(r);
+    if (c < 0 || !is_container_byte((uint8_t)c) || rd_head(r, &v) < 0 || v.kind != V_ARRAY)
+        return -1;
+    return v.n; /* checked against the bytes that remain */
+}
+
+/* A self-describing leaf as dyn decodes it: a reference {0: id}, an int beyond 64 bits
+ * {7: "decimal"}, or a plain scalar.  NULL for any other shape. */
+static PyObject *any_leaf(Rd *r, PyObject *objs)
+{
+    Py_ssize_t i = rd_any_ref(r, PyList_GET_SIZE(objs));
+    if (i >= 0)
+        return Py_NewRef(PyList_GET_ITEM(objs, i));
+    if (!next_is_composite(r))
+        return rd_obj(r, 0);
+    return peek(r) == (MP_FIXMAP | 1) ? rd_bigint(r, 0) : NULL;
+}
+
+/* `n` leaves (an array's items, its count checked by rd_head) into a new list. */
+static PyObject *any_leaves(Rd *r, PyObject *objs, Py_ssize_t n)
+{
+    PyObject *out = PyList_New(n);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = any_leaf(r, objs);
+        if (!x) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, x);
+    }
+    return out;
+}
+
+/* A self-describing value (EK_ANY): a leaf, an array of leaves (a list) or a tuple of
+ * leaves {1: [...]}. */
+static PyObject *any_value(Rd *r, PyObject *objs)
+{
+    static const uint8_t tuple_head[2] = {MP_FIXMAP | 1, TAG_TUPLE};
+    int is_tuple = take_if(r, tuple_head, 2);
+    int c = peek(r);
+    if (!is_tuple && (c < 0 || !is_container_byte((uint8_t)c) || c == (MP_FIXMAP | 1)))
+        return any_leaf(r, objs);
+    Py_ssize_t n = rd_array(r);
+    PyObject *l = n < 0 ? NULL : any_leaves(r, objs, n);
+    if (!l || !is_tuple)
+        return l;
+    PyObject *t = PyList_AsTuple(l);
+    Py_DECREF(l);
+    return t;
+}
+
+static PyObject *elem_read(const ENode *e, Rd *r, PyObject *objs);
+
+/* An empty container of a sequence build (B_*). */
+static PyObject *empty_of(int build)
+{
+    switch (build) {
+    case B_SET:
+        return PySet_New(NULL);
+    case B_FROZENSET:
+        return PyFrozenSet_New(NULL);
+    case B_TUPLE:
+        return PyTuple_New(0);
+    }
+    return PyList_New(0);
+}
+
+/* EK_SEQ: Nil (the empty container, or a shared container's other place, patched
+ * after loading) or an array of the node below's values. */
+static PyObject *elem_seq(const ENode *e, Rd *r, PyObject *objs)
+{
+    if (take_if(r, &nil_byte, 1))
+        return empty_of(e->build);
+    Py_ssize_t n = rd_array(r);
+    if (n < 0)
+        return NULL;
+    int seq = e->build == B_LIST || e->build == B_TUPLE;
+    PyObject *out = e->build == B_LIST ? PyList_New(n) : e->build == B_TUPLE ? PyTuple_New(n)
+                                                                            : empty_of(e->build);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = elem_read(e->kid[0], r, objs);
+        if (!x)
+            goto fail;
+        if (e->build == B_LIST)
+            PyList_SET_ITEM(out, k, x);
+        else if (seq)
+            PyTuple_SET_ITEM(out, k, x);
+        else {
+            /* a fresh set or frozenset, not yet seen by other code (PySet_Add's rule) */
+            int rc = PySet_Add(out, x);
+            Py_DECREF(x);
+            if (rc < 0)
+                goto fail;
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* EK_DICT: Nil (the empty dict, or a shared dict's other place) or [[keys], [values]]
+ * of equal lengths, keys inserted in order (a repeated key keeps its first object and
+ * its last value, as dict(zip(...)) does). */
+static PyObject *elem_dict(const ENode *e, Rd *r, PyObject *objs)
+{
+    static const uint8_t pair = MP_FIXARRAY | 2;
+    if (take_if(r, &nil_byte, 1))
+        return PyDict_New();
+    if (!take_if(r, &pair, 1))
+        return NULL;
+    Py_ssize_t n = rd_array(r);
+    if (n < 0)
+        return NULL;
+    PyObject *keys = PyList_New(n), *d = NULL; /* n is checked against the bytes left */
+    if (!keys)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = elem_read(e->kid[0], r, objs);
+        if (!x)
+            goto done;
+        PyList_SET_ITEM(keys, k, x);
+    }
+    if (rd_array(r) != n || !(d = dict_presized(n)))
+        goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = elem_read(e->kid[1], r, objs);
+        int rc = x ? PyDict_SetItem(d, PyList_GET_ITEM(keys, k), x) : -1;
+        Py_XDECREF(x);
+        if (rc < 0) {
+            Py_CLEAR(d);
+            goto done;
+        }
+    }
+done:
+    Py_DECREF(keys);
+    return d;
+}
+
+/* A value of node e's kind at r->p, or NULL (an error set or not) for a shape e does not
+ * take; r->p is then anywhere in the value, and the caller rewinds. */
+static PyObject *elem_read(const ENode *e, Rd *r, PyObject *objs)
+{
+    switch (e->ek) {
+    case EK_PASS:
+        if (!next_is_composite(r))
+            return rd_obj(r, 0); /* a scalar: no recursion */
+        return peek(r) == (MP_FIXMAP | 1) ? rd_bigint(r, 0) : NULL;
+    case EK_REF: {
+        Py_ssize_t i = rd_id(r, PyList_GET_SIZE(objs));
+        return i < 0 ? NULL : Py_NewRef(PyList_GET_ITEM(objs, i));
+    }
+    case EK_ANY:
+        return any_value(r, objs);
+    case EK_ENUM: {
+        if (next_is_composite(r))
+            return NULL;
+        PyObject *raw = rd_obj(r, 0);
+        if (!raw)
+            return NULL;
+        /* the plain dict lookup: a missing value is the slot decoder's StateError */
+        PyObject *m = PyDict_GetItemWithError(e->arg, raw);
+        Py_DECREF(raw);
+        return m ? Py_NewRef(m) : NULL;
+    }
+    case EK_OPT:
+        if (take_if(r, &nil_byte, 1))
+            Py_RETURN_NONE;
+        return elem_read(e->kid[0], r, objs);
+    case EK_TUPLE: {
+        if (rd_array(r) != e->n)
+            return NULL;
+        PyObject *t = PyTuple_New(e->n);
+        if (!t)
+            return NULL;
+        for (int k = 0; k < e->n; k++) {
+            PyObject *x = elem_read(e->kid[k], r, objs);
+            if (!x) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(t, k, x);
+        }
+        return t;
+    }
+    case EK_SEQ:
+        return elem_seq(e, r, objs);
+    case EK_DICT:
+        return elem_dict(e, r, objs);
+    case EK_BYTEARRAY: {
+        Val v;
+        int c = peek(r);
+        if (take_if(r, &nil_byte, 1))
+            return PyByteArray_FromStringAndSize(NULL, 0);
+        if (c < MP_BIN8 || c > MP_BIN32 || rd_head(r, &v) < 0)
+            return NULL;
+        return PyByteArray_FromStringAndSize((const char *)v.data, v.n);
+    }
+    }
+    return NULL;
+}
+
+/* A plan's program (EK_*, arg, *nodes below) into pool[*used...], depth-first; its node,
+ * or NULL with an error for a program native._elem_prog does not build. */
+static ENode *elem_parse(PyObject *t, ENode *pool, int *used, int depth)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 ||
+        PyTuple_GET_SIZE(t) - 2 > MAX_TUPLE_ITEMS || depth >= MAX_ELEM_DEPTH ||
+        *used >= MAX_ELEM_NODES)
+        goto bad;
+    ENode *e = &pool[(*used)++];
+    e->ek = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 0));
+    e->arg = PyTuple_GET_ITEM(t, 1);
+    e->n = (int)(PyTuple_GET_SIZE(t) - 2);
+    if (e->ek == -1 && PyErr_Occurred())
+        return NULL;
+    int want; /* nodes below */
+    switch (e->ek) {
+    case EK_PASS: case EK_REF: case EK_ANY: case EK_BYTEARRAY:
+        want = 0;
+        break;
+    case EK_ENUM:
+        if (!PyDict_Check(e->arg))
+            goto bad;
+        want = 0;
+        break;
+    case EK_OPT:
+        want = 1;
+        break;
+    case EK_SEQ:
+        e->build = (int)PyLong_AsLong(e->arg);
+        if (e->build < B_LIST || e->build > B_TUPLE)
+            goto bad;
+        want = 1;
+        break;
+    case EK_DICT:
+        want = 2;
+        break;
+    case EK_TUPLE:
+        want = e->n > 0 ? e->n : -1;
+        break;
+    default:
+        goto bad;
+    }
+    if (e->n != want)
+        goto bad;
+    for (int k = 0; k < e->n; k++)
+        if (!(e->kid[k] = elem_parse(PyTuple_GET_ITEM(t, k + 2), pool, used, depth + 1)))
+            return NULL;
+    return e;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad element program");
+    return NULL;
+}
+
+/* An L_ELEM entry's arg, its program, into f->prog. */
+static int elem_field(LField *f)
+{
+    int used = 0;
+    if (!(f->prog = PyMem_Calloc(MAX_ELEM_NODES, sizeof(ENode)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return elem_parse(f->arg, f->prog, &used, 0) ? 0 : -1;
+}
+
 static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
 {
     const uint8_t *start = r->p;
@@ -1215,6 +1513,19 @@ static PyObject *read_field(LField *f, Rd *r, PyObject *objs, PyObject *ctx)
         if (v)
             return v;
     }
+    else if (f->op == L_ELEM) {
+        /* a slot escape {8: value} (a type the stream lists as escaped): the value as
+         * dyn decodes it, e.g. the () a tuple[Ref, int] field defaults to */
+        static const uint8_t escape[2] = {MP_FIXMAP | 1, TAG_SLOT};
+        if (f->build && take_if(r, &nil_byte, 1)) /* Nil is the kind's zero */
+            return zero_of(f);
+        PyObject *v = f->escapes && take_if(r, escape, 2) ? any_value(r, objs)
+                                                          : elem_read(f->prog, r, objs);
+        if (v)
+            return v;
+        PyErr_Clear(); /* the slot decoder meets the same bytes and says what it finds */
+        r->p = start;
+    }
     PyObject *raw = rd_obj(r, 0);
     if (!raw)
         return NULL;
@@ -1277,6 +1588,8 @@ static int fill_parse(Fill *fl, PyObject *entries)
         if (f->src >= fl->nrow)
             goto bad;
         if (f->op == L_VALUE && value_field(f) < 0)
+            return -1;
+        if (f->op == L_ELEM && elem_field(f) < 0)
             return -1;
         if (f->op == L_SEQ_TUPLE &&
             ((f->vk = (int)PyLong_AsLong(f->arg)) < 1 || f->vk >= MP_FIX_ITEMS)) {
@@ -1469,6 +1782,8 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     result = PyLong_FromSsize_t(r.p - r.base);
 done:
     PyMem_Free(ahead_ops);
+    for (Py_ssize_t j = 0; fl.fs && j < fl.n; j++)
+        PyMem_Free(fl.fs[j].prog);
     PyMem_Free(fl.fs);
     PyMem_Free(fl.ix);
     PyMem_Free(fl.at);

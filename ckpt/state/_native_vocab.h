@@ -93,12 +93,21 @@ enum {
     L_SAVE,
     L_VALUE,
     L_SEQ_TUPLE,
+    L_ELEM, /* the field's element program (EK_* nodes, from its annotation) reads it */
 };
 /* What a sequence field's items are built into. */
 enum { B_LIST = 0, B_SET, B_FROZENSET, B_TUPLE };
 /* How a zero or a default factory is made (make_zero): the object itself, a call, or
  * the three factories C makes without a call. */
 enum { Z_OBJECT = 0, Z_CALL, Z_LIST, Z_DICT, Z_SET };
+
+/* An element program's nodes (L_ELEM): a value decoded as codegen.elem_decoder decodes
+ * one of its kind.  EK_PASS: a scalar (or Optional scalar) as it lies; EK_REF: an object
+ * id; EK_ANY: a self-describing value; EK_ENUM: a member by value; EK_OPT: Nil or the
+ * node below; EK_TUPLE: exactly as many items as nodes below; EK_SEQ: a list, set,
+ * frozenset or tuple (B_*) of the node below; EK_DICT: [[keys], [values]]; EK_BYTEARRAY:
+ * a binary.  Programs are as deep as the annotation, at most MAX_ELEM_DEPTH. */
+enum { EK_PASS = 0, EK_REF, EK_ANY, EK_ENUM, EK_OPT, EK_TUPLE, EK_SEQ, EK_DICT, EK_BYTEARRAY };
 
 /* ---- value kinds: the stdlib types both directions handle in C (OP_VALUE, L_VALUE), as
  * their codecs in values.py write them ---------------------------------------------------- */
@@ -107,6 +116,8 @@ enum { VK_DATETIME = 1, VK_DATE, VK_TIMEDELTA, VK_UUID };
 /* ---- limits ----------------------------------------------------------------------------- */
 #define MAX_DEPTH 64       /* nesting the writer and the reader take in C; deeper is msgspec's */
 #define MAX_TUPLE_ITEMS 8  /* tuple[A, B, ...] items a plan gives per-item masks for */
+#define MAX_ELEM_DEPTH 6   /* nodes on a path of an element program (L_ELEM) */
+#define MAX_ELEM_NODES 32  /* nodes in one element program */
 
 /* The codes above as module constants (module init); 0, or -1 with an error set. */
 int ckpt_add_vocab(PyObject *m);

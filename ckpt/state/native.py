@@ -219,15 +219,23 @@ _NONE = frozenset({type(None)})
     L_SAVE,
     L_VALUE,
     L_SEQ_TUPLE,
+    L_ELEM,
 ) = _codes(
     "L_PY L_DEFAULT L_FACTORY L_RAW L_NONE_ZERO L_FALSY_ZERO L_TUPLE L_REF L_ANY L_ENUM "
-    "L_SEQ_REF L_SEQ L_DICT L_DICT_REF L_SAVE L_VALUE L_SEQ_TUPLE"
+    "L_SEQ_REF L_SEQ L_DICT L_DICT_REF L_SAVE L_VALUE L_SEQ_TUPLE L_ELEM"
+)
+# load: an element program's nodes (L_ELEM)
+EK_PASS, EK_REF, EK_ANY, EK_ENUM, EK_OPT, EK_TUPLE, EK_SEQ, EK_DICT, EK_BYTEARRAY = _codes(
+    "EK_PASS EK_REF EK_ANY EK_ENUM EK_OPT EK_TUPLE EK_SEQ EK_DICT EK_BYTEARRAY"
 )
 B_LIST, B_SET, B_FROZENSET, B_TUPLE = _codes("B_LIST B_SET B_FROZENSET B_TUPLE")
 Z_OBJECT, Z_CALL, Z_LIST, Z_DICT, Z_SET = _codes("Z_OBJECT Z_CALL Z_LIST Z_DICT Z_SET")
 _VK = _codes("VK_DATETIME VK_DATE VK_TIMEDELTA VK_UUID")
 _VALUE_KINDS = dict(zip(("datetime", "date", "timedelta", "uuid"), _VK, strict=True))
 (MAX_TUPLE_ITEMS,) = (8,) if _core is None else _codes("MAX_TUPLE_ITEMS")
+MAX_ELEM_DEPTH, MAX_ELEM_NODES = (
+    (6, 32) if _core is None else _codes("MAX_ELEM_DEPTH MAX_ELEM_NODES")
+)
 
 
 _CRC_IN_C = _core is not None and hasattr(_core, "crc32")  # a core built before it: zlib
@@ -607,14 +615,51 @@ def _load_op(spec: Any) -> tuple[int, int, Any, bool, Any]:
             return L_SEQ_REF, _BUILD[tag], factory, True, None
         if tag is K.LIST and _scalar_tuple(inner) and inner.tag is K.TUPLE:
             return L_SEQ_TUPLE, _BUILD[tag], factory, True, len(inner.args)
-        return L_PY, 0, None, False, None
-    if tag is K.DICT:
+    elif tag is K.DICT:
         kk, vk = kind.args
         if kk.tag in SCALARS and vk.tag in SCALARS:
             return L_DICT, 0, dict, True, None
         if kk.tag in SCALARS and vk.tag is K.REF:
             return L_DICT_REF, 0, dict, True, None
+    prog = _elem_prog(kind)
+    if prog is not None and _nodes(prog) <= MAX_ELEM_NODES:
+        # typed's expression is _with_default(elem_decoder(kind)(raw)): Nil is the zero
+        # where the kind has one, else the program's own reading of Nil
+        if spec.elidable:
+            return L_ELEM, 1, factory, True, prog
+        return L_ELEM, 0, None, False, prog
     return L_PY, 0, None, False, None
+
+
+def _elem_prog(kind: Kind, depth: int = 0) -> tuple | None:
+    """The C element program (EK_* nodes: ``(code, arg, *nodes below)``) that decodes a
+    value of ``kind`` as ``codegen.elem_decoder(kind)`` does; None where a node has no C
+    reading (value codecs, save= kinds) or the annotation nests deeper than C takes."""
+    if depth >= MAX_ELEM_DEPTH:
+        return None
+    tag = kind.tag
+    if tag in SCALARS or (tag is K.OPT and kind.args[0].tag in SCALARS):
+        return (EK_PASS, None)  # None passes as itself
+    leaf = {K.REF: EK_REF, K.ANY: EK_ANY, K.BYTEARRAY: EK_BYTEARRAY}.get(tag)
+    if leaf is not None:
+        return (leaf, None)
+    if tag is K.ENUM:
+        return (EK_ENUM, EnumMembers(kind.enum_cls))
+    if tag is K.TUPLE and not 0 < len(kind.args) <= MAX_TUPLE_ITEMS:
+        return None
+    head = {
+        K.OPT: (EK_OPT, None),
+        K.TUPLE: (EK_TUPLE, None),
+        K.DICT: (EK_DICT, None),
+    }.get(tag) or ((EK_SEQ, _BUILD[tag]) if tag in _BUILD else None)
+    if head is None:
+        return None
+    below = [_elem_prog(a, depth + 1) for a in kind.args]
+    return None if None in below else (*head, *below)
+
+
+def _nodes(prog: tuple) -> int:
+    return 1 + sum(_nodes(p) for p in prog[2:])
 
 
 def _value_kind(codec: Any) -> tuple | None:

@@ -46,11 +46,15 @@ def _header_enums() -> dict[str, int]:
 
 def test_every_code_native_py_uses_is_the_modules() -> None:
     core = native._core
-    names = [n for n in dir(native) if re.fullmatch(r"(OP|E|L|B|Z)_[A-Z_]+", n)]
+    names = [n for n in dir(native) if re.fullmatch(r"(OP|E|EK|L|B|Z)_[A-Z_]+", n)]
     assert len(names) > 40
     for name in names:
         assert getattr(native, name) == getattr(core, name), name
     assert native.MAX_TUPLE_ITEMS == core.MAX_TUPLE_ITEMS
+    assert (native.MAX_ELEM_DEPTH, native.MAX_ELEM_NODES) == (
+        core.MAX_ELEM_DEPTH,
+        core.MAX_ELEM_NODES,
+    )
     assert native._VALUE_KINDS == {
         "datetime": core.VK_DATETIME,
         "date": core.VK_DATE,
@@ -73,7 +77,7 @@ def test_the_module_exports_what_the_header_declares() -> None:
     exported = {n: getattr(native._core, n) for n in declared if hasattr(native._core, n)}
     # every op, element, bit, build, zero and value-kind code is exported, with its value
     for name, value in declared.items():
-        if re.match(r"(OP|E|M|L|B|Z|VK)_", name):
+        if re.match(r"(OP|E|EK|M|L|B|Z|VK|MAX)_", name):
             assert exported.get(name) == value, name
     assert native._core.MP_NIL == 0xC0 and native._core.MP_FIXARRAY == 0x90
 
