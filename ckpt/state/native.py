@@ -17,6 +17,7 @@ Without the compiled core (a failed compile at install, or ``CKPT_PURE_PYTHON=1`
 from __future__ import annotations
 
 import enum
+import gc
 import importlib.util
 import os
 import sys
@@ -263,6 +264,22 @@ def _frame_body(data: Any) -> memoryview:
     return w.check_frame(data, _crc32)
 
 
+def _paused_in_python(fn: Any, *args: Any) -> Any:
+    """``_core.paused`` for a core built before it (or none): fn(*args) with cyclic GC
+    off, and back on afterwards only if it was on."""
+    if not gc.isenabled():
+        return fn(*args)
+    gc.disable()
+    try:
+        return fn(*args)
+    finally:
+        gc.enable()
+
+
+# fn(*args) with cyclic GC paused: one C call where the core has it
+call_paused = getattr(_core, "paused", None) or _paused_in_python
+
+
 def native_status() -> tuple[bool, str]:
     """(whether the native engine can run here, a one-line reason)."""
     return _core is not None, _reason
@@ -473,10 +490,7 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
     """The framed stream, its object count and its type count.  A value that does not
     fit its slot is escaped in that slot by typed's own slot code (format version 2),
     so nothing is ever saved twice."""
-    return _save(root, stats, set())
-
-
-def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
+    hooked: set[int] = set()
     walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
     ctx = _save_ctx(walk, hooked)
     try:
