@@ -491,7 +491,12 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
     fit its slot is escaped in that slot by typed's own slot code (format version 2),
     so nothing is ever saved twice."""
     hooked: set[int] = set()
-    walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    try:
+        walk = _idle_walks.pop()
+    except IndexError:  # none idle: the first save here, or one running in another thread
+        walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    else:
+        walk.renew(_plan_for, _enum_plan, hooked, registry._by_class)
     ctx = _save_ctx(walk, hooked)
     try:
 
@@ -520,6 +525,15 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
     finally:
         _pending_walks.pop(id(ctx), None)
         walk.release()
+        if not _idle_walks:
+            _idle_walks.append(walk)
+
+
+# A released walk kept for the next save in this interpreter (a module global: one per
+# interpreter).  release() leaves it holding nothing of the last save and no table or
+# buffer that grew with it; taking and putting back are single list operations, so
+# threads never share one (a save in another thread, or nested in a hook, makes its own).
+_idle_walks: list[Any] = []
 
 
 _NOTHING_SHARED = b"\x90\x80"  # the payload's last two items: no shared locations, no flags
