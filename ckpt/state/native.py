@@ -778,6 +778,9 @@ def reads_bytes() -> bool:
     return _core is not None and hasattr(_core, "read_split")
 
 
+_READS_BYTES = reads_bytes()
+
+
 def loads(data: Any, stats: Stats | None) -> Any:
     """Rebuild the graph from a framed stream, decoding the rows from the bytes in C.
 
@@ -787,7 +790,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
     with the typed engine's code, as ``load`` does.  A head met before (``_Head``)
     is not decoded or resolved again.
     """
-    if not reads_bytes():  # a core built before the byte reader: typed's code reads it
+    if not _READS_BYTES:  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = _frame_body(data)
     spans, tseq, row_spans = _core.read_split(body)
@@ -826,18 +829,19 @@ def _fill_all(
     ``loaded`` stream, its shared locations)."""
     objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
     ctx = _load_ctx(objs, known.enums)
-    fill = _core.read_fill
-    for cplan, name, shells, (start, _count) in zip(
-        known.cplans, known.names, per_type, row_spans, strict=True
-    ):
+    fill, cplans = _core.read_fill, known.cplans
+    if not (len(cplans) == len(per_type) == len(row_spans)):  # zip(strict=True)'s check
+        raise ValueError("state stream type table and rows do not match")
+    for t in range(len(cplans)):  # indices: a zip(strict=True) per load cost ~2k
+        cplan, shells = cplans[t], per_type[t]
         if cplan is None or not shells:
             continue
         if stats is None:
-            fill(shells, body, start, cplan, objs, ctx)
+            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
         else:
             begin = stats.clock()
-            fill(shells, body, start, cplan, objs, ctx)
-            stats.add(name, stats.clock() - begin, len(shells))
+            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
+            stats.add(known.names[t], stats.clock() - begin, len(shells))
     at, end = spans[w.ROOT]
     if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
         ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
@@ -931,7 +935,7 @@ def _known_head(body: memoryview, spans: Any) -> _Head | None:
     at = spans[w.SHARED][0]
     if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
         return None  # not _NOTHING_SHARED
-    known = _heads.get(bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]]))
+    known = _heads.get(body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes())
     if known is not None and not known.current():
         _heads.clear()  # the registry changed: every head may name a class it let go
         return None
