@@ -154,16 +154,39 @@ fail:
     return NULL;
 }
 
-/* The payload's middle: type_seq and rows, between the Python-encoded prefix and
- * suffix, behind 17 bytes left for the frame header. */
+/* Write the frame header (wire.py's "<4sBIQ": magic, version, CRC-32 of the payload,
+ * its length) in front of a stream's payload.  The stream is fresh, seen by no one
+ * else, so the CRC may run without the GIL. */
+static void put_frame_header(char *p, Py_ssize_t total, int version)
+{
+    size_t n = (size_t)(total - FRAME_HEADER);
+    uint32_t crc = crc32_maybe_unlocked((const unsigned char *)p + FRAME_HEADER, n, 1);
+    memcpy(p, FRAME_MAGIC, 4);
+    p[4] = (char)version;
+    for (int i = 0; i < 4; i++)
+        p[5 + i] = (char)(crc >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[9 + i] = (char)((uint64_t)n >> (8 * i));
+}
+
+/* assemble(header, prefix, suffix[, version]): the payload's middle, type_seq and
+ * rows, between the Python-encoded prefix and suffix, behind `header` bytes left for
+ * the frame header; with a version (header then FRAME_HEADER) the header is written
+ * too, so a save frames its stream in this one call (it took three more: crc32,
+ * struct's pack and set_header). */
 static PyObject *walk_assemble(Walk *w, PyObject *args)
 {
     Py_buffer pre, suf;
     Py_ssize_t header;
-    if (!PyArg_ParseTuple(args, "ny*y*", &header, &pre, &suf))
+    int version = -1;
+    if (!PyArg_ParseTuple(args, "ny*y*|i", &header, &pre, &suf, &version))
         return NULL;
     Buf mid = {0};
     PyObject *out = NULL;
+    if (header < 0 || (version >= 0 && (header != FRAME_HEADER || version > 255))) {
+        PyErr_SetString(PyExc_ValueError, "assemble: a bad header size or version");
+        goto done;
+    }
     if (w_array(&mid, w->ntseq) < 0)
         goto done;
     for (Py_ssize_t i = 0; i < w->ntseq; i++)
@@ -205,6 +228,8 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "ckpt native: assembled stream size mismatch");
         Py_CLEAR(out);
     }
+    else if (version >= 0)
+        put_frame_header(PyBytes_AS_STRING(out), total, version);
 done:
     PyMem_Free(mid.data);
     PyBuffer_Release(&pre);
