@@ -1800,6 +1800,22 @@ done:
  *         or None when the rows item is not an array.
  * The whole payload is checked structurally (every length and count against the
  * bytes that remain, nothing after the top-level array); nothing is decoded. */
+/* (a, b) as a tuple of two ints: read_split makes a dozen per load, and
+ * Py_BuildValue("nn") parsed its format each time (~450 instructions a pair). */
+static PyObject *int_pair(Py_ssize_t a, Py_ssize_t b)
+{
+    PyObject *x = PyLong_FromSsize_t(a), *y = x ? PyLong_FromSsize_t(b) : NULL;
+    PyObject *t = y ? PyTuple_New(2) : NULL;
+    if (!t) {
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, x);
+    PyTuple_SET_ITEM(t, 1, y);
+    return t;
+}
+
 static PyObject *read_split(PyObject *mod, PyObject *data)
 {
     Py_buffer buf;
@@ -1831,7 +1847,7 @@ static PyObject *read_split(PyObject *mod, PyObject *data)
                     goto done;
             }
             else if (item == 4) {
-                Py_SETREF(tseq, Py_BuildValue("nn", (Py_ssize_t)(r.p - r.base), v.n));
+                Py_SETREF(tseq, int_pair((Py_ssize_t)(r.p - r.base), v.n));
                 if (!tseq || rd_skip(&r, v.n) < 0)
                     goto done;
             }
@@ -1846,7 +1862,7 @@ static PyObject *read_split(PyObject *mod, PyObject *data)
                         goto done;
                     PyObject *entry;
                     if (tv.kind == V_ARRAY) {
-                        entry = Py_BuildValue("nn", (Py_ssize_t)(r.p - r.base), tv.n);
+                        entry = int_pair((Py_ssize_t)(r.p - r.base), tv.n);
                         if (!entry)
                             goto done;
                         PyList_SET_ITEM(rows, t, entry);
@@ -1864,7 +1880,7 @@ static PyObject *read_split(PyObject *mod, PyObject *data)
         }
         else if (rd_skip(&r, 1) < 0)
             goto done;
-        PyObject *span = Py_BuildValue("nn", (Py_ssize_t)(s - r.base), (Py_ssize_t)(r.p - r.base));
+        PyObject *span = int_pair((Py_ssize_t)(s - r.base), (Py_ssize_t)(r.p - r.base));
         if (!span)
             goto done;
         PyTuple_SET_ITEM(spans, item, span);

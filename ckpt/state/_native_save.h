@@ -154,16 +154,39 @@ fail:
     return NULL;
 }
 
-/* The payload's middle: type_seq and rows, between the Python-encoded prefix and
- * suffix, behind 17 bytes left for the frame header. */
+/* Write the frame header (wire.py's "<4sBIQ": magic, version, CRC-32 of the payload,
+ * its length) in front of a stream's payload.  The stream is fresh, seen by no one
+ * else, so the CRC may run without the GIL. */
+static void put_frame_header(char *p, Py_ssize_t total, int version)
+{
+    size_t n = (size_t)(total - FRAME_HEADER);
+    uint32_t crc = crc32_maybe_unlocked((const unsigned char *)p + FRAME_HEADER, n, 1);
+    memcpy(p, FRAME_MAGIC, 4);
+    p[4] = (char)version;
+    for (int i = 0; i < 4; i++)
+        p[5 + i] = (char)(crc >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[9 + i] = (char)((uint64_t)n >> (8 * i));
+}
+
+/* assemble(header, prefix, suffix[, version]): the payload's middle, type_seq and
+ * rows, between the Python-encoded prefix and suffix, behind `header` bytes left for
+ * the frame header; with a version (header then FRAME_HEADER) the header is written
+ * too, so a save frames its stream in this one call (it took three more: crc32,
+ * struct's pack and set_header). */
 static PyObject *walk_assemble(Walk *w, PyObject *args)
 {
     Py_buffer pre, suf;
     Py_ssize_t header;
-    if (!PyArg_ParseTuple(args, "ny*y*", &header, &pre, &suf))
+    int version = -1;
+    if (!PyArg_ParseTuple(args, "ny*y*|i", &header, &pre, &suf, &version))
         return NULL;
     Buf mid = {0};
     PyObject *out = NULL;
+    if (header < 0 || (version >= 0 && (header != FRAME_HEADER || version > 255))) {
+        PyErr_SetString(PyExc_ValueError, "assemble: a bad header size or version");
+        goto done;
+    }
     if (w_array(&mid, w->ntseq) < 0)
         goto done;
     for (Py_ssize_t i = 0; i < w->ntseq; i++)
@@ -205,6 +228,8 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "ckpt native: assembled stream size mismatch");
         Py_CLEAR(out);
     }
+    else if (version >= 0)
+        put_frame_header(PyBytes_AS_STRING(out), total, version);
 done:
     PyMem_Free(mid.data);
     PyBuffer_Release(&pre);
@@ -395,6 +420,7 @@ static PyObject *walk_release(Walk *w, PyObject *unused)
         PyDict_Clear(w->shared);
     if (w->escaped)
         PySet_Clear(w->escaped);
+    Py_CLEAR(w->fail_obj);
     Py_RETURN_NONE;
 }
 
@@ -454,12 +480,44 @@ static PyObject *table_new(Walk *w, int memo)
     return (PyObject *)t;
 }
 
+/* Set a walk up for a save: what Python hands it, and its tables with None as object
+ * 0 (a fresh walk, or one walk_release left empty).  0, or -1 with an error set. */
+static int walk_start(Walk *w, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 4 || !PySet_CheckExact(args[2]) || !PyDict_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Walk(plan_for, enum_plan, hooked: set, savable: dict) expected");
+        return -1;
+    }
+    Py_XSETREF(w->plan_for, Py_NewRef(args[0]));
+    Py_XSETREF(w->enum_plan, Py_NewRef(args[1]));
+    Py_XSETREF(w->hooked, Py_NewRef(args[2]));
+    Py_XSETREF(w->savable, Py_NewRef(args[3]));
+    Py_CLEAR(w->fail_obj);
+    w->fail_type = w->cur_type = 0;
+    if (!w->escaped && !(w->escaped = PySet_New(NULL)))
+        return -1;
+    if (!w->objects && !(w->objects = PyList_New(0)))
+        return -1;
+    if (!w->types && !(w->types = PyList_New(0)))
+        return -1;
+    if (!w->shared && !(w->shared = PyDict_New()))
+        return -1;
+    pt_init_empty(&w->tindex);
+    pt_init_empty(&w->enumv);
+    if (pt_init_spare(&w->ids, last_ids, SPARE_IDS) < 0 ||
+        pt_init_spare(&w->cmemo, last_memo, SPARE_MEMO) < 0 ||
+        pt_put(&w->ids, Py_None, (void *)0) < 0 || PyList_Append(w->objects, Py_None) < 0)
+        return -1;
+    return 0;
+}
+
 static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *plan_for, *enum_plan, *hooked, *savable;
-    if (!PyArg_ParseTuple(args, "OOO!O!", &plan_for, &enum_plan, &PySet_Type, &hooked,
-                          &PyDict_Type, &savable))
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Walk() takes no keyword arguments");
         return NULL;
+    }
     CkptState *st = ckpt_state();
     if (!st)
         return NULL;
@@ -467,30 +525,47 @@ static PyObject *walk_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!w)
         return NULL;
     w->st = st;
-    w->savable = Py_NewRef(savable);
-    w->escaped = PySet_New(NULL);
-    if (!w->escaped)
-        goto fail;
-    w->plan_for = Py_NewRef(plan_for);
-    w->enum_plan = Py_NewRef(enum_plan);
-    w->hooked = Py_NewRef(hooked);
-    w->objects = PyList_New(0);
-    w->types = PyList_New(0);
-    w->shared = PyDict_New();
-    pt_init_empty(&w->tindex);
-    pt_init_empty(&w->enumv);
-    if (!w->objects || !w->types || !w->shared || pt_init_spare(&w->ids, last_ids, SPARE_IDS) < 0 ||
-        pt_init_spare(&w->cmemo, last_memo, SPARE_MEMO) < 0 ||
-        pt_put(&w->ids, Py_None, (void *)0) < 0 || PyList_Append(w->objects, Py_None) < 0)
-        goto fail;
-    w->ids_view = table_new(w, 0);
-    w->cmemo_view = table_new(w, 1);
-    if (!w->ids_view || !w->cmemo_view)
-        goto fail;
+    if (walk_start(w, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args)) < 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
     return (PyObject *)w;
-fail:
-    Py_DECREF(w);
-    return NULL;
+}
+
+/* renew(plan_for, enum_plan, hooked, savable): a released walk set up for another
+ * save, as Walk(...) makes one.  native.py keeps one idle walk per interpreter, so a
+ * small save does not allocate and free the walk, its lists, dict and set each time
+ * (what they held was let go by release: nothing large or from the last save stays). */
+static PyObject *walk_renew(Walk *w, PyObject *const *args, Py_ssize_t n)
+{
+    if (w->ids.slots || w->ntypes || (w->objects && PyList_GET_SIZE(w->objects))) {
+        PyErr_SetString(PyExc_RuntimeError, "renew() needs a released walk");
+        return NULL;
+    }
+    if (walk_start(w, args, n) < 0) {
+        walk_release(w, NULL); /* what walk_start took, let go again */
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The id table and container memo as Python mappings, made at the first read: a save
+ * whose values all fit their slots never reads them (release drops them). */
+static PyObject *walk_view(Walk *w, PyObject **view, int memo)
+{
+    if (!*view && !(*view = table_new(w, memo)))
+        return NULL;
+    return Py_NewRef(*view);
+}
+
+static PyObject *walk_ids(Walk *w, void *closure)
+{
+    return walk_view(w, &w->ids_view, 0);
+}
+
+static PyObject *walk_cmemo(Walk *w, void *closure)
+{
+    return walk_view(w, &w->cmemo_view, 1);
 }
 
 static PyMethodDef walk_methods[] = {
@@ -503,6 +578,8 @@ static PyMethodDef walk_methods[] = {
     {"hold", (PyCFunction)walk_hold, METH_O, "Keep a container cmemo records alive."},
     {"enum_index", (PyCFunction)walk_enum_index, METH_O, "The type index of an enum class."},
     {"release", (PyCFunction)walk_release, METH_NOARGS, "Drop the walk's tables."},
+    {"renew", (PyCFunction)(void (*)(void))walk_renew, METH_FASTCALL,
+     "renew(plan_for, enum_plan, hooked, savable): a released walk set up again."},
     {"crc32", crc32_py, METH_VARARGS, "zlib.crc32 of a buffer from an offset."},
     {NULL},
 };
@@ -512,14 +589,14 @@ static PyMemberDef walk_members[] = {
     {"types", T_OBJECT, offsetof(Walk, types), READONLY, NULL},
     {"shared", T_OBJECT, offsetof(Walk, shared), READONLY, NULL},
     {"escaped", T_OBJECT, offsetof(Walk, escaped), READONLY, NULL},
-    {"ids", T_OBJECT, offsetof(Walk, ids_view), READONLY, NULL},
-    {"cmemo", T_OBJECT, offsetof(Walk, cmemo_view), READONLY, NULL},
     {NULL},
 };
 
 static PyGetSetDef walk_getset[] = {
     {"type_seq", (getter)walk_type_seq, NULL, NULL, NULL},
     {"failed", (getter)walk_failed, NULL, NULL, NULL},
+    {"ids", (getter)walk_ids, NULL, NULL, NULL},
+    {"cmemo", (getter)walk_cmemo, NULL, NULL, NULL},
     {NULL},
 };
 

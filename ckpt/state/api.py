@@ -4,20 +4,21 @@ Deep code raises ``StateError`` (or trips over malformed input with a built-in
 exception); here every failure becomes a ``StateError`` that says which engine and
 what went wrong, chained to the cause.  Cyclic GC is paused during a typed or native
 save or load: the walk allocates many objects and no garbage, so collections would only
-traverse the growing graph again and again.  ``native`` is listed only where its C core
-is built (``native_status()`` says why not); ``default_engine()`` is the fastest one here.
+traverse the growing graph again and again.  The pause is one C call around the whole
+operation (``native.call_paused``), which restores GC on every way out.  ``native`` is
+listed only where its C core is built (``native_status()`` says why not);
+``default_engine()`` is the fastest one here.
 """
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ckpt.errors import StateError
 from ckpt.state import graph, native, reflect, typed
 from ckpt.state import wire as w
-from ckpt.state.native import native_status
+from ckpt.state.native import call_paused, native_status
 from ckpt.state.stats import Stats, collecting
 
 _NATIVE = native_status()[0]  # fixed once the C core has loaded (or not)
@@ -37,6 +38,9 @@ _INPUT_ERRORS = (
     UnicodeError,
     LookupError,
 )
+_FAILURES = (StateError, *_INPUT_ERRORS)  # what the boundary turns into one StateError
+# engine= values that name the native engine: dumps and loads take it without a detour
+_NATIVE_NAMES = (None, "native") if _NATIVE else ()
 
 
 @dataclass(frozen=True)
@@ -73,34 +77,45 @@ def _encode(root: Any, engine: str | None, stats: Stats | None) -> tuple[bytes, 
     """
     module = _engine(engine)
     engine = engine or _DEFAULT
-    paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
-    if paused:
-        gc.disable()
     try:
-        if module is native:
-            if stats is None:
-                return native.save(root, None)  # framed, with its object and type counts
-            with collecting(stats):
-                return native.save(root, stats)
+        if module in _PAUSED and PAUSE_GC:
+            return call_paused(_encode_with, module, root, stats)
+        return _encode_with(module, root, stats)
+    except _FAILURES as exc:
+        raise _save_failed(engine, root, exc) from exc
+
+
+def _encode_with(module: Any, root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
+    if module is native:
         if stats is None:
+            return native.save(root, None)  # framed, with its object and type counts
+        with collecting(stats):
+            return native.save(root, stats)
+    if stats is None:
+        payload, walk = module.save(root, stats)
+    else:
+        with collecting(stats):
             payload, walk = module.save(root, stats)
-        else:
-            with collecting(stats):
-                payload, walk = module.save(root, stats)
-        data = w.frame(payload)
-        counts = (len(walk.objects) - 1, len(walk.types))
-        del payload
-        walk.release()
-        return data, *counts
-    except StateError as exc:
-        raise StateError(f"{engine} save failed: {exc}{_where(root)}") from exc
-    except _INPUT_ERRORS as exc:
-        raise StateError(
-            f"{engine} save failed: {type(exc).__name__}: {exc}{_where(root)}"
-        ) from exc
-    finally:
-        if paused:
-            gc.enable()
+    data = w.frame(payload)
+    counts = (len(walk.objects) - 1, len(walk.types))
+    del payload
+    walk.release()
+    return data, *counts
+
+
+def _save_failed(engine: str, root: Any, exc: BaseException) -> StateError:
+    """The boundary's error for a failed save, naming the engine and where it failed."""
+    if isinstance(exc, StateError):
+        return StateError(f"{engine} save failed: {exc}{_where(root)}")
+    return StateError(f"{engine} save failed: {type(exc).__name__}: {exc}{_where(root)}")
+
+
+def _load_failed(engine: str, exc: BaseException) -> StateError:
+    if isinstance(exc, StateError):
+        return StateError(f"{engine} load failed: {exc}")
+    return StateError(
+        f"{engine} load failed: the stream is malformed ({type(exc).__name__}: {exc})"
+    )
 
 
 def _where(root: Any) -> str:
@@ -117,6 +132,11 @@ def _where(root: Any) -> str:
 
 def dumps(root: Any, engine: str | None = None, stats: Stats | None = None) -> bytes:
     """Serialize the graph reachable from ``root`` into a self-contained stream."""
+    if engine in _NATIVE_NAMES and stats is None and PAUSE_GC:  # _encode, fewer steps
+        try:
+            return call_paused(native.save, root, None)[0]
+        except _FAILURES as exc:
+            raise _save_failed("native", root, exc) from exc
     return _encode(root, engine, stats)[0]
 
 
@@ -155,30 +175,31 @@ def _read_exact(binary_file: BinaryIO, size: int) -> bytes:
 
 def loads(data: Any, engine: str | None = None, stats: Stats | None = None) -> Any:
     """Rebuild the graph from a stream written by any engine (None: default_engine())."""
+    if engine in _NATIVE_NAMES and stats is None and PAUSE_GC:  # as below, fewer steps
+        try:
+            return call_paused(native.loads, data, None)
+        except _FAILURES as exc:
+            raise _load_failed("native", exc) from exc
     module = _engine(engine)
     engine = engine or _DEFAULT
-    paused = module in _PAUSED and PAUSE_GC and gc.isenabled()
-    if paused:
-        gc.disable()
     try:
-        if module is native:  # reads the rows from the bytes: no decoded payload
-            if stats is None:
-                return native.loads(data, None)
-            with collecting(stats):
-                return native.loads(data, stats)
+        if module in _PAUSED and PAUSE_GC:
+            return call_paused(_decode_with, module, data, stats)
+        return _decode_with(module, data, stats)
+    except _FAILURES as exc:
+        raise _load_failed(engine, exc) from exc
+
+
+def _decode_with(module: Any, data: Any, stats: Stats | None) -> Any:
+    if module is native:  # reads the rows from the bytes: no decoded payload
         if stats is None:
-            return module.load(graph.validate(w.unframe(data)), stats)
+            return native.loads(data, None)
         with collecting(stats):
-            return module.load(graph.validate(w.unframe(data)), stats)
-    except StateError as exc:
-        raise StateError(f"{engine} load failed: {exc}") from exc
-    except _INPUT_ERRORS as exc:
-        raise StateError(
-            f"{engine} load failed: the stream is malformed ({type(exc).__name__}: {exc})"
-        ) from exc
-    finally:
-        if paused:
-            gc.enable()
+            return native.loads(data, stats)
+    if stats is None:
+        return module.load(graph.validate(w.unframe(data)), stats)
+    with collecting(stats):
+        return module.load(graph.validate(w.unframe(data)), stats)
 
 
 def load(binary_file: BinaryIO, engine: str | None = None, stats: Stats | None = None) -> Any:

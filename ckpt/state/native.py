@@ -17,6 +17,7 @@ Without the compiled core (a failed compile at install, or ``CKPT_PURE_PYTHON=1`
 from __future__ import annotations
 
 import enum
+import gc
 import importlib.util
 import os
 import sys
@@ -271,6 +272,22 @@ def _frame_body(data: Any) -> memoryview:
     return w.check_frame(data, _crc32)
 
 
+def _paused_in_python(fn: Any, *args: Any) -> Any:
+    """``_core.paused`` for a core built before it (or none): fn(*args) with cyclic GC
+    off, and back on afterwards only if it was on."""
+    if not gc.isenabled():
+        return fn(*args)
+    gc.disable()
+    try:
+        return fn(*args)
+    finally:
+        gc.enable()
+
+
+# fn(*args) with cyclic GC paused: one C call where the core has it
+call_paused = getattr(_core, "paused", None) or _paused_in_python
+
+
 def native_status() -> tuple[bool, str]:
     """(whether the native engine can run here, a one-line reason)."""
     return _core is not None, _reason
@@ -481,11 +498,13 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
     """The framed stream, its object count and its type count.  A value that does not
     fit its slot is escaped in that slot by typed's own slot code (format version 2),
     so nothing is ever saved twice."""
-    return _save(root, stats, set())
-
-
-def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int, int]:
-    walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    hooked: set[int] = set()
+    try:
+        walk = _idle_walks.pop()
+    except IndexError:  # none idle: the first save here, or one running in another thread
+        walk = _core.Walk(_plan_for, _enum_plan, hooked, registry._by_class)
+    else:
+        walk.renew(_plan_for, _enum_plan, hooked, registry._by_class)
     ctx = _save_ctx(walk, hooked)
     try:
 
@@ -504,16 +523,28 @@ def _save(root: Any, stats: Stats | None, hooked: set[int]) -> tuple[bytes, int,
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
         prefix, suffix = _head_and_tail(walk, root, root_bytes)
-        data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
-        # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
-        # instructions than zlib's loop on a 1 MiB stream)
-        crc = walk.crc32(data, w.HEADER_SIZE)
-        header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
-        _core.set_header(data, header)
+        if _FRAME_IN_C:  # C knows wire.py's header: it frames the stream in the same call
+            data = walk.assemble(w.HEADER_SIZE, prefix, suffix, w.FORMAT_VERSION)
+        else:
+            data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
+            # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
+            # instructions than zlib's loop on a 1 MiB stream)
+            crc = walk.crc32(data, w.HEADER_SIZE)
+            header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
+            _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
         _pending_walks.pop(id(ctx), None)
         walk.release()
+        if not _idle_walks:
+            _idle_walks.append(walk)
+
+
+# A released walk kept for the next save in this interpreter (a module global: one per
+# interpreter).  release() leaves it holding nothing of the last save and no table or
+# buffer that grew with it; taking and putting back are single list operations, so
+# threads never share one (a save in another thread, or nested in a hook, makes its own).
+_idle_walks: list[Any] = []
 
 
 _NOTHING_SHARED = b"\x90\x80"  # the payload's last two items: no shared locations, no flags
@@ -795,6 +826,9 @@ def reads_bytes() -> bool:
     return _core is not None and hasattr(_core, "read_split")
 
 
+_READS_BYTES = reads_bytes()
+
+
 def loads(data: Any, stats: Stats | None) -> Any:
     """Rebuild the graph from a framed stream, decoding the rows from the bytes in C.
 
@@ -804,7 +838,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
     with the typed engine's code, as ``load`` does.  A head met before (``_Head``)
     is not decoded or resolved again.
     """
-    if not reads_bytes():  # a core built before the byte reader: typed's code reads it
+    if not _READS_BYTES:  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = _frame_body(data)
     spans, tseq, row_spans = _core.read_split(body)
@@ -843,18 +877,19 @@ def _fill_all(
     ``loaded`` stream, its shared locations)."""
     objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
     ctx = _load_ctx(objs, known.enums)
-    fill = _core.read_fill
-    for cplan, name, shells, (start, _count) in zip(
-        known.cplans, known.names, per_type, row_spans, strict=True
-    ):
+    fill, cplans = _core.read_fill, known.cplans
+    if not (len(cplans) == len(per_type) == len(row_spans)):  # zip(strict=True)'s check
+        raise ValueError("state stream type table and rows do not match")
+    for t in range(len(cplans)):  # indices: a zip(strict=True) per load cost ~2k
+        cplan, shells = cplans[t], per_type[t]
         if cplan is None or not shells:
             continue
         if stats is None:
-            fill(shells, body, start, cplan, objs, ctx)
+            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
         else:
             begin = stats.clock()
-            fill(shells, body, start, cplan, objs, ctx)
-            stats.add(name, stats.clock() - begin, len(shells))
+            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
+            stats.add(known.names[t], stats.clock() - begin, len(shells))
     at, end = spans[w.ROOT]
     if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
         ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
@@ -948,7 +983,7 @@ def _known_head(body: memoryview, spans: Any) -> _Head | None:
     at = spans[w.SHARED][0]
     if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
         return None  # not _NOTHING_SHARED
-    known = _heads.get(bytes(body[spans[w.VERSION][0] : spans[w.TYPES][1]]))
+    known = _heads.get(body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes())
     if known is not None and not known.current():
         _heads.clear()  # the registry changed: every head may name a class it let go
         return None

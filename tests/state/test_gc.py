@@ -122,3 +122,60 @@ def test_gc_state_is_restored_when_a_hook_raises(engine: str, when: str) -> None
         exc = exc.__cause__ or exc.__context__
     assert any(isinstance(e, HookFailed) for e in chain), chain
     assert gc.isenabled()
+
+
+@pytest.mark.skipif("native" not in state.ENGINES, reason="the native C core is not built here")
+def test_no_collection_during_native_save_or_load(collections: list[int]) -> None:
+    """dumps and loads take native through one C call that pauses GC (native.call_paused)."""
+    graph = _graph()
+    collections.clear()
+    data = state.dumps(graph, engine="native")
+    assert collections == []
+    gc.collect()
+    collections.clear()
+    loaded = state.loads(data, engine="native")
+    assert collections == []
+    assert_graph_equal(graph, loaded)
+
+
+@pytest.mark.parametrize("engine", state.ENGINES)
+def test_gc_stays_off_after_a_failure_when_the_caller_had_it_off(engine: str) -> None:
+    gc.disable()
+    try:
+        with pytest.raises(state.StateError):
+            state.dumps([Leaf(), object()], engine=engine)
+        assert not gc.isenabled(), "a failed save turned GC on although the caller had it off"
+        with pytest.raises(state.StateError):
+            state.loads(b"garbage" * 30, engine=engine)
+        assert not gc.isenabled(), "a failed load turned GC on although the caller had it off"
+    finally:
+        gc.enable()
+
+
+def _pausers() -> list[Any]:
+    from ckpt.state import native
+
+    return [native._paused_in_python, native.call_paused]
+
+
+@pytest.mark.parametrize("paused", _pausers(), ids=["python", "core"])
+def test_call_paused_pauses_and_restores_on_every_way_out(paused: Any) -> None:
+    seen: list[bool] = []
+
+    def fails() -> None:
+        seen.append(gc.isenabled())
+        raise HookFailed("inside")
+
+    assert paused(lambda a, b: (gc.isenabled(), a + b), 1, 2) == (False, 3)
+    assert gc.isenabled()
+    with pytest.raises(HookFailed):
+        paused(fails)
+    assert seen == [False] and gc.isenabled(), "GC was not paused inside, or not restored"
+    gc.disable()
+    try:
+        with pytest.raises(HookFailed):
+            paused(fails)
+        assert paused(gc.isenabled) is False
+        assert not gc.isenabled(), "GC turned on although the caller had it off"
+    finally:
+        gc.enable()
