@@ -385,3 +385,25 @@ def test_random_values_of_every_kind(data: st.DataObject) -> None:
         shared = data.draw(st.sampled_from(["ol", "osr", "oba", "ba", "lc", "od"]))
         setattr(objs[-1], shared, getattr(objs[0], shared))
     _check(objs)
+
+
+def _field(op: int, kop: int = 0, vop: int = 0, arg: Any = None, mask: int = 0) -> tuple:
+    return ("x", op, mask, kop, 0, vop, 0, 0, None, arg, 0)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        _field(native.OP_ENUM_DYN, arg=5),  # not a class
+        _field(native.OP_LIST, kop=native.E_ENUM, arg=(5, None)),
+        _field(native.OP_LIST, kop=native.E_SCALAR, arg=(Color, None)),  # arg without an op
+        _field(native.OP_DICT, kop=native.E_TUPLE, vop=native.E_TUPLE, arg=((4, 4), (4,))),
+        _field(native.OP_SET, kop=native.E_ENUM, arg=(Color,)),  # not a pair
+        _field(native.OP_TUPLE, vop=native.E_REF, arg=((native._M_ENUM | 4, Color),)),
+        _field(native.OP_TUPLE, vop=native.E_REF, arg=((native._M_ENUM, 5),)),
+        _field(native.OP_TUPLE, vop=native.E_REF, arg=("x",)),
+    ],
+)
+def test_a_malformed_plan_for_these_kinds_is_an_error(entry: tuple) -> None:
+    with pytest.raises(SystemError):
+        native._core.Plan(None, "n", False, False, (entry,))
