@@ -76,10 +76,7 @@ static int w_field_list(FIELD_ARGS)
     int once = held_once(v), seen = w_seen_container(w, b, v, once);
     if (seen)
         return seen < 0 ? -1 : 0;
-    if ((f->kop == E_SCALAR &&
-         !all_fit(((PyListObject *)v)->ob_item, PyList_GET_SIZE(v), f->kmask)) ||
-        (f->kop == E_REF && !all_refs_fit(w, v)) ||
-        (f->kop == E_TUPLE && !all_tuples_fit(f, v)))
+    if (!list_fits(w, f, v))
         return w_fallback(w, b, f, obj);
     if (!once && memo_hold(w, v, obj) < 0)
         return -1;
@@ -95,7 +92,7 @@ static int w_field_set(FIELD_ARGS)
     int once = held_once(v), seen = w_seen_container(w, b, v, once);
     if (seen)
         return seen < 0 ? -1 : 0;
-    if (!set_fits(v, f->kop, f->kmask) || (f->kop == E_REF && !set_refs_fit(w, v)))
+    if (!set_all_fit(w, f, v))
         return w_fallback(w, b, f, obj);
     if (!once && memo_hold(w, v, obj) < 0)
         return -1;
@@ -125,6 +122,18 @@ static int w_dict_snapshots(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *
     return r;
 }
 
+/* A dict's [[keys], [values]]: read in place where nothing can change it meanwhile,
+ * else from snapshots. */
+static int w_dict_items(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *d)
+{
+    if (f->kop != E_ANY && f->vop != E_ANY) {
+        int r = w_dict_direct(w, b, d, f->kop, f->vop, obj);
+        if (r <= 0)
+            return r;
+    }
+    return w_dict_snapshots(w, b, f, obj, d);
+}
+
 static int w_field_dict(FIELD_ARGS)
 {
     if (Py_TYPE(v) != &PyDict_Type)
@@ -132,18 +141,71 @@ static int w_field_dict(FIELD_ARGS)
     int once = held_once(v), seen = w_seen_container(w, b, v, once);
     if (seen)
         return seen < 0 ? -1 : 0;
-    if (!dict_fits(w, v, f->kop, f->kmask, f->vop, f->vmask))
+    if (!dict_all_fit(w, f, v))
         return w_fallback(w, b, f, obj);
     if (!once && memo_hold(w, v, obj) < 0)
         return -1;
     if (PyDict_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
-    if (f->kop != E_ANY && f->vop != E_ANY) {
-        int r = w_dict_direct(w, b, v, f->kop, f->vop, obj);
-        if (r <= 0)
-            return r;
+    return w_dict_items(w, b, f, obj, v);
+}
+
+/* An Optional list, set, dict or bytearray field (M_NONE in its op's mask): None is Nil;
+ * anything else typed's compact form (fit.compact): the exact type, then the items
+ * (so a shared container that does not fit is escaped, as typed escapes it), then its
+ * identity (met before: Nil, recorded as shared), then the items, an empty container
+ * an empty array (or b""), never Nil.  Out of line: the plain fields' code stays as
+ * the walk had it. */
+static CKPT_NOINLINE int w_field_opt_container(FIELD_ARGS)
+{
+    if (v == Py_None)
+        return w_byte(b, MP_NIL);
+    int fits;
+    switch (f->op) {
+    case OP_LIST: /* the generic tests: the plain fields' inline ones stay inlined once */
+        fits = Py_TYPE(v) == &PyList_Type ? list_items_fit(w, f, v) : -1;
+        break;
+    case OP_SET:
+        fits = Py_TYPE(v) == &PySet_Type ? set_items_fit(w, f, v) : -1;
+        break;
+    case OP_DICT:
+        fits = Py_TYPE(v) == &PyDict_Type ? dict_items_fit(w, f, v) : -1;
+        break;
+    default: /* OP_BYTEARRAY */
+        fits = Py_TYPE(v) == &PyByteArray_Type ? 1 : -1;
     }
-    return w_dict_snapshots(w, b, f, obj, v);
+    if (fits <= 0)
+        return w_fallback(w, b, f, obj);
+    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    if (seen)
+        return seen < 0 ? -1 : 0;
+    if (!once && memo_hold(w, v, obj) < 0)
+        return -1;
+    switch (f->op) {
+    case OP_LIST:
+        return w_list_items(w, b, v, f->kop, obj);
+    case OP_SET:
+        return w_set_items(w, b, v, f->kop, obj);
+    case OP_DICT:
+        return w_dict_items(w, b, f, obj, v);
+    }
+    return w_bin(b, PyByteArray_AS_STRING(v), PyByteArray_GET_SIZE(v));
+}
+
+/* A plain bytearray field: typed's generated code for a mutable container (its exact
+ * type, its identity, then bytes; the empty one Nil). */
+static CKPT_NOINLINE int w_field_bytearray(FIELD_ARGS)
+{
+    if (Py_TYPE(v) != &PyByteArray_Type)
+        return w_fallback(w, b, f, obj);
+    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    if (seen)
+        return seen < 0 ? -1 : 0;
+    if (!once && memo_hold(w, v, obj) < 0)
+        return -1;
+    if (PyByteArray_GET_SIZE(v) == 0 && f->elide)
+        return w_byte(b, MP_NIL);
+    return w_bin(b, PyByteArray_AS_STRING(v), PyByteArray_GET_SIZE(v));
 }
 
 /* Whether a tuple's items fit the field: tuple[A, B] (the length and each item's kind,
@@ -190,35 +252,49 @@ static int w_field_tuple(FIELD_ARGS)
 }
 
 /* The mask of a tuple position (tuple[A, B]) or of every item (tuple[X, ...]); M_REF: a
- * reference, as a reference slot takes it. */
-static inline int ref_tuple_mask(Field *f, Py_ssize_t i)
+ * reference, as a reference slot takes it; M_ENUM: a member of the position's class. */
+static inline int pos_mask(Field *f, Py_ssize_t i)
 {
     return f->tarity >= 0 ? f->tmask[i] : f->kmask;
 }
 
-/* A tuple holding references (E_REF in the plan's vop): typed writes it through the
- * slot's fit test and compact encoder, so an array of the scalars and of the
- * references' ids, the empty tuple an empty array (not Nil). */
+static inline PyObject *pos_cls(Field *f, Py_ssize_t i)
+{
+    return f->tarity >= 0 ? f->tcls[i] : f->kenum;
+}
+
+/* A tuple per position (E_REF in the plan's vop): items that are references, enum
+ * members, Optional scalars, or an Optional[tuple] field's.  typed writes it through
+ * the slot's fit test and compact encoder, so an array of each item's compact form
+ * (the scalars, the references' ids, the members' values), the empty tuple an empty
+ * array (not Nil). */
 static CKPT_NOINLINE int w_field_ref_tuple(FIELD_ARGS)
 {
     if (Py_TYPE(v) != &PyTuple_Type)
-        return w_fallback(w, b, f, obj);
+        return v == Py_None && (f->mask & M_NONE) ? w_byte(b, MP_NIL) : w_fallback(w, b, f, obj);
     Py_ssize_t n = PyTuple_GET_SIZE(v);
     if (f->tarity >= 0 && n != f->tarity)
         return w_fallback(w, b, f, obj);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *x = PyTuple_GET_ITEM(v, i);
-        int mask = ref_tuple_mask(f, i);
-        if (mask == M_REF ? !ref_fits(w, x) : !(fit_bit(x) & mask))
+        int mask = pos_mask(f, i);
+        if (mask == M_REF ? !ref_fits(w, x)
+            : mask & M_ENUM ? !elem_fits(w, f, E_ENUM, mask, pos_cls(f, i), x)
+                            : !(fit_bit(x) & mask))
             return w_fallback(w, b, f, obj);
     }
     if (w_array(b, n) < 0)
         return -1;
     for (Py_ssize_t i = 0; i < n && i < PyTuple_GET_SIZE(v); i++) {
         PyObject *x = PyTuple_GET_ITEM(v, i);
-        if (ref_tuple_mask(f, i) == M_REF) {
+        int mask = pos_mask(f, i);
+        if (mask == M_REF) {
             Py_ssize_t id = ref_id(w, x); /* discovering may run Python: the tuple is held */
             if (id < 0 || w_uint(b, (uint64_t)id) < 0)
+                return -1;
+        }
+        else if (mask & M_ENUM) {
+            if (w_elem(w, b, E_ENUM, x, obj) < 0)
                 return -1;
         }
         else if (w_scalar(b, x, type_bit(x)) < 0)
@@ -227,11 +303,41 @@ static CKPT_NOINLINE int w_field_ref_tuple(FIELD_ARGS)
     return 0;
 }
 
-static int w_field_frozenset(FIELD_ARGS)
+/* A frozenset: typed's compact form (no identity: it is immutable), an array of its
+ * items' (fit.compact), the empty one an empty array. */
+static CKPT_NOINLINE int w_field_frozenset(FIELD_ARGS)
 {
-    if (Py_TYPE(v) != &PyFrozenSet_Type || !set_fits(v, E_SCALAR, f->kmask))
+    if (Py_TYPE(v) != &PyFrozenSet_Type)
+        return v == Py_None && (f->mask & M_NONE) ? w_byte(b, MP_NIL) : w_fallback(w, b, f, obj);
+    if (!set_all_fit(w, f, v))
         return w_fallback(w, b, f, obj);
-    return w_scalar_set(b, v);
+    return w_set_items(w, b, v, f->kop, obj);
+}
+
+/* An enum typed never writes compactly (member values that are not all 64-bit ints or
+ * strs, or a Flag): every member is escaped as dyn writes it,
+ * {T_SLOT: {T_ENUM: [type index, value self-describing]}}, the type recorded as
+ * holding an escape; None in an Optional field is Nil; any other value the slot's. */
+static CKPT_NOINLINE int w_field_enum_dyn(FIELD_ARGS)
+{
+    if (v == Py_None && (f->mask & M_NONE))
+        return w_byte(b, MP_NIL);
+    if ((PyObject *)Py_TYPE(v) != f->arg)
+        return w_fallback(w, b, f, obj);
+    PyObject *t = PyLong_FromSsize_t(w->cur_type);
+    int r = t ? PySet_Add(w->escaped, t) : -1;
+    Py_XDECREF(t);
+    if (r < 0)
+        return -1;
+    Py_ssize_t index = enum_index(w, f->arg);
+    if (index < 0)
+        return -1;
+    PyObject *val = enum_value(w, v); /* held by the walk's table until it ends */
+    if (!val || w_raw(b, (const char[]){MP_FIXMAP | 1, TAG_SLOT, MP_FIXMAP | 1, TAG_ENUM,
+                                        MP_FIXARRAY | 2}, 5) < 0 ||
+        w_uint(b, (uint64_t)index) < 0)
+        return -1;
+    return w_dyn(w, b, val, obj, 0);
 }
 
 static int w_field_value(FIELD_ARGS)
@@ -256,10 +362,16 @@ static int w_field(FIELD_ARGS)
     case OP_SAVE:
         return w_field_save(w, b, f, obj, v);
     case OP_LIST:
+        if (f->mask & M_NONE)
+            return w_field_opt_container(w, b, f, obj, v);
         return w_field_list(w, b, f, obj, v);
     case OP_SET:
+        if (f->mask & M_NONE)
+            return w_field_opt_container(w, b, f, obj, v);
         return w_field_set(w, b, f, obj, v);
     case OP_DICT:
+        if (f->mask & M_NONE)
+            return w_field_opt_container(w, b, f, obj, v);
         return w_field_dict(w, b, f, obj, v);
     case OP_TUPLE:
         if (f->vop == E_REF)
@@ -269,6 +381,12 @@ static int w_field(FIELD_ARGS)
         return w_field_frozenset(w, b, f, obj, v);
     case OP_VALUE:
         return w_field_value(w, b, f, obj, v);
+    case OP_BYTEARRAY:
+        if (f->mask & M_NONE)
+            return w_field_opt_container(w, b, f, obj, v);
+        return w_field_bytearray(w, b, f, obj, v);
+    case OP_ENUM_DYN:
+        return w_field_enum_dyn(w, b, f, obj, v);
     default:
         return w_fallback(w, b, f, obj);
     }

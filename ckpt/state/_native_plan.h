@@ -14,7 +14,10 @@ typedef struct {
     int dict_ok;        /* no data descriptor of this name: the instance dict decides */
     int op, mask, kop, kmask, vop, vmask, elide;
     Py_ssize_t tarity;          /* OP_TUPLE or E_TUPLE items: the fixed length, or -1 */
-    int tmask[MAX_TUPLE_ITEMS]; /* ... and each position's scalar mask */
+    int tmask[MAX_TUPLE_ITEMS]; /* ... and each position's mask (scalar bits, M_REF, M_ENUM) */
+    PyObject *tcls[MAX_TUPLE_ITEMS]; /* ... M_ENUM positions: the class, or NULL: none fits */
+    PyObject *kenum, *venum; /* E_ENUM items or keys, values (tuple[E, ...]: kenum): the
+                              enum class, or NULL where no member fits (not compact) */
     int vk;                     /* OP_VALUE: which value type (VK_*) */
     PyObject *vcls;             /* OP_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
     PyObject *vname;            /* OP_VALUE, VK_UUID: "int", its slot (held) */
@@ -165,6 +168,81 @@ static int w_std_value(Buf *b, Field *f, PyObject *v)
     return 1;
 }
 
+/* An enum class from a plan's arg, borrowed (the field holds arg), or NULL for None;
+ * 0, or -1 with an error set. */
+static int enum_arg(PyObject *x, PyObject **cls)
+{
+    if (x == Py_None) {
+        *cls = NULL;
+        return 0;
+    }
+    if (!PyType_Check(x)) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad enum plan");
+        return -1;
+    }
+    *cls = x;
+    return 0;
+}
+
+/* Per-position masks into the field: each an int (scalar bits or M_REF) or
+ * (M_ENUM [| M_NONE], enum class or None); 0, or -1 with an error set. */
+static int tuple_plan(Field *f, PyObject *masks)
+{
+    if (!PyTuple_Check(masks) || PyTuple_GET_SIZE(masks) > MAX_TUPLE_ITEMS) {
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
+        return -1;
+    }
+    f->tarity = PyTuple_GET_SIZE(masks);
+    for (Py_ssize_t j = 0; j < f->tarity; j++) {
+        PyObject *x = PyTuple_GET_ITEM(masks, j);
+        f->tcls[j] = NULL;
+        if (PyTuple_Check(x) && PyTuple_GET_SIZE(x) == 2) {
+            if (enum_arg(PyTuple_GET_ITEM(x, 1), &f->tcls[j]) < 0)
+                return -1;
+            x = PyTuple_GET_ITEM(x, 0);
+        }
+        f->tmask[j] = PyLong_Check(x) ? (int)PyLong_AsLong(x) : -1;
+        if (f->tmask[j] < 0 || ((f->tmask[j] & M_ENUM) && !(f->tmask[j] == M_ENUM ||
+                                                            f->tmask[j] == (M_ENUM | M_NONE)))) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A container field's arg, None or (item or key arg, value arg), each None, an enum
+ * class (E_ENUM) or a fixed tuple's masks (E_TUPLE, one side only); 0, or -1. */
+static int container_plan(Field *f, PyObject *arg)
+{
+    if (arg == Py_None)
+        return 0;
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 2)
+        goto bad;
+    int ops[2] = {f->kop, f->vop};
+    PyObject **cls[2] = {&f->kenum, &f->venum};
+    for (int side = 0; side < 2; side++) {
+        PyObject *x = PyTuple_GET_ITEM(arg, side);
+        if (ops[side] == E_ENUM) {
+            if (enum_arg(x, cls[side]) < 0)
+                return -1;
+        }
+        else if (ops[side] == E_TUPLE && x != Py_None) {
+            if (f->tarity >= 0)
+                goto bad; /* one side's masks only */
+            if (tuple_plan(f, x) < 0)
+                return -1;
+        }
+        else if (x != Py_None)
+            goto bad;
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
+    return -1;
+}
+
 /* Plan(schema, name, before_save, dict_ok, ((name, op, mask, kop, kmask, vop, vmask,
  * elide, fallback, arg, dict_ok), ...)) */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -206,25 +284,23 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         f->arg = Py_NewRef(arg);
         p->nfields = i + 1;
         f->tarity = -1;
-        if (f->op == OP_TUPLE && arg != Py_None && PyTuple_Check(arg) &&
-            PyTuple_GET_SIZE(arg) <= MAX_TUPLE_ITEMS) { /* tuple[A, B]: per-item masks */
-            f->tarity = PyTuple_GET_SIZE(arg);
-            for (Py_ssize_t j = 0; j < f->tarity; j++)
-                f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
+        int r = 0;
+        if (f->op == OP_TUPLE && PyTuple_Check(arg) && PyTuple_GET_SIZE(arg) <= MAX_TUPLE_ITEMS)
+            r = tuple_plan(f, arg); /* tuple[A, B]: per-position masks */
+        else if (f->op == OP_TUPLE && arg != Py_None && !PyTuple_Check(arg))
+            r = enum_arg(arg, &f->kenum); /* tuple[E, ...] */
+        else if (f->op == OP_VALUE)
+            r = value_plan(f, arg);
+        else if (f->op == OP_LIST || f->op == OP_SET || f->op == OP_FROZENSET ||
+                 f->op == OP_DICT)
+            r = container_plan(f, arg);
+        else if ((f->op == OP_ENUM || f->op == OP_ENUM_DYN) && !PyType_Check(arg)) {
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad enum plan");
+            r = -1;
         }
-        if (f->op == OP_VALUE && value_plan(f, arg) < 0) {
+        if (r < 0) {
             Py_DECREF(p);
             return NULL;
-        }
-        if (f->kop == E_TUPLE && arg != Py_None) { /* list[tuple[A, B]]: per-item masks */
-            if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_TUPLE_ITEMS) {
-                PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
-                Py_DECREF(p);
-                return NULL;
-            }
-            f->tarity = PyTuple_GET_SIZE(arg);
-            for (Py_ssize_t j = 0; j < f->tarity; j++)
-                f->tmask[j] = (int)PyLong_AsLong(PyTuple_GET_ITEM(arg, j));
         }
     }
     p->nfields = n;

@@ -283,26 +283,8 @@ static PyObject *walk_enum_index(Walk *w, PyObject *cls)
         PyErr_SetString(PyExc_TypeError, "enum_index needs a class");
         return NULL;
     }
-    Slot *s = pt_find(&w->tindex, cls);
-    if (s)
-        return PyLong_FromSsize_t((Py_ssize_t)(intptr_t)s->val - 1);
-    PyObject *r = PyObject_CallOneArg(w->enum_plan, cls);
-    if (!r)
-        return NULL;
-    TypeEntry *te = PyMem_Calloc(1, sizeof(TypeEntry));
-    if (!te) {
-        Py_DECREF(r);
-        return PyErr_NoMemory();
-    }
-    te->is_enum = 1;
-    te->schema = Py_NewRef(cls);
-    te->name = r;
-    Py_ssize_t t = add_entry(w, (PyTypeObject *)cls, te, cls);
-    if (t < 0) {
-        te_free(te);
-        return NULL;
-    }
-    return PyLong_FromSsize_t(t);
+    Py_ssize_t t = enum_index(w, cls);
+    return t < 0 ? NULL : PyLong_FromSsize_t(t);
 }
 
 static PyObject *walk_type_seq(Walk *w, void *closure)

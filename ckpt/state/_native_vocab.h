@@ -64,15 +64,22 @@ enum {
     OP_DICT,
     OP_TUPLE,
     OP_FROZENSET,
-    OP_SAVE,  /* the field's save= function gives its plain value */
-    OP_VALUE, /* a stdlib value type (VK_*) */
+    OP_SAVE,      /* the field's save= function gives its plain value */
+    OP_VALUE,     /* a stdlib value type (VK_*) */
+    OP_BYTEARRAY, /* bytes; a plain field's empty one Nil */
+    OP_ENUM_DYN,  /* an enum typed always escapes: {T_SLOT: {T_ENUM: [index, value]}} */
 };
+/* M_NONE in the mask of a container, tuple, bytearray or enum op: an Optional field,
+ * None written Nil and anything else in typed's compact form (fit.compact: the items
+ * checked before the container's identity, an empty one written empty, not Nil). */
 enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
 
 /* Exact scalar types as bits of a field's mask. */
 enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 };
 /* A tuple position (or every item of tuple[X, ...]) that holds a reference, not a scalar. */
 #define M_REF 64
+/* ... or a member of the enum class the plan names for it (with M_NONE: or None). */
+#define M_ENUM 128
 
 /* ---- load: a field's op (the fill plans native._load_plan builds) --------------------- */
 enum {

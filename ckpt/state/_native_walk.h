@@ -110,6 +110,31 @@ static Py_ssize_t type_index(Walk *w, PyTypeObject *cls)
     return t;
 }
 
+/* The type index of an enum class (added to the walk's types on first sight, as
+ * graph.SaveWalk.enum_index adds it), or -1 with an error set. */
+static Py_ssize_t enum_index(Walk *w, PyObject *cls)
+{
+    Slot *s = pt_find(&w->tindex, cls);
+    if (s)
+        return (Py_ssize_t)(intptr_t)s->val - 1;
+    PyObject *r = PyObject_CallOneArg(w->enum_plan, cls);
+    if (!r)
+        return -1;
+    TypeEntry *te = PyMem_Calloc(1, sizeof(TypeEntry));
+    if (!te) {
+        Py_DECREF(r);
+        PyErr_NoMemory();
+        return -1;
+    }
+    te->is_enum = 1;
+    te->schema = Py_NewRef(cls);
+    te->name = r;
+    Py_ssize_t t = add_entry(w, (PyTypeObject *)cls, te, cls);
+    if (t < 0)
+        te_free(te);
+    return t;
+}
+
 /* Whether a value without an id fits a reference slot: an instance of a registered
  * savable class (exact type).  No side effects. */
 static int ref_fits_new(Walk *w, PyObject *x)
@@ -460,6 +485,28 @@ static int w_dyn(Walk *w, Buf *b, PyObject *v, PyObject *owner, int depth)
     return w_dyn_python(w, b, v, owner); /* bytearray, enum members, new types, errors */
 }
 
+/* An enum member's _value_, borrowed from the walk's table (which holds both): a
+ * program's enums have few members, met again and again, so each member's _value_ is
+ * looked up once per walk.  NULL with an error set. */
+static CKPT_NOINLINE PyObject *enum_value_new(Walk *w, PyObject *x)
+{
+    PyObject *val = PyObject_GetAttr(x, w->st->str_value_);
+    if (!val)
+        return NULL;
+    if (pt_put(&w->enumv, x, val) < 0) {
+        Py_DECREF(val);
+        return NULL;
+    }
+    Py_INCREF(x); /* the table owns key and value now */
+    return val;
+}
+
+static inline PyObject *enum_value(Walk *w, PyObject *x)
+{
+    Slot *s = pt_find(&w->enumv, x);
+    return s ? (PyObject *)s->val : enum_value_new(w, x);
+}
+
 /* One element of a container field; 0 ok, -1 error. */
 static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
 {
@@ -471,21 +518,13 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
         return i < 0 ? -1 : w_uint(b, (uint64_t)i);
     }
     case E_ENUM: {
-        /* A program's enums have few members, met again and again: each member's
-         * _value_ is looked up once per walk. */
         Slot *s = pt_find(&w->enumv, x);
         if (s)
             return w_value(b, (PyObject *)s->val, 0);
-        PyObject *val = PyObject_GetAttr(x, w->st->str_value_);
-        if (!val)
-            return -1;
-        int r = w_value(b, val, 0);
-        if (r == 0 && pt_put(&w->enumv, x, val) == 0) {
-            Py_INCREF(x); /* the table owns key and value now */
-            return 0;
-        }
-        Py_DECREF(val);
-        return -1;
+        if (x == Py_None) /* Optional[E]: the fit test let it through */
+            return w_byte(b, MP_NIL);
+        PyObject *val = enum_value_new(w, x);
+        return val ? w_value(b, val, 0) : -1;
     }
     case E_ANY:
         return w_dyn(w, b, x, owner, 0);
@@ -512,27 +551,59 @@ static int all_fit(PyObject **items, Py_ssize_t n, int mask)
     return 1;
 }
 
-/* Every item of a list is an exact tuple whose items fit the field's tuple kind. */
-static int all_tuples_fit(Field *f, PyObject *list)
+/* An exact tuple whose items fit the field's tuple kind: tuple[A, B] (the field's
+ * per-item masks), or tuple[X, ...] (each item within `mask`, its side's mask). */
+static int tuple_item_fits(Field *f, PyObject *x, int mask)
 {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
-        PyObject *x = PyList_GET_ITEM(list, i);
-        if (Py_TYPE(x) != &PyTuple_Type)
+    if (Py_TYPE(x) != &PyTuple_Type)
+        return 0;
+    PyObject **items = ((PyTupleObject *)x)->ob_item;
+    Py_ssize_t n = PyTuple_GET_SIZE(x);
+    if (f->tarity < 0)
+        return all_fit(items, n, mask);
+    if (n != f->tarity)
+        return 0;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!(fit_bit(items[j]) & f->tmask[j]))
             return 0;
-        PyObject **items = ((PyTupleObject *)x)->ob_item;
-        Py_ssize_t n = PyTuple_GET_SIZE(x);
-        if (f->tarity < 0) {
-            if (!all_fit(items, n, f->kmask))
-                return 0;
-            continue;
-        }
-        if (n != f->tarity)
-            return 0;
-        for (Py_ssize_t j = 0; j < n; j++)
-            if (!(fit_bit(items[j]) & f->tmask[j]))
-                return 0;
-    }
     return 1;
+}
+
+/* Whether one item fits a container's element op (E_SCALAR's mask; E_ENUM's class, or
+ * None with M_NONE in the mask; E_TUPLE's kind).  No side effects. */
+static inline int elem_fits(Walk *w, Field *f, int op, int mask, PyObject *cls, PyObject *x)
+{
+    switch (op) {
+    case E_SCALAR:
+        return (fit_bit(x) & mask) != 0;
+    case E_REF:
+        return ref_fits(w, x);
+    case E_ENUM:
+        return ((PyObject *)Py_TYPE(x) == cls && cls) || (x == Py_None && (mask & M_NONE));
+    case E_TUPLE:
+        return tuple_item_fits(f, x, mask);
+    }
+    return 1; /* E_ANY */
+}
+
+/* Every item of a list fits the field's item op, any op (out of line: the common ops'
+ * tests stay inline in the walk). */
+static CKPT_NOINLINE int list_items_fit(Walk *w, Field *f, PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
+        if (!elem_fits(w, f, f->kop, f->kmask, f->kenum, PyList_GET_ITEM(list, i)))
+            return 0;
+    return 1;
+}
+
+/* Every item of a list fits the field's item op. */
+static inline int list_fits(Walk *w, Field *f, PyObject *list)
+{
+    if (f->kop == E_SCALAR)
+        return all_fit(((PyListObject *)list)->ob_item, PyList_GET_SIZE(list), f->kmask);
+    if (f->kop == E_REF)
+        return all_refs_fit(w, list);
+    return f->kop == E_ANY || list_items_fit(w, f, list);
 }
 
 static int set_fits(PyObject *s, int op, int mask)
@@ -556,6 +627,34 @@ static int set_fits(PyObject *s, int op, int mask)
     return fits;
 }
 
+/* Every item of a set or frozenset fits the field's item op, any op (out of line). */
+static CKPT_NOINLINE int set_items_fit(Walk *w, Field *f, PyObject *s)
+{
+    SetIter si;
+    PyObject *k;
+    int r, fits = 1;
+    if (set_iter_init(&si, s) < 0) {
+        PyErr_Clear(); /* the slot function meets it again and says so */
+        return 0;
+    }
+    while (fits && (r = set_iter_next(&si, &k)) > 0)
+        fits = elem_fits(w, f, f->kop, f->kmask, f->kenum, k);
+    set_iter_done(&si);
+    if (fits && r < 0) {
+        PyErr_Clear();
+        fits = 0;
+    }
+    return fits;
+}
+
+/* Every item of a set or frozenset fits the field's item op. */
+static inline int set_all_fit(Walk *w, Field *f, PyObject *s)
+{
+    if (f->kop == E_ENUM || f->kop == E_TUPLE)
+        return set_items_fit(w, f, s);
+    return set_fits(s, f->kop, f->kmask) && (f->kop != E_REF || set_refs_fit(w, s));
+}
+
 static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmask)
 {
     if (kop == E_ANY && vop == E_ANY)
@@ -572,6 +671,26 @@ static int dict_fits(Walk *w, PyObject *d, int kop, int kmask, int vop, int vmas
             vlast = v;
     }
     return 1;
+}
+
+/* Every entry of a dict fits the field's key and value ops, any ops (out of line). */
+static CKPT_NOINLINE int dict_items_fit(Walk *w, Field *f, PyObject *d)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (dict_next(d, &pos, &k, &v))
+        if (!elem_fits(w, f, f->kop, f->kmask, f->kenum, k) ||
+            !elem_fits(w, f, f->vop, f->vmask, f->venum, v))
+            return 0;
+    return 1;
+}
+
+/* Every entry of a dict fits the field's key and value ops. */
+static inline int dict_all_fit(Walk *w, Field *f, PyObject *d)
+{
+    if (f->kop == E_ENUM || f->kop == E_TUPLE || f->vop == E_ENUM || f->vop == E_TUPLE)
+        return dict_items_fit(w, f, d);
+    return dict_fits(w, d, f->kop, f->kmask, f->vop, f->vmask);
 }
 
 static int w_fallback(Walk *w, Buf *b, Field *f, PyObject *obj)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import gc
 import importlib.util
+import inspect
 import os
 import sys
 import sysconfig
@@ -188,15 +189,17 @@ def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
     OP_FROZENSET,
     OP_SAVE,
     OP_VALUE,
+    OP_BYTEARRAY,
+    OP_ENUM_DYN,
 ) = _codes(
     "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
-    "OP_SAVE OP_VALUE"
+    "OP_SAVE OP_VALUE OP_BYTEARRAY OP_ENUM_DYN"
 )
 E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
     "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
 )
-_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF = _codes(
-    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF", bits=True
+_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF, _M_ENUM = _codes(
+    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF M_ENUM", bits=True
 )
 _BITS = {type(None): _M_NONE, bool: _M_BOOL, int: _M_INT, float: _M_FLOAT, str: _M_STR}
 _BITS[bytes] = _M_BYTES
@@ -311,9 +314,24 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
         return E_REF, 0
     if tag is K.ANY:
         return E_ANY, 0
+    if tag is K.ENUM:  # C takes only a compact enum's members (_elem_arg)
+        return E_ENUM, 0
+    if tag is K.OPT and kind.args[0].tag is K.ENUM:
+        return E_ENUM, _M_NONE
     if _scalar_tuple(kind):
         return E_TUPLE, _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
-    return E_NONE, 0  # enums and nested kinds inside containers: the slot function
+    return E_NONE, 0  # nested kinds inside containers: the slot function
+
+
+def _elem_arg(kind: Kind, op: int) -> Any:
+    """An element op's extra: an enum's class (None where no member fits: typed escapes
+    every member of an enum that is not compact), or a fixed tuple's per-item masks."""
+    if op == E_ENUM:
+        cls = (kind.args[0] if kind.tag is K.OPT else kind).enum_cls
+        return cls if _compact_enum(cls) else None
+    if op == E_TUPLE and kind.tag is K.TUPLE:
+        return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
+    return None
 
 
 def _scalar_tuple(kind: Kind) -> bool:
@@ -339,17 +357,54 @@ def _compact_enum(cls: type) -> bool:
     )
 
 
-def _field_arg(kind: Kind, op: int) -> Any:
-    """The op's extra: the enum class, or a fixed tuple's per-item masks."""
-    if op == OP_ENUM:
-        return kind.enum_cls if kind.tag is K.ENUM else kind.args[0].enum_cls
-    if op == OP_VALUE:
-        return _value_kind((kind.args[0] if kind.tag is K.OPT else kind).codec)
-    if op == OP_TUPLE and kind.tag is K.TUPLE:
-        return tuple(_M_REF if _is_ref(a) else _mask(_fast_types(a.tag)) for a in kind.args)
-    if op == OP_LIST and kind.args[0].tag is K.TUPLE:  # list[tuple[A, B]]: per-item masks
-        return tuple(_mask(_fast_types(a.tag)) for a in kind.args[0].args)
+_ENUM_VALUE = inspect.getattr_static(enum.Enum, "value")
+
+
+def _dyn_enum(cls: type) -> bool:
+    """An enum typed always escapes (not compact), whose members dyn writes as
+    ``{T_ENUM: [index, v.value]}``: C writes that with ``_value_``, which is what
+    ``v.value`` returns while the class keeps enum's own ``value``."""
+    return not _compact_enum(cls) and inspect.getattr_static(cls, "value", None) is _ENUM_VALUE
+
+
+def _pos(kind: Kind) -> Any:
+    """A tuple position's entry for the per-position path: a scalar mask, M_REF, or
+    ``(M_ENUM [| M_NONE], enum class or None)``; None where C does not take the kind."""
+    tag = kind.tag
+    if tag in SCALARS:
+        return _mask(_fast_types(tag))
+    if tag is K.OPT and kind.args[0].tag in SCALARS:
+        return _mask(_fast_types(kind.args[0].tag) | _NONE)
+    if _is_ref(kind):
+        return _M_REF
+    op, mask = _elem_op(kind)
+    if op == E_ENUM:
+        return (_M_ENUM | mask, _elem_arg(kind, op))
     return None
+
+
+def _field_arg(kind: Kind, op: int) -> Any:
+    """The op's extra: the enum class; a tuple's per-position entries (``_pos``) or, for
+    ``tuple[E, ...]``, E's class; a container's ``(item or key arg, value arg)``
+    (``_elem_arg``) where one is not None."""
+    if kind.tag is K.OPT and kind.args[0].tag is not K.REF:
+        kind = kind.args[0]
+    if op in (OP_ENUM, OP_ENUM_DYN):
+        return kind.enum_cls
+    if op == OP_VALUE:
+        return _value_kind(kind.codec)
+    if op == OP_TUPLE:
+        if kind.tag is K.TUPLE:
+            return tuple(map(_pos, kind.args))
+        pos = _pos(kind.args[0])
+        return pos[1] if type(pos) is tuple else None
+    if op in (OP_LIST, OP_SET, OP_FROZENSET, OP_DICT):
+        args = tuple(_elem_arg(a, _elem_op(a)[0]) for a in kind.args)
+        return None if args.count(None) == len(args) else (*args, None)[:2]
+    return None
+
+
+_OPTIONAL_OPS = (K.LIST, K.SET, K.FROZENSET, K.DICT, K.TUPLE, K.VARTUPLE, K.BYTEARRAY, K.ENUM)
 
 
 def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
@@ -357,6 +412,9 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
 
     Each op takes in C only values that fit its kind exactly (exact types, ints within
     64 bits, references to registered classes); the slot function gets every other.
+    ``M_NONE`` in the mask of a container, tuple or enum op: ``Optional[X]``, None
+    written Nil and anything else as typed's compact form of X (``fit.compact``: its
+    items checked before its identity, an empty one written empty, not Nil).
     """
     tag = kind.tag
     py = (OP_PY, 0, 0, 0, 0, 0)
@@ -373,39 +431,53 @@ def _field_op(kind: Kind) -> tuple[int, int, int, int, int, int]:
             return OP_REF, 0, 0, 0, 0, 0
         if inner.tag is K.ENUM and _compact_enum(inner.enum_cls):
             return OP_ENUM, _BITS[type(None)], 0, 0, 0, 0
-        return py
+        if inner.tag not in _OPTIONAL_OPS:
+            return py
+        op = _kind_op(inner, True)
+        return (op[0], op[1] | _M_NONE, *op[2:]) if op[0] != OP_PY else py
+    return _kind_op(kind, False)
+
+
+def _kind_op(kind: Kind, optional: bool) -> tuple[int, int, int, int, int, int]:
+    """``_field_op`` of a kind that is not a scalar, a value or an Optional."""
+    tag = kind.tag
+    py = (OP_PY, 0, 0, 0, 0, 0)
     if tag is K.REF:
         return OP_REF, 0, 0, 0, 0, 0
-    if tag is K.ENUM and _compact_enum(kind.enum_cls):
-        return OP_ENUM, 0, 0, 0, 0, 0
+    if tag is K.ENUM:
+        if _compact_enum(kind.enum_cls):
+            return OP_ENUM, 0, 0, 0, 0, 0
+        return (OP_ENUM_DYN, 0, 0, 0, 0, 0) if _dyn_enum(kind.enum_cls) else py
     if tag is K.ANY:
         return OP_ANY, 0, 0, 0, 0, 0
-    if tag in (K.LIST, K.SET):
+    if tag is K.BYTEARRAY:
+        return OP_BYTEARRAY, 0, 0, 0, 0, 0
+    if tag in (K.LIST, K.SET, K.FROZENSET):
         op, mask = _elem_op(kind.args[0])
-        if op == E_NONE or (op == E_TUPLE and tag is K.SET):  # tuples: in lists only
+        if op == E_NONE:
             return py
-        return (OP_LIST if tag is K.LIST else OP_SET), 0, op, mask, 0, 0
+        return {K.LIST: OP_LIST, K.SET: OP_SET, K.FROZENSET: OP_FROZENSET}[tag], 0, op, mask, 0, 0
     if tag is K.DICT:
         kop, kmask = _elem_op(kind.args[0])
         vop, vmask = _elem_op(kind.args[1])
-        if E_NONE in (kop, vop) or E_TUPLE in (kop, vop):
+        if E_NONE in (kop, vop) or (kop == E_TUPLE and vop == E_TUPLE):  # one tuple side
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
-    if tag in (K.TUPLE, K.VARTUPLE) and any(_is_ref(a) for a in kind.args):
-        if not all(a.tag in SCALARS or _is_ref(a) for a in kind.args):
+    if tag in (K.TUPLE, K.VARTUPLE):
+        scalars = all(a.tag in SCALARS for a in kind.args)
+        if scalars and not optional:  # typed's scalar tuple: the tuple as is, () Nil
+            mask = _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
+            return OP_TUPLE, 0, 0, mask, 0, 0
+        pos = [_pos(a) for a in kind.args]
+        if None in pos or (tag is K.TUPLE and len(pos) > MAX_TUPLE_ITEMS):
             return py
-        if tag is K.TUPLE and len(kind.args) > MAX_TUPLE_ITEMS:
-            return py
-        kmask = _M_REF if tag is K.VARTUPLE else 0  # E_REF: a tuple holding references
+        # per position (references, enums, Optional scalars; any Optional[tuple]):
+        # typed's compact form, an array of the items', the empty tuple an empty array
+        kmask = 0 if tag is K.TUPLE else pos[0] if type(pos[0]) is int else pos[0][0]
         return OP_TUPLE, 0, 0, kmask, E_REF, 0
-    if tag in (K.TUPLE, K.VARTUPLE, K.FROZENSET):
-        if not all(a.tag in SCALARS for a in kind.args):
-            return py
-        mask = _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
-        return (OP_FROZENSET if tag is K.FROZENSET else OP_TUPLE), 0, 0, mask, 0, 0
     if tag is K.SAVE and kind.args:
         return OP_SAVE, 0, 0, 0, 0, 0  # plain data: save(value) is its own encoding
-    return py  # bytearray, self-describing save=/load= fields: the slot function
+    return py  # self-describing save=/load= fields, nested containers: the slot function
 
 
 class _LazySlot:
