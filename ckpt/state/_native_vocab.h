@@ -80,6 +80,9 @@ enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 
 #define M_REF 64
 /* ... or a member of the enum class the plan names for it (with M_NONE: or None). */
 #define M_ENUM 128
+/* ... or anything, written self-describing (an Any position, every item of tuple[Any, ...]
+ * and of a bare tuple). */
+#define M_ANY 256
 
 /* ---- load: a field's op (the fill plans native._load_plan builds) --------------------- */
 enum {
