@@ -507,7 +507,7 @@ static inline PyObject *enum_value(Walk *w, PyObject *x)
     return s ? (PyObject *)s->val : enum_value_new(w, x);
 }
 
-static int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner);
+static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner);
 
 /* One element of a container field (f: its per-position masks for E_TUPLE); 0 ok, -1
  * error. */
@@ -570,7 +570,7 @@ static inline int pos_fits(Walk *w, int mask, PyObject *cls, PyObject *x)
 /* A fixed tuple's items by position, each as typed's compact form of its kind (the
  * reference's id, the member's value, the scalar), checked by pos_fits.  The tuple
  * holds its items while discovering runs Python. */
-static int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner)
+static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(x);
     if (w_array(b, n) < 0)
