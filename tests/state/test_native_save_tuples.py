@@ -24,7 +24,7 @@ from ckpt.state import native, schema
 
 from .requires import requires_native
 from .test_native_bigint import python_slots
-from .test_native_save_kinds import Color, _check
+from .test_native_save_kinds import Color, Point, _check
 
 pytestmark = requires_native
 
@@ -225,6 +225,7 @@ PAIR_MISFITS: list[tuple[str, Any]] = [
     ("dp", {"a": (Pairs(), 1.5)}),
     ("fp", frozenset({(Pairs(), "x")})),
     ("lo", [(None, 1, None)]),
+    ("lo", [(None, Point.ONE, None)]),  # a member of another enum
     ("lo", [(None, Color.RED, "x")]),
     ("lo", [(None, Color.RED, 1)]),  # an int where a float goes: the slot's, compact
     ("dk", {(1, 1): "a"}),
@@ -257,7 +258,7 @@ def _pair_values(name: str, nodes: st.SearchStrategy) -> st.SearchStrategy:
         "olp": st.none() | st.lists(ref_int, max_size=3),
         "label": _ints,
     }
-    odd = st.one_of(_scalar, nodes, st.sampled_from(list(Color)))
+    odd = st.one_of(_scalar, nodes, st.sampled_from([*Color, *Point]))
     misfit = st.one_of(
         st.lists(st.tuples(odd, odd), max_size=2),
         st.lists(st.tuples(odd, odd).map(SubTuple), max_size=2),
