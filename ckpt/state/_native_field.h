@@ -126,7 +126,7 @@ static int w_dict_snapshots(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *
  * else from snapshots. */
 static int w_dict_items(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *d)
 {
-    if (f->kop != E_ANY && f->vop != E_ANY) {
+    if (f->kop != E_ANY && f->vop != E_ANY && f->vop < E_LIST) { /* no side effects */
         int r = w_dict_direct(w, b, f, d, f->kop, f->vop, obj);
         if (r <= 0)
             return r;

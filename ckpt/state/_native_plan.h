@@ -292,6 +292,11 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             r = enum_arg(arg, &f->kenum); /* tuple[E, ...] */
         else if (f->op == OP_VALUE)
             r = value_plan(f, arg);
+        if (r == 0 && (f->op == OP_SET || f->op == OP_FROZENSET || f->op == OP_DICT) &&
+            (f->kop == E_LIST || f->kop == E_LIST_REF)) { /* no list is a set item or key */
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad container plan");
+            r = -1;
+        }
         else if (f->op == OP_LIST || f->op == OP_SET || f->op == OP_FROZENSET ||
                  f->op == OP_DICT)
             r = container_plan(f, arg);

@@ -508,6 +508,7 @@ static inline PyObject *enum_value(Walk *w, PyObject *x)
 }
 
 static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner);
+static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n);
 
 /* One element of a container field (f: its per-position masks for E_TUPLE); 0 ok, -1
  * error. */
@@ -531,6 +532,24 @@ static int w_elem(Walk *w, Buf *b, Field *f, int op, PyObject *x, PyObject *owne
     }
     case E_ANY:
         return w_dyn(w, b, x, owner, 0);
+    case E_LIST:
+    case E_LIST_REF: /* checked by elem_fits: a list of fitting items */
+        if (memo_check(w, x))
+            return seen_again(w, x) < 0 ? -1 : w_byte(b, MP_NIL);
+        if (memo_hold(w, x, owner) < 0)
+            return -1;
+        if (op == E_LIST_REF) {
+            Py_ssize_t n = PyList_GET_SIZE(x);
+            return w_array(b, n) < 0 ? -1 : w_ref_items(w, b, x, n);
+        }
+        if (w_array(b, PyList_GET_SIZE(x)) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(x); i++) { /* scalars: no Python runs */
+            PyObject *y = PyList_GET_ITEM(x, i);
+            if (w_scalar(b, y, type_bit(y)) < 0)
+                return -1;
+        }
+        return 0;
     case E_TUPLE: /* checked by tuple_item_fits */
         if (f->tarity >= 0)
             return w_pos_items(w, b, f, x, owner);
@@ -625,6 +644,11 @@ static inline int elem_fits(Walk *w, Field *f, int op, int mask, PyObject *cls, 
         return ((PyObject *)Py_TYPE(x) == cls && cls) || (x == Py_None && (mask & M_NONE));
     case E_TUPLE:
         return tuple_item_fits(w, f, x, mask);
+    case E_LIST:
+        return Py_TYPE(x) == &PyList_Type &&
+               all_fit(((PyListObject *)x)->ob_item, PyList_GET_SIZE(x), mask);
+    case E_LIST_REF:
+        return Py_TYPE(x) == &PyList_Type && all_refs_fit(w, x);
     }
     return 1; /* E_ANY */
 }
@@ -731,7 +755,7 @@ static CKPT_NOINLINE int dict_items_fit(Walk *w, Field *f, PyObject *d)
 /* Every entry of a dict fits the field's key and value ops. */
 static inline int dict_all_fit(Walk *w, Field *f, PyObject *d)
 {
-    if (f->kop == E_ENUM || f->kop == E_TUPLE || f->vop == E_ENUM || f->vop == E_TUPLE)
+    if (f->kop == E_ENUM || f->kop == E_TUPLE || f->vop == E_ENUM || f->vop >= E_TUPLE)
         return dict_items_fit(w, f, d);
     return dict_fits(w, d, f->kop, f->kmask, f->vop, f->vmask);
 }

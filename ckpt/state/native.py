@@ -195,8 +195,8 @@ def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
     "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
     "OP_SAVE OP_VALUE OP_BYTEARRAY OP_ENUM_DYN"
 )
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
-    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF = _codes(
+    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE E_LIST E_LIST_REF"
 )
 _M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF, _M_ENUM, _M_ANY = _codes(
     "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF M_ENUM M_ANY", bits=True
@@ -322,6 +322,14 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
         return E_TUPLE, _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
     if _pos_tuple(kind):  # tuple[Node, int]: per position, its masks in the element arg
         return E_TUPLE, 0
+    if tag is K.LIST:  # one level: a list of scalars or of references (lists, dict values)
+        inner = kind.args[0]
+        if inner.tag in SCALARS:
+            return E_LIST, _mask(_fast_types(inner.tag))
+        if inner.tag is K.OPT and inner.args[0].tag in SCALARS:
+            return E_LIST, _mask(_fast_types(inner.args[0].tag) | _NONE)
+        if _is_ref(inner):
+            return E_LIST_REF, 0
     return E_NONE, 0  # nested kinds inside containers: the slot function
 
 
@@ -419,6 +427,7 @@ def _field_arg(kind: Kind, op: int) -> Any:
     return None
 
 
+_LIST_OPS = (E_LIST, E_LIST_REF)  # element ops of nested lists: list items, dict values
 _OPTIONAL_OPS = (K.LIST, K.SET, K.FROZENSET, K.DICT, K.TUPLE, K.VARTUPLE, K.BYTEARRAY, K.ENUM)
 
 
@@ -469,13 +478,15 @@ def _kind_op(kind: Kind, optional: bool) -> tuple[int, int, int, int, int, int]:
         return OP_BYTEARRAY, 0, 0, 0, 0, 0
     if tag in (K.LIST, K.SET, K.FROZENSET):
         op, mask = _elem_op(kind.args[0])
-        if op == E_NONE:
+        if op == E_NONE or (op in _LIST_OPS and tag is not K.LIST):  # unhashable items
             return py
         return {K.LIST: OP_LIST, K.SET: OP_SET, K.FROZENSET: OP_FROZENSET}[tag], 0, op, mask, 0, 0
     if tag is K.DICT:
         kop, kmask = _elem_op(kind.args[0])
         vop, vmask = _elem_op(kind.args[1])
         if E_NONE in (kop, vop) or (kop == E_TUPLE and vop == E_TUPLE):  # one tuple side
+            return py
+        if kop in _LIST_OPS:  # an unhashable key
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
     if tag in (K.TUPLE, K.VARTUPLE):

@@ -1,7 +1,8 @@
 """Tuples the native core saves in C with no call into typed's per-field code:
 ``tuple[Any, ...]`` and the bare ``tuple`` (the same kind), ``Optional`` ones, fixed
-tuples with ``Any`` positions, and fixed tuples holding references inside lists, sets,
-frozensets and dicts.
+tuples with ``Any`` positions, fixed tuples holding references inside lists, sets,
+frozensets and dicts, and one level of nested lists (``list[list[int]]``,
+``list[list[Node | None]]``, ``dict[str, list[int]]``; the depth is the annotation's).
 
 typed is the byte-for-byte reference (test_native_save_kinds' ``_check``): a tuple is
 not identity-tracked (immutable), the containers inside an ``Any`` item are, as dyn
@@ -32,6 +33,10 @@ pytestmark = requires_native
 
 
 class SubTuple(tuple):
+    pass
+
+
+class SubList(list):
     pass
 
 
@@ -67,7 +72,24 @@ class Pairs:
 PAIR_FIELDS = [f.name for f in fields(Pairs)]
 
 
-@pytest.mark.parametrize("cls", [Tup, Pairs])
+@state.savable(name="tests.native_save_tuples.Nest")
+@dataclass(eq=False, repr=False)
+class Nest:
+    """One level of nested lists: each inner list identity-tracked, as typed tracks it."""
+
+    ll: list[list[int]] = field(default_factory=list)
+    llr: list[list[Optional[Nest]]] = field(default_factory=list)
+    dl: dict[str, list[int]] = field(default_factory=dict)
+    dlr: dict[int, list[Nest]] = field(default_factory=dict)
+    oll: Optional[list[list[Optional[float]]]] = None
+    inner: list[int] = field(default_factory=list)
+    label: int = 0
+
+
+NEST_FIELDS = [f.name for f in fields(Nest)]
+
+
+@pytest.mark.parametrize("cls", [Tup, Pairs, Nest])
 def test_every_tuple_kind_here_has_a_c_op(cls: type) -> None:
     """The plan: no field leaves the C path for typed's slot function."""
     sch = schema.schema_of(cls)
@@ -174,8 +196,15 @@ def test_random_tuples_of_anything(data: st.DataObject) -> None:
     _check(objs)
 
 
-def test_an_any_position_mixed_with_other_bits_is_a_plan_error() -> None:
-    entry = ("x", native.OP_TUPLE, 0, 0, 0, native.E_REF, 0, 0, None, (native._M_ANY | 4,), 0)
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ("x", native.OP_TUPLE, 0, 0, 0, native.E_REF, 0, 0, None, (native._M_ANY | 4,), 0),
+        ("x", native.OP_SET, 0, native.E_LIST, 4, 0, 0, 0, None, None, 0),  # a list in a set
+        ("x", native.OP_DICT, 0, native.E_LIST_REF, 0, native.E_SCALAR, 4, 0, None, None, 0),
+    ],
+)
+def test_a_malformed_plan_for_these_kinds_is_an_error(entry: tuple) -> None:
     with pytest.raises(SystemError):
         native._core.Plan(None, "n", False, False, (entry,))
 
@@ -279,4 +308,110 @@ def test_random_pairs_in_containers(data: st.DataObject) -> None:
             setattr(o, name, data.draw(_pair_values(name, nodes), label=name))
     if n > 1 and data.draw(st.booleans()):  # a container in two places
         objs[-1].lp = objs[0].lp
+    _check(objs)
+
+
+# ---- one level of nested lists -------------------------------------------------------
+
+
+def _nests(n: int) -> list[Nest]:
+    objs = [Nest(label=i) for i in range(n)]
+    for i, o in enumerate(objs):
+        other = objs[(i + 1) % n]
+        o.inner = [i, -i]
+        o.ll = [[1, 2**63 - 1], [], o.inner, [i]][: 1 + i % 4]
+        o.llr = [[o, None, other], [], [other]]
+        o.dl = {"a": [i, 2], "b": []} if i % 2 else {}
+        o.dlr = {1: [other, other], 2: [o]}
+        o.oll = None if i % 3 == 0 else [] if i % 3 == 1 else [[None, 0.5, -math.inf]]
+    return objs
+
+
+def test_nested_lists_are_typed_s_bytes_with_no_python_slot() -> None:
+    objs = _nests(7)
+    with python_slots() as calls:
+        back = state.loads(_check(objs), engine="native")
+    assert not [k for k in calls if k.startswith("save ")], calls
+    assert back[3].ll[2] is back[3].inner and back[0].llr[0][2] is back[1]
+
+
+def test_an_inner_list_met_twice_stays_shared() -> None:
+    objs = _nests(3)
+    twice = [5, 6]
+    objs[0].ll = [twice, twice]
+    objs[1].dl = {"x": twice, "y": objs[2].inner}
+    objs[2].ll = [objs[2].inner]
+    objs[1].oll = [[1.5], [1.5]]
+    back = state.loads(_check(objs), engine="native")
+    assert back[0].ll[0] is back[0].ll[1] is back[1].dl["x"]
+    assert back[1].dl["y"] is back[2].inner is back[2].ll[0]
+
+
+NEST_MISFITS: list[tuple[str, Any]] = [
+    ("ll", [[1], (2,)]),
+    ("ll", [[1, 2**64]]),
+    ("ll", [SubList([1])]),
+    ("ll", [[1, "x"]]),
+    ("ll", [[1], None]),
+    ("llr", [[Nest(), 1]]),
+    ("llr", [(Nest(),)]),
+    ("dl", {"a": [1.5]}),
+    ("dl", {"a": None}),
+    ("dlr", {1: [None]}),  # None is no Nest: typed escapes the dict
+    ("dlr", {1: [object.__new__(Nest)], 2: [3]}),
+    ("oll", [[1.5, "x"]]),
+    ("oll", [[1]]),  # an int where a float goes: the slot's, compact
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), NEST_MISFITS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(NEST_MISFITS)]
+)
+def test_a_nested_misfit_is_typed_s_escape(name: str, value: Any) -> None:
+    objs = _nests(3)
+    setattr(objs[1], name, value)
+    _check(objs)
+
+
+def test_a_shared_inner_list_that_does_not_fit_is_escaped_in_both_places() -> None:
+    objs = _nests(2)
+    bad = [1, "x"]
+    objs[0].ll = [bad]
+    objs[1].ll = [[1], bad]
+    objs[1].dl = {"k": bad}
+    _check(objs)
+
+
+def _nest_values(name: str, nodes: st.SearchStrategy, pool: list) -> st.SearchStrategy:
+    ints = st.lists(_ints, max_size=3) | st.sampled_from(pool)
+    refs = st.lists(nodes, max_size=3)
+    fitting: dict[str, st.SearchStrategy] = {
+        "ll": st.lists(ints, max_size=3),
+        "llr": st.lists(st.lists(st.none() | nodes, max_size=3), max_size=3),
+        "dl": st.dictionaries(st.text(max_size=2), ints, max_size=3),
+        "dlr": st.dictionaries(_ints, refs, max_size=3),
+        "oll": st.none() | st.lists(st.lists(st.none() | st.floats(), max_size=3), max_size=2),
+        "inner": st.sampled_from(pool),
+        "label": _ints,
+    }
+    odd = st.one_of(_scalar, nodes, st.sampled_from(pool))
+    misfit = st.one_of(
+        st.lists(st.lists(odd, max_size=2), max_size=2),
+        st.lists(st.lists(odd, max_size=2).map(tuple), max_size=2),
+        st.dictionaries(st.text(max_size=1), st.lists(odd, max_size=2), max_size=2),
+        odd,
+    )
+    return st.one_of(fitting[name], fitting[name], fitting[name], misfit)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_nested_lists(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 4))
+    objs = [Nest(label=i) for i in range(n)]
+    nodes = st.sampled_from(objs)
+    pool = [[1, 2], [], [3, "x"]]  # inner lists met in several places, one a misfit
+    for o in objs:
+        for name in data.draw(st.lists(st.sampled_from(NEST_FIELDS), max_size=5, unique=True)):
+            setattr(o, name, data.draw(_nest_values(name, nodes, pool), label=name))
     _check(objs)
