@@ -40,7 +40,7 @@ static int w_field_enum(FIELD_ARGS)
         return w_byte(b, MP_NIL);
     if ((PyObject *)Py_TYPE(v) != f->arg)
         return w_fallback(w, b, f, obj);
-    return w_elem(w, b, E_ENUM, v, obj);
+    return w_elem(w, b, f, E_ENUM, v, obj);
 }
 
 static int w_field_any(FIELD_ARGS)
@@ -82,7 +82,7 @@ static int w_field_list(FIELD_ARGS)
         return -1;
     if (PyList_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
-    return w_list_items(w, b, v, f->kop, obj);
+    return w_list_items(w, b, f, v, f->kop, obj);
 }
 
 static int w_field_set(FIELD_ARGS)
@@ -98,7 +98,7 @@ static int w_field_set(FIELD_ARGS)
         return -1;
     if (PySet_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
-    return w_set_items(w, b, v, f->kop, obj);
+    return w_set_items(w, b, f, v, f->kop, obj);
 }
 
 /* [[keys], [values]] from snapshots: discovering can run Python code. */
@@ -114,9 +114,9 @@ static int w_dict_snapshots(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *
     }
     int r = w_byte(b, MP_FIXARRAY | 2);
     if (r == 0)
-        r = w_list_items(w, b, keys, f->kop, obj);
+        r = w_list_items(w, b, f, keys, f->kop, obj);
     if (r == 0)
-        r = w_list_items(w, b, vals, f->vop, obj);
+        r = w_list_items(w, b, f, vals, f->vop, obj);
     Py_DECREF(keys);
     Py_DECREF(vals);
     return r;
@@ -126,8 +126,8 @@ static int w_dict_snapshots(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *
  * else from snapshots. */
 static int w_dict_items(Walk *w, Buf *b, Field *f, PyObject *obj, PyObject *d)
 {
-    if (f->kop != E_ANY && f->vop != E_ANY) {
-        int r = w_dict_direct(w, b, d, f->kop, f->vop, obj);
+    if (f->kop != E_ANY && f->vop != E_ANY && f->vop < E_LIST) { /* no side effects */
+        int r = w_dict_direct(w, b, f, d, f->kop, f->vop, obj);
         if (r <= 0)
             return r;
     }
@@ -183,9 +183,9 @@ static CKPT_NOINLINE int w_field_opt_container(FIELD_ARGS)
         return -1;
     switch (f->op) {
     case OP_LIST:
-        return w_list_items(w, b, v, f->kop, obj);
+        return w_list_items(w, b, f, v, f->kop, obj);
     case OP_SET:
-        return w_set_items(w, b, v, f->kop, obj);
+        return w_set_items(w, b, f, v, f->kop, obj);
     case OP_DICT:
         return w_dict_items(w, b, f, obj, v);
     }
@@ -264,7 +264,8 @@ static inline PyObject *pos_cls(Field *f, Py_ssize_t i)
 }
 
 /* A tuple per position (E_REF in the plan's vop): items that are references, enum
- * members, Optional scalars, or an Optional[tuple] field's.  typed writes it through
+ * members, Optional scalars, anything (Any: tuple[Any, ...], a bare tuple), or an
+ * Optional[tuple] field's.  typed writes it through
  * the slot's fit test and compact encoder, so an array of each item's compact form
  * (the scalars, the references' ids, the members' values), the empty tuple an empty
  * array (not Nil). */
@@ -278,6 +279,8 @@ static CKPT_NOINLINE int w_field_ref_tuple(FIELD_ARGS)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *x = PyTuple_GET_ITEM(v, i);
         int mask = pos_mask(f, i);
+        if (mask == M_ANY)
+            continue;
         if (mask == M_REF ? !ref_fits(w, x)
             : mask & M_ENUM ? !elem_fits(w, f, E_ENUM, mask, pos_cls(f, i), x)
                             : !(fit_bit(x) & mask))
@@ -294,7 +297,11 @@ static CKPT_NOINLINE int w_field_ref_tuple(FIELD_ARGS)
                 return -1;
         }
         else if (mask & M_ENUM) {
-            if (w_elem(w, b, E_ENUM, x, obj) < 0)
+            if (w_elem(w, b, f, E_ENUM, x, obj) < 0)
+                return -1;
+        }
+        else if (mask == M_ANY) {
+            if (w_dyn(w, b, x, obj, 0) < 0) /* ctx.dyn's: None Nil, a reference tagged */
                 return -1;
         }
         else if (w_scalar(b, x, type_bit(x)) < 0)
@@ -311,7 +318,7 @@ static CKPT_NOINLINE int w_field_frozenset(FIELD_ARGS)
         return v == Py_None && (f->mask & M_NONE) ? w_byte(b, MP_NIL) : w_fallback(w, b, f, obj);
     if (!set_all_fit(w, f, v))
         return w_fallback(w, b, f, obj);
-    return w_set_items(w, b, v, f->kop, obj);
+    return w_set_items(w, b, f, v, f->kop, obj);
 }
 
 /* An enum typed never writes compactly (member values that are not all 64-bit ints or

@@ -14,7 +14,7 @@ typedef struct {
     int dict_ok;        /* no data descriptor of this name: the instance dict decides */
     int op, mask, kop, kmask, vop, vmask, elide;
     Py_ssize_t tarity;          /* OP_TUPLE or E_TUPLE items: the fixed length, or -1 */
-    int tmask[MAX_TUPLE_ITEMS]; /* ... and each position's mask (scalar bits, M_REF, M_ENUM) */
+    int tmask[MAX_TUPLE_ITEMS]; /* ... each position's mask (scalar bits, M_REF, M_ENUM, M_ANY) */
     PyObject *tcls[MAX_TUPLE_ITEMS]; /* ... M_ENUM positions: the class, or NULL: none fits */
     PyObject *kenum, *venum; /* E_ENUM items or keys, values (tuple[E, ...]: kenum): the
                               enum class, or NULL where no member fits (not compact) */
@@ -184,7 +184,7 @@ static int enum_arg(PyObject *x, PyObject **cls)
     return 0;
 }
 
-/* Per-position masks into the field: each an int (scalar bits or M_REF) or
+/* Per-position masks into the field: each an int (scalar bits, M_REF or M_ANY) or
  * (M_ENUM [| M_NONE], enum class or None); 0, or -1 with an error set. */
 static int tuple_plan(Field *f, PyObject *masks)
 {
@@ -203,7 +203,8 @@ static int tuple_plan(Field *f, PyObject *masks)
         }
         f->tmask[j] = PyLong_Check(x) ? (int)PyLong_AsLong(x) : -1;
         if (f->tmask[j] < 0 || ((f->tmask[j] & M_ENUM) && !(f->tmask[j] == M_ENUM ||
-                                                            f->tmask[j] == (M_ENUM | M_NONE)))) {
+                                                            f->tmask[j] == (M_ENUM | M_NONE))) ||
+            ((f->tmask[j] & M_ANY) && f->tmask[j] != M_ANY)) {
             PyErr_Clear();
             PyErr_SetString(PyExc_SystemError, "ckpt native: bad tuple item plan");
             return -1;
@@ -291,6 +292,11 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             r = enum_arg(arg, &f->kenum); /* tuple[E, ...] */
         else if (f->op == OP_VALUE)
             r = value_plan(f, arg);
+        if (r == 0 && (f->op == OP_SET || f->op == OP_FROZENSET || f->op == OP_DICT) &&
+            (f->kop == E_LIST || f->kop == E_LIST_REF)) { /* no list is a set item or key */
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad container plan");
+            r = -1;
+        }
         else if (f->op == OP_LIST || f->op == OP_SET || f->op == OP_FROZENSET ||
                  f->op == OP_DICT)
             r = container_plan(f, arg);

@@ -72,7 +72,10 @@ enum {
 /* M_NONE in the mask of a container, tuple, bytearray or enum op: an Optional field,
  * None written Nil and anything else in typed's compact form (fit.compact: the items
  * checked before the container's identity, an empty one written empty, not Nil). */
-enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE };
+enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF };
+/* E_LIST: a list of scalars (the side's mask) inside a list or as a dict's values;
+ * E_LIST_REF: a list of references.  Identity-tracked as typed's compact form of a
+ * list: met before, Nil (recorded as shared); empty, an empty array. */
 
 /* Exact scalar types as bits of a field's mask. */
 enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 };
@@ -80,6 +83,9 @@ enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 
 #define M_REF 64
 /* ... or a member of the enum class the plan names for it (with M_NONE: or None). */
 #define M_ENUM 128
+/* ... or anything, written self-describing (an Any position, every item of tuple[Any, ...]
+ * and of a bare tuple). */
+#define M_ANY 256
 
 /* ---- load: a field's op (the fill plans native._load_plan builds) --------------------- */
 enum {

@@ -507,8 +507,12 @@ static inline PyObject *enum_value(Walk *w, PyObject *x)
     return s ? (PyObject *)s->val : enum_value_new(w, x);
 }
 
-/* One element of a container field; 0 ok, -1 error. */
-static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
+static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner);
+static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n);
+
+/* One element of a container field (f: its per-position masks for E_TUPLE); 0 ok, -1
+ * error. */
+static int w_elem(Walk *w, Buf *b, Field *f, int op, PyObject *x, PyObject *owner)
 {
     switch (op) {
     case E_SCALAR:
@@ -528,7 +532,27 @@ static int w_elem(Walk *w, Buf *b, int op, PyObject *x, PyObject *owner)
     }
     case E_ANY:
         return w_dyn(w, b, x, owner, 0);
-    case E_TUPLE: /* checked by all_tuples_fit: a tuple of fitting scalars */
+    case E_LIST:
+    case E_LIST_REF: /* checked by elem_fits: a list of fitting items */
+        if (memo_check(w, x))
+            return seen_again(w, x) < 0 ? -1 : w_byte(b, MP_NIL);
+        if (memo_hold(w, x, owner) < 0)
+            return -1;
+        if (op == E_LIST_REF) {
+            Py_ssize_t n = PyList_GET_SIZE(x);
+            return w_array(b, n) < 0 ? -1 : w_ref_items(w, b, x, n);
+        }
+        if (w_array(b, PyList_GET_SIZE(x)) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(x); i++) { /* scalars: no Python runs */
+            PyObject *y = PyList_GET_ITEM(x, i);
+            if (w_scalar(b, y, type_bit(y)) < 0)
+                return -1;
+        }
+        return 0;
+    case E_TUPLE: /* checked by tuple_item_fits */
+        if (f->tarity >= 0)
+            return w_pos_items(w, b, f, x, owner);
         if (w_array(b, PyTuple_GET_SIZE(x)) < 0)
             return -1;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); i++) {
@@ -551,9 +575,47 @@ static int all_fit(PyObject **items, Py_ssize_t n, int mask)
     return 1;
 }
 
+/* Whether an item fits a tuple position's mask: a reference (M_REF), a member of the
+ * position's enum class (M_ENUM, or None with M_NONE), or a scalar.  No side effects. */
+static inline int pos_fits(Walk *w, int mask, PyObject *cls, PyObject *x)
+{
+    if (mask == M_REF)
+        return ref_fits(w, x);
+    if (mask & M_ENUM)
+        return ((PyObject *)Py_TYPE(x) == cls && cls) || (x == Py_None && (mask & M_NONE));
+    return (fit_bit(x) & mask) != 0;
+}
+
+/* A fixed tuple's items by position, each as typed's compact form of its kind (the
+ * reference's id, the member's value, the scalar), checked by pos_fits.  The tuple
+ * holds its items while discovering runs Python. */
+static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(x);
+    if (w_array(b, n) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *y = PyTuple_GET_ITEM(x, j);
+        int mask = f->tmask[j];
+        if (mask == M_REF) {
+            Py_ssize_t id = ref_id(w, y);
+            if (id < 0 || w_uint(b, (uint64_t)id) < 0)
+                return -1;
+        }
+        else if (mask & M_ENUM) {
+            if (w_elem(w, b, f, E_ENUM, y, owner) < 0)
+                return -1;
+        }
+        else if (w_scalar(b, y, type_bit(y)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* An exact tuple whose items fit the field's tuple kind: tuple[A, B] (the field's
- * per-item masks), or tuple[X, ...] (each item within `mask`, its side's mask). */
-static int tuple_item_fits(Field *f, PyObject *x, int mask)
+ * per-position masks: scalars, references, enums), or tuple[X, ...] (each item within
+ * `mask`, its side's mask). */
+static int tuple_item_fits(Walk *w, Field *f, PyObject *x, int mask)
 {
     if (Py_TYPE(x) != &PyTuple_Type)
         return 0;
@@ -564,7 +626,7 @@ static int tuple_item_fits(Field *f, PyObject *x, int mask)
     if (n != f->tarity)
         return 0;
     for (Py_ssize_t j = 0; j < n; j++)
-        if (!(fit_bit(items[j]) & f->tmask[j]))
+        if (!pos_fits(w, f->tmask[j], f->tcls[j], items[j]))
             return 0;
     return 1;
 }
@@ -581,7 +643,12 @@ static inline int elem_fits(Walk *w, Field *f, int op, int mask, PyObject *cls, 
     case E_ENUM:
         return ((PyObject *)Py_TYPE(x) == cls && cls) || (x == Py_None && (mask & M_NONE));
     case E_TUPLE:
-        return tuple_item_fits(f, x, mask);
+        return tuple_item_fits(w, f, x, mask);
+    case E_LIST:
+        return Py_TYPE(x) == &PyList_Type &&
+               all_fit(((PyListObject *)x)->ob_item, PyList_GET_SIZE(x), mask);
+    case E_LIST_REF:
+        return Py_TYPE(x) == &PyList_Type && all_refs_fit(w, x);
     }
     return 1; /* E_ANY */
 }
@@ -688,7 +755,7 @@ static CKPT_NOINLINE int dict_items_fit(Walk *w, Field *f, PyObject *d)
 /* Every entry of a dict fits the field's key and value ops. */
 static inline int dict_all_fit(Walk *w, Field *f, PyObject *d)
 {
-    if (f->kop == E_ENUM || f->kop == E_TUPLE || f->vop == E_ENUM || f->vop == E_TUPLE)
+    if (f->kop == E_ENUM || f->kop == E_TUPLE || f->vop == E_ENUM || f->vop >= E_TUPLE)
         return dict_items_fit(w, f, d);
     return dict_fits(w, d, f->kop, f->kmask, f->vop, f->vmask);
 }
@@ -727,7 +794,7 @@ static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n)
     return 0;
 }
 
-static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
+static int w_list_items(Walk *w, Buf *b, Field *f, PyObject *v, int op, PyObject *owner)
 {
     Py_ssize_t n = PyList_GET_SIZE(v);
     if (w_array(b, n) < 0)
@@ -737,7 +804,7 @@ static int w_list_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
         PyObject *x = PyList_GET_ITEM(v, i);
         Py_INCREF(x);
-        int r = w_elem(w, b, op, x, owner);
+        int r = w_elem(w, b, f, op, x, owner);
         Py_DECREF(x);
         if (r < 0)
             return -1;
@@ -764,7 +831,7 @@ static int w_scalar_set(Buf *b, PyObject *v)
     return r;
 }
 
-static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
+static int w_set_items(Walk *w, Buf *b, Field *f, PyObject *v, int op, PyObject *owner)
 {
     if (op == E_SCALAR)
         return w_scalar_set(b, v);
@@ -772,14 +839,15 @@ static int w_set_items(Walk *w, Buf *b, PyObject *v, int op, PyObject *owner)
     PyObject *items = PySequence_List(v);
     if (!items)
         return -1;
-    int r = w_list_items(w, b, items, op, owner);
+    int r = w_list_items(w, b, f, items, op, owner);
     Py_DECREF(items);
     return r;
 }
 
 #if CKPT_LAYOUT_311 || PY_VERSION_HEX >= 0x030C0000
 /* One pass of a dict's keys (which 0) or values (1), read in place. */
-static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject *owner)
+static int w_dict_pass(Walk *w, Buf *b, Field *f, PyObject *d, int which, int op,
+                       PyObject *owner)
 {
     if (w_array(b, PyDict_GET_SIZE(d)) < 0)
         return -1;
@@ -802,7 +870,7 @@ static int w_dict_pass(Walk *w, Buf *b, PyObject *d, int which, int op, PyObject
             continue;
         }
         Py_INCREF(item); /* held: discovering may run Python */
-        int r = w_elem(w, b, op, item, owner);
+        int r = w_elem(w, b, f, op, item, owner);
         Py_DECREF(item);
         if (r < 0)
             return -1;
@@ -830,7 +898,8 @@ static int on_dict_event(PyDict_WatchEvent event, PyObject *d, PyObject *key, Py
  * can change it), so nothing was written and the caller takes snapshots.  Only for
  * scalar and reference items: what they write has no side effect a second try repeats
  * differently (an object discovered keeps its id). */
-static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObject *owner)
+static int w_dict_direct(Walk *w, Buf *b, Field *f, PyObject *d, int kop, int vop,
+                         PyObject *owner)
 {
 #if CKPT_LAYOUT_311
     Py_ssize_t start = b->len;
@@ -838,9 +907,9 @@ static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObjec
     Py_INCREF(d);
     int r = w_byte(b, MP_FIXARRAY | 2);
     if (r == 0)
-        r = w_dict_pass(w, b, d, 0, kop, owner);
+        r = w_dict_pass(w, b, f, d, 0, kop, owner);
     if (r == 0)
-        r = w_dict_pass(w, b, d, 1, vop, owner);
+        r = w_dict_pass(w, b, f, d, 1, vop, owner);
     if (r == 0 && ((PyDictObject *)d)->ma_version_tag != version) {
         b->len = start;
         r = 1;
@@ -862,9 +931,9 @@ static int w_dict_direct(Walk *w, Buf *b, PyObject *d, int kop, int vop, PyObjec
     watched_changed = 0;
     int r = w_byte(b, MP_FIXARRAY | 2);
     if (r == 0)
-        r = w_dict_pass(w, b, d, 0, kop, owner);
+        r = w_dict_pass(w, b, f, d, 0, kop, owner);
     if (r == 0)
-        r = w_dict_pass(w, b, d, 1, vop, owner);
+        r = w_dict_pass(w, b, f, d, 1, vop, owner);
     if (PyDict_Unwatch(dict_watcher, d) < 0 && r == 0)
         r = -1;
     if (r == 0 && watched_changed) {

@@ -195,11 +195,11 @@ def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
     "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
     "OP_SAVE OP_VALUE OP_BYTEARRAY OP_ENUM_DYN"
 )
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE = _codes(
-    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE"
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF = _codes(
+    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE E_LIST E_LIST_REF"
 )
-_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF, _M_ENUM = _codes(
-    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF M_ENUM", bits=True
+_M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF, _M_ENUM, _M_ANY = _codes(
+    "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF M_ENUM M_ANY", bits=True
 )
 _BITS = {type(None): _M_NONE, bool: _M_BOOL, int: _M_INT, float: _M_FLOAT, str: _M_STR}
 _BITS[bytes] = _M_BYTES
@@ -320,6 +320,16 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
         return E_ENUM, _M_NONE
     if _scalar_tuple(kind):
         return E_TUPLE, _mask(frozenset().union(*(_fast_types(a.tag) for a in kind.args)))
+    if _pos_tuple(kind):  # tuple[Node, int]: per position, its masks in the element arg
+        return E_TUPLE, 0
+    if tag is K.LIST:  # one level: a list of scalars or of references (lists, dict values)
+        inner = kind.args[0]
+        if inner.tag in SCALARS:
+            return E_LIST, _mask(_fast_types(inner.tag))
+        if inner.tag is K.OPT and inner.args[0].tag in SCALARS:
+            return E_LIST, _mask(_fast_types(inner.args[0].tag) | _NONE)
+        if _is_ref(inner):
+            return E_LIST_REF, 0
     return E_NONE, 0  # nested kinds inside containers: the slot function
 
 
@@ -330,7 +340,7 @@ def _elem_arg(kind: Kind, op: int) -> Any:
         cls = (kind.args[0] if kind.tag is K.OPT else kind).enum_cls
         return cls if _compact_enum(cls) else None
     if op == E_TUPLE and kind.tag is K.TUPLE:
-        return tuple(_mask(_fast_types(a.tag)) for a in kind.args)
+        return tuple(map(_pos, kind.args))
     return None
 
 
@@ -343,6 +353,17 @@ def _scalar_tuple(kind: Kind) -> bool:
     elif kind.tag is not K.VARTUPLE:
         return False
     return all(a.tag in SCALARS for a in kind.args)
+
+
+def _pos_tuple(kind: Kind) -> bool:
+    """``tuple[A, B, ...]`` (at most MAX_TUPLE_ITEMS) whose positions are scalars,
+    Optional scalars, references or enums: what the per-position element writer takes
+    (no Any: its self-describing items have side effects a dict's in-place pass would
+    repeat)."""
+    if kind.tag is not K.TUPLE or not 0 < len(kind.args) <= MAX_TUPLE_ITEMS:
+        return False
+    pos = [_pos(a) for a in kind.args]
+    return None not in pos and _M_ANY not in pos
 
 
 def _compact_enum(cls: type) -> bool:
@@ -368,7 +389,7 @@ def _dyn_enum(cls: type) -> bool:
 
 
 def _pos(kind: Kind) -> Any:
-    """A tuple position's entry for the per-position path: a scalar mask, M_REF, or
+    """A tuple position's entry for the per-position path: a scalar mask, M_REF, M_ANY or
     ``(M_ENUM [| M_NONE], enum class or None)``; None where C does not take the kind."""
     tag = kind.tag
     if tag in SCALARS:
@@ -377,6 +398,8 @@ def _pos(kind: Kind) -> Any:
         return _mask(_fast_types(kind.args[0].tag) | _NONE)
     if _is_ref(kind):
         return _M_REF
+    if tag is K.ANY:  # written as typed's compact form of Any: ctx.dyn's
+        return _M_ANY
     op, mask = _elem_op(kind)
     if op == E_ENUM:
         return (_M_ENUM | mask, _elem_arg(kind, op))
@@ -404,6 +427,7 @@ def _field_arg(kind: Kind, op: int) -> Any:
     return None
 
 
+_LIST_OPS = (E_LIST, E_LIST_REF)  # element ops of nested lists: list items, dict values
 _OPTIONAL_OPS = (K.LIST, K.SET, K.FROZENSET, K.DICT, K.TUPLE, K.VARTUPLE, K.BYTEARRAY, K.ENUM)
 
 
@@ -454,13 +478,15 @@ def _kind_op(kind: Kind, optional: bool) -> tuple[int, int, int, int, int, int]:
         return OP_BYTEARRAY, 0, 0, 0, 0, 0
     if tag in (K.LIST, K.SET, K.FROZENSET):
         op, mask = _elem_op(kind.args[0])
-        if op == E_NONE:
+        if op == E_NONE or (op in _LIST_OPS and tag is not K.LIST):  # unhashable items
             return py
         return {K.LIST: OP_LIST, K.SET: OP_SET, K.FROZENSET: OP_FROZENSET}[tag], 0, op, mask, 0, 0
     if tag is K.DICT:
         kop, kmask = _elem_op(kind.args[0])
         vop, vmask = _elem_op(kind.args[1])
         if E_NONE in (kop, vop) or (kop == E_TUPLE and vop == E_TUPLE):  # one tuple side
+            return py
+        if kop in _LIST_OPS:  # an unhashable key
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
     if tag in (K.TUPLE, K.VARTUPLE):
@@ -471,7 +497,7 @@ def _kind_op(kind: Kind, optional: bool) -> tuple[int, int, int, int, int, int]:
         pos = [_pos(a) for a in kind.args]
         if None in pos or (tag is K.TUPLE and len(pos) > MAX_TUPLE_ITEMS):
             return py
-        # per position (references, enums, Optional scalars; any Optional[tuple]):
+        # per position (references, enums, Optional scalars, Any; any Optional[tuple]):
         # typed's compact form, an array of the items', the empty tuple an empty array
         kmask = 0 if tag is K.TUPLE else pos[0] if type(pos[0]) is int else pos[0][0]
         return OP_TUPLE, 0, 0, kmask, E_REF, 0
