@@ -169,10 +169,17 @@ _core, _reason = _load_core()
 def _codes(names: str, bits: bool = False) -> tuple[int, ...]:
     """The C core's codes by name: ``_native_vocab.h`` declares them once and the module
     exports them.  Without the core no plan is ever run, and distinct stand-ins do."""
+    global _stale
     listed = names.split()
-    if _core is None:
-        return tuple((1 << i) if bits else i for i in range(len(listed)))
-    return tuple(getattr(_core, name) for name in listed)
+    if _core is not None:
+        missing = [name for name in listed if not hasattr(_core, name)]
+        if not missing:
+            return tuple(getattr(_core, name) for name in listed)
+        _stale = _stale or missing[0]  # a core built from older sources: unused below
+    return tuple((1 << i) if bits else i for i in range(len(listed)))
+
+
+_stale = ""  # the first code an old core lacks
 
 
 # save: a field's op, an element's op, the scalar type bits
@@ -240,6 +247,12 @@ _VALUE_KINDS = dict(zip(("datetime", "date", "timedelta", "uuid"), _VK, strict=T
 MAX_ELEM_DEPTH, MAX_ELEM_NODES = (
     (6, 32) if _core is None else _codes("MAX_ELEM_DEPTH MAX_ELEM_NODES")
 )
+if _stale:  # a core built from older sources than this ckpt's: run without it, say why
+    _core, _reason = (
+        None,
+        f"the C extension is older than this ckpt (it lacks {_stale}); reinstall ckpt",
+    )
+    MAX_TUPLE_ITEMS, MAX_ELEM_DEPTH, MAX_ELEM_NODES = 8, 6, 32
 
 
 _CRC_IN_C = _core is not None and hasattr(_core, "crc32")  # a core built before it: zlib

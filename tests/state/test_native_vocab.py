@@ -141,3 +141,33 @@ def test_a_subinterpreter_keeps_its_own_state() -> None:
     if out.stdout.strip() == "skip":
         pytest.skip("msgspec does not load in a subinterpreter on this Python")
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("lacks", ["E_LIST", "OP_ENUM_DYN", "MAX_ELEM_NODES", "L_ELEM"])
+def test_a_core_built_from_older_sources_is_refused_in_words(lacks: str) -> None:
+    """A checkout updated without a reinstall keeps its old ``.so``: ckpt then runs on
+    the pure-Python engines and ``--version`` says why, never a traceback."""
+    code = textwrap.dedent(
+        f"""
+        import importlib.machinery, importlib.util, sys
+        path = {str(Path(native._core.__file__))!r}
+        loader = importlib.machinery.ExtensionFileLoader("ckpt.state._native", path)
+        spec = importlib.util.spec_from_file_location("ckpt.state._native", path, loader=loader)
+        core = importlib.util.module_from_spec(spec)  # ckpt.state not imported yet
+        delattr(core, {lacks!r})  # as a build from before that code was added
+        sys.modules["ckpt.state._native"] = core
+        from ckpt import state
+        from ckpt.state import native
+        ok, why = native.native_status()
+        assert not ok, why
+        print(why)
+        assert state.loads(state.dumps([1, (2, "x")])) == [1, (2, "x")]
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        f"the C extension is older than this ckpt (it lacks {lacks}); reinstall ckpt"
+    )
