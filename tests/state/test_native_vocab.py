@@ -112,8 +112,10 @@ def test_a_subinterpreter_keeps_its_own_state() -> None:
         from ckpt.state import native
 
         assert native.native_status()[0]
-        if _testcapi.run_in_subinterp("import msgspec.msgpack") != 0:
-            print("skip")  # msgspec itself does not load in a subinterpreter here
+        # msgspec itself may not load in a subinterpreter: on 3.12 it fails there once
+        # another module was imported first (wire.py: msgspec and ckpt.errors, no C of ours)
+        if any(_testcapi.run_in_subinterp("import ckpt.state.wire") != 0 for _ in "ab"):
+            print("skip")
             raise SystemExit
         sub = '''
         from ckpt import state
