@@ -25,6 +25,7 @@ Responder = Callable[[str, str, bytes], tuple[int, dict | bytes]]
 MAX_HEADER = 64 * 1024
 MAX_BODY = 1 << 20  # what one request may send; a workload may accept less
 ACCEPT_PARK_S = 10.0  # idle threads park at once; this only bounds a stuck one
+BACKLOG_TAKE_MAX = 4096  # connections close() takes from the backlog to end in order
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -84,6 +85,8 @@ class HttpServer:
         self._reading_paused = False
         self._busy = 0  # connection threads inside a request
         self._serving: set[socket.socket] = set()  # connections a thread has
+        self._shut_on_close = True
+        self._ended: list[socket.socket] = []  # shut down by close(), closed at exit
 
     def start(self) -> None:
         self.sock.setblocking(False)
@@ -96,18 +99,32 @@ class HttpServer:
         """Stop serving.  ``shutdown=False`` after a handover: shutting a socket down
         would end it for the process it was handed to as well; closing only our
         descriptor leaves it alive there."""
-        self._closed = True
+        self._shut_on_close = shutdown
+        self._closed = True  # before the snapshot below: a later _spawn shuts its own
         with contextlib.suppress(OSError):
             os.write(self._drain_w, b"x")  # wake every waiting thread
         if shutdown:
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)
             with self._lock:
                 serving = list(self._serving)
+            # Connections still in the backlog (a paused sandbox accepts none) would be
+            # reset when the listener closes: take them and end them in order too.
+            serving += self._backlog()
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
             for conn in serving:  # their clients hear now, not when the process is gone
                 with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+    def _backlog(self) -> list[socket.socket]:
+        """Every connection waiting to be accepted (the listener does not block)."""
+        taken: list[socket.socket] = []
+        with contextlib.suppress(OSError):
+            self.sock.setblocking(False)
+            while len(taken) < BACKLOG_TAKE_MAX:
+                taken.append(self.sock.accept()[0])
+        self._ended.extend(taken)  # kept open until the process exits
+        return taken
 
     # -- draining ------------------------------------------------------------------
 
@@ -180,6 +197,12 @@ class HttpServer:
 
     def _spawn(self, conn: socket.socket) -> None:
         with self._lock:
+            if self._closed:  # accepted as close() ran: ended here, never served
+                if self._shut_on_close:
+                    with contextlib.suppress(OSError):
+                        conn.shutdown(socket.SHUT_RDWR)
+                self._ended.append(conn)
+                return
             self._active += 1
             self._serving.add(conn)
         threading.Thread(target=self._serve, args=(conn,), daemon=True).start()

@@ -46,6 +46,25 @@ def test_closing_the_server_ends_a_connection_whose_request_waits():
         release.set()
 
 
+def test_closing_the_server_ends_connections_still_in_its_backlog_in_order():
+    """Connections nobody accepted yet (a paused sandbox accepts none) are taken and
+    shut down by ``close``: closing the listener over them would reset them."""
+    srv = served.HttpServer(served.bind(HOST, 0), lambda *_: (200, {}))  # never started
+    clients = [socket.create_connection(srv.address, timeout=WAIT_S) for _ in range(3)]
+    try:
+        for c in clients:
+            c.sendall(
+                f"PUT /kv/a HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 4\r\n\r\nabcd".encode()
+            )
+        srv.close(shutdown=True)
+        assert [c.recv(1) for c in clients] == [b""] * 3  # ends, not resets
+    finally:
+        for c in clients:
+            c.close()
+        for conn in getattr(srv, "_ended", ()):
+            conn.close()
+
+
 @pytest.mark.slow
 def test_a_paused_sandboxs_waiting_client_hears_an_orderly_end(cli: Cli) -> None:
     """The waiting request gets no answer and no reset: the sandbox shut the connection
