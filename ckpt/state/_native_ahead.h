@@ -49,21 +49,21 @@ static inline void ahead_object(PyObject *o)
     __builtin_prefetch(o);
 }
 
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_VALUES
 /* The array the object's attribute values are in, indexed by the class's shared keys:
  * its inline values or its dict's split table (NULL if neither, or unindexed). */
-static inline PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
+CKPT_INLINE PyObject **values_for_ahead(TypeEntry *te, PyObject *o)
 {
     PyTypeObject *tp = Py_TYPE(o);
     PyObject **values = inline_values(o);
     if (!values) {
         PyDictObject *d = (PyDictObject *)instance_dict(o);
         if (!d || !d->ma_values || !values_layout_ok || !managed_heap_type(tp) ||
-            (Keys311 *)d->ma_keys != split_keys(tp))
+            (DictKeys *)d->ma_keys != split_keys(tp))
             return NULL;
-        values = (PyObject **)d->ma_values;
+        values = split_values(d);
     }
-    return value_indices(te, tp) ? values : NULL;
+    return value_indices(te, tp) && values_hold(values, te->keys_entries) ? values : NULL;
 }
 
 /* Stage 2: the object's inline values, or its dict. */
@@ -75,7 +75,7 @@ static inline void ahead_values(TypeEntry *te, PyObject *o)
         return;
     }
     if (dict_layout_ok && (Py_TYPE(o)->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
-        PyObject *d = ((PyObject **)o)[-3];
+        PyObject *d = managed_dict(o);
         if (d)
             prefetch_lines(d, sizeof(PyDictObject));
     }
@@ -87,11 +87,11 @@ static inline void ahead_dict(TypeEntry *te, PyObject *o)
     PyDictObject *d = (PyDictObject *)instance_dict(o);
     if (!d)
         return;
-    Keys311 *dk = (Keys311 *)d->ma_keys;
+    DictKeys *dk = (DictKeys *)d->ma_keys;
     if (d->ma_values)
-        prefetch_lines(d->ma_values, (size_t)te->nfields * sizeof(PyObject *));
+        prefetch_lines(split_values(d), (size_t)te->nfields * sizeof(PyObject *));
     else if (dk->dk_kind == 1 /* DICT_KEYS_UNICODE */)
-        prefetch_lines(table_entries(dk), (size_t)te->nfields * sizeof(UEntry311));
+        prefetch_lines(table_entries(dk), (size_t)te->nfields * sizeof(StrEntry));
 }
 
 /* Stage 4: each attribute value's header (w_field reads every value's type) and the
@@ -114,10 +114,10 @@ static inline void ahead_fields(TypeEntry *te, PyObject *o)
         return;
     }
     PyDictObject *d = (PyDictObject *)instance_dict(o);
-    Keys311 *dk = d ? (Keys311 *)d->ma_keys : NULL;
+    DictKeys *dk = d ? (DictKeys *)d->ma_keys : NULL;
     if (!dk || d->ma_values || dk->dk_kind != 1 /* DICT_KEYS_UNICODE */)
         return;
-    UEntry311 *e = table_entries(dk);
+    StrEntry *e = table_entries(dk);
     Py_ssize_t n = dk->dk_nentries < te->nfields ? dk->dk_nentries : te->nfields;
     for (Py_ssize_t i = 0; i < n; i++)
         if (e[i].me_value) {
@@ -153,7 +153,7 @@ static inline void ahead_items(TypeEntry *te, PyObject *o)
  * (their header came with stage 4b; 16 bytes an entry for str keys, 24 for others). */
 static inline void ahead_dict_entries(PyObject *v)
 {
-    Keys311 *dk = (Keys311 *)((PyDictObject *)v)->ma_keys;
+    DictKeys *dk = (DictKeys *)((PyDictObject *)v)->ma_keys;
     size_t size = (size_t)dk->dk_nentries * (dk->dk_kind == 0 ? 24 : 16);
     prefetch_lines(table_entries(dk), size < 512 ? size : 512);
 }
@@ -207,7 +207,7 @@ static inline void look_ahead(Walk *w, TypeEntry *te, Py_ssize_t i)
     Py_ssize_t n = te->npending;
     if (i + 4 * LOOK < n)
         ahead_object(p[i + 4 * LOOK]);
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_VALUES
     if (i + 3 * LOOK < n)
         ahead_values(te, p[i + 3 * LOOK]);
     if (i + 2 * LOOK < n)

@@ -144,7 +144,7 @@ static inline int w_byte(Buf *b, uint8_t c)
     return 0;
 }
 
-static inline int w_uint(Buf *b, uint64_t v)
+CKPT_INLINE int w_uint(Buf *b, uint64_t v)
 {
     if (v < 128)
         return w_byte(b, (uint8_t)v);
@@ -157,7 +157,7 @@ static inline int w_uint(Buf *b, uint64_t v)
     return w_head(b, MP_UINT64, v, 8);
 }
 
-static inline int w_int(Buf *b, int64_t v)
+CKPT_INLINE int w_int(Buf *b, int64_t v)
 {
     if (v >= 0)
         return w_uint(b, (uint64_t)v);

@@ -9,6 +9,9 @@
  *
  *   CKPT_LAYOUT_311  CPython 3.11's dict and inline-values layouts (Objects/dict-common.h),
  *                    read and written by _native.c after import-time checks agree.
+ *   CKPT_LAYOUT_312  3.12's (one tagged word for the dict or the values, pycore_object.h).
+ *   CKPT_LAYOUT_313  3.13's (values inline after the object header, pycore_dict.h).
+ *   CKPT_LAYOUT_VALUES  any of the three (_native_layout.h hides which).
  *   CKPT_DICT_TABLE  a dict's combined table (entries after the index array), 3.11-3.13.
  *   CKPT_LONG_311    3.11's int layout (signed digit count in ob_size, longintrepr.h).
  *   CKPT_LONG_COMPACT  3.12's unstable API for one-digit ints (PyUnstable_Long_*).
@@ -30,6 +33,22 @@
 #define CKPT_LONG_311 0
 #endif
 
+#if !CKPT_PORTABLE && PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000
+#define CKPT_LAYOUT_312 1
+#else
+#define CKPT_LAYOUT_312 0
+#endif
+
+#if !CKPT_PORTABLE && PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000 &&             \
+    !defined(Py_GIL_DISABLED)
+#define CKPT_LAYOUT_313 1
+#else
+#define CKPT_LAYOUT_313 0
+#endif
+
+/* Some version's instance layout is known here (see _native_layout.h). */
+#define CKPT_LAYOUT_VALUES (CKPT_LAYOUT_311 || CKPT_LAYOUT_312 || CKPT_LAYOUT_313)
+
 /* dicts' combined tables (the same fields from 3.11 to 3.13 where the GIL exists) */
 #if !CKPT_PORTABLE && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 &&             \
     !defined(Py_GIL_DISABLED)
@@ -49,6 +68,15 @@
 #define CKPT_NOINLINE __attribute__((noinline))
 #else
 #define CKPT_NOINLINE
+#endif
+
+/* A small hot function inlined into every caller whatever the compiler's estimate
+ * (which differs by CPython version: 3.13's larger Py_INCREF left some calls out of
+ * line). */
+#if defined(__GNUC__) || defined(__clang__)
+#define CKPT_INLINE static inline __attribute__((always_inline))
+#else
+#define CKPT_INLINE static inline
 #endif
 
 /* 1 if this build may read CPython internals (the module's `fast_paths`; 0 built portable). */

@@ -19,23 +19,23 @@ typedef struct {
     Py_ssize_t dk_usable;
     Py_ssize_t dk_nentries;
     char dk_indices[];
-} Keys311;
+} DictKeys;
 
 typedef struct {
     PyObject *me_key;
     PyObject *me_value;
-} UEntry311; /* a str-keyed table's entry */
+} StrEntry; /* a str-keyed table's entry */
 
 typedef struct {
     Py_hash_t me_hash;
     PyObject *me_key;
     PyObject *me_value;
-} GEntry311; /* any other table's entry */
+} AnyEntry; /* any other table's entry */
 
 /* A combined or split table's entries, which follow its index array. */
-static inline UEntry311 *table_entries(Keys311 *k)
+static inline StrEntry *table_entries(DictKeys *k)
 {
-    return (UEntry311 *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
+    return (StrEntry *)(k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes));
 }
 #endif
 
@@ -50,12 +50,12 @@ static inline int dict_next(PyObject *d, Py_ssize_t *pos, PyObject **k, PyObject
 #if CKPT_DICT_TABLE
     PyDictObject *dd = (PyDictObject *)d;
     if (dict_table_ok && !dd->ma_values) {
-        Keys311 *dk = (Keys311 *)dd->ma_keys;
+        DictKeys *dk = (DictKeys *)dd->ma_keys;
         Py_ssize_t i = *pos, n = dk->dk_nentries;
         if (i < 0)
             return 0;
         if (dk->dk_kind == 0) { /* DICT_KEYS_GENERAL */
-            GEntry311 *e = (GEntry311 *)table_entries(dk);
+            AnyEntry *e = (AnyEntry *)table_entries(dk);
             for (; i < n; i++)
                 if (e[i].me_value) {
                     *k = e[i].me_key, *v = e[i].me_value, *pos = i + 1;
@@ -63,7 +63,7 @@ static inline int dict_next(PyObject *d, Py_ssize_t *pos, PyObject **k, PyObject
                 }
         }
         else if (dk->dk_kind == 1) { /* DICT_KEYS_UNICODE */
-            UEntry311 *e = table_entries(dk);
+            StrEntry *e = table_entries(dk);
             for (; i < n; i++)
                 if (e[i].me_value) {
                     *k = e[i].me_key, *v = e[i].me_value, *pos = i + 1;

@@ -17,7 +17,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
     /* Held: Python code run for a field (a slot function) may replace obj.__dict__. */
     PyObject *d = te->dict_ok ? Py_XNewRef(instance_dict(obj)) : NULL;
     Py_ssize_t pos = 0;
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_VALUES
     Py_ssize_t *vindex = NULL;
     /* The full layout checks once per object (inline_values, value_indices); after a
      * field whose writing may have run Python code, only what that code could change:
@@ -28,25 +28,28 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         vindex = value_indices(te, tp);
 #endif
     int rc = 0;
-#if CKPT_LAYOUT_311
-    PyObject **values = vindex ? ((PyObject ***)obj)[-4] : NULL;
+#if CKPT_LAYOUT_VALUES
+    PyObject **values = vindex ? own_values(obj) : NULL;
+    if (values && !values_hold(values, te->keys_entries))
+        values = NULL, vindex = NULL;
     int stale = 0; /* Python code may have run since `values` was checked */
 #endif
     for (Py_ssize_t i = 0; i < te->nfields && rc == 0; i++) {
         Field *f = &te->fields[i];
         if (f->op == OP_PY) {
             rc = w_fallback(w, b, f, obj);
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_VALUES
             stale = 1;
 #endif
             continue;
         }
         PyObject *v = NULL;
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_VALUES
         if (vindex && vindex[i] >= 0) {
             if (stale) { /* read afresh (see above) */
-                values = ((PyObject ***)obj)[-4];
-                if (!values || Py_TYPE(obj) != tp || te->keys_seen != split_keys(tp))
+                values = own_values(obj);
+                if (!values || Py_TYPE(obj) != tp || te->keys_seen != split_keys(tp) ||
+                    !values_hold(values, te->keys_entries))
                     values = NULL, vindex = NULL;
                 stale = 0;
             }
@@ -72,7 +75,7 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
         }
         rc = w_field(w, b, f, obj, v);
         Py_DECREF(v);
-#if CKPT_LAYOUT_311
+#if CKPT_LAYOUT_VALUES
         stale = 1;
 #endif
     }

@@ -1,5 +1,5 @@
 """The native loader stores fields straight into a fresh instance's inline values
-(CPython 3.11), skipping ``PyObject_GenericSetAttr``'s descriptor and key lookups.
+(CPython 3.11 to 3.13), skipping ``PyObject_GenericSetAttr``'s descriptor and key lookups.
 
 What must hold is that the instances it makes are indistinguishable from the typed
 engine's: the same attributes in the same order, and afterwards every ordinary
@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import pickle
 import sys
+import sysconfig
 
 import pytest
 
@@ -25,7 +26,10 @@ from .graph_equal import assert_graph_equal
 from .requires import requires_native
 
 pytestmark = requires_native
-ON_311 = sys.version_info[:2] == (3, 11)
+# the CPython versions whose instance layouts the core knows (_native_layout.h)
+KNOWN_LAYOUT = (3, 11) <= sys.version_info[:2] <= (3, 13) and not sysconfig.get_config_var(
+    "Py_GIL_DISABLED"
+)
 
 
 @state.savable(name="tests.store.Point")
@@ -52,7 +56,10 @@ def _points(n: int) -> list[Point]:
     return pts
 
 
-@pytest.mark.skipif(not ON_311, reason="the direct store is for CPython 3.11's layout")
+@pytest.mark.skipif(
+    not KNOWN_LAYOUT or not getattr(native._core, "fast_paths", 0),
+    reason="the direct store is for CPython 3.11-3.13's layouts, in a build that reads them",
+)
 def test_the_import_check_accepts_this_interpreter() -> None:
     native._StoreProbe(1, 2)
     fresh = object.__new__(native._StoreProbe)

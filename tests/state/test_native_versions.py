@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ckpt import state
+from ckpt.state import native
 
 from .graph_equal import graph_diff
 from .requires import requires_native
@@ -152,3 +153,28 @@ def test_dict_tables_are_read_in_place_where_their_layout_is_known() -> None:
 
     assert native._core.fast_paths == 1
     assert native._core.dict_table == 1  # the import-time check agreed with PyDict_Next
+
+
+KNOWN_LAYOUT = (3, 11) <= sys.version_info[:2] <= (3, 13) and not sysconfig.get_config_var(
+    "Py_GIL_DISABLED"
+)
+
+
+@pytest.mark.skipif(
+    not KNOWN_LAYOUT or not getattr(native._core, "fast_paths", 0),
+    reason="instance layouts are read in place only on CPython 3.11-3.13, in a build that "
+    "may read them",
+)
+def test_the_layout_checks_accept_this_interpreter() -> None:
+    """Where the core knows this CPython's instance layout, its import-time checks find
+    attributes where getattr does; a layout read wrongly would turn the fast paths off
+    and every field would be read through getattr, correct but twice as slow."""
+    fresh = native._Probe()
+    assert native._core.check_values(fresh, "x") is True
+    assert fresh.__dict__ == {"x": 1}  # materialises the dict
+    assert native._core.check_layout(fresh) is True
+    # and an instance whose dict replaced its values: not what check_values reads
+    replaced = native._Probe()
+    replaced.__dict__ = {"x": 2}
+    assert native._core.check_values(replaced, "x") is False
+    native._core.check_values(native._Probe(), "x")  # on again
