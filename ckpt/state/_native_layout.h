@@ -286,7 +286,7 @@ static PyObject *check_values(PyObject *mod, PyObject *args)
 static int store_layout_ok;
 
 #if CKPT_LAYOUT_VALUES
-static int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
+CKPT_INLINE int values_put(PyObject **values, Py_ssize_t ix, PyObject *v)
 {
 #if CKPT_LAYOUT_313
     Values313 *h = values_header(values);
