@@ -397,8 +397,13 @@ _ENUM_VALUE = inspect.getattr_static(enum.Enum, "value")
 def _dyn_enum(cls: type) -> bool:
     """An enum typed always escapes (not compact), whose members dyn writes as
     ``{T_ENUM: [index, v.value]}``: C writes that with ``_value_``, which is what
-    ``v.value`` returns while the class keeps enum's own ``value``."""
-    return not _compact_enum(cls) and inspect.getattr_static(cls, "value", None) is _ENUM_VALUE
+    ``v.value`` returns while the class keeps enum's own ``value``.  An enum with NaN
+    twins is typed's: dyn refuses to save those members (``dyn.nan_twins``)."""
+    return (
+        not _compact_enum(cls)
+        and inspect.getattr_static(cls, "value", None) is _ENUM_VALUE
+        and not dyn.nan_twins(cls)
+    )
 
 
 def _pos(kind: Kind) -> Any:
