@@ -179,22 +179,35 @@ static int all_refs_fit(Walk *w, PyObject *list)
     return 1;
 }
 
+/* The loop every set fit test shares: `fits` becomes 1 if `item_fits` (an expression
+ * of the set's borrowed item `k`) holds for every item of `set`, else 0.  An iteration
+ * error (the portable path's) is cleared and a misfit: the slot function meets it again
+ * and says so.  A macro rather than a function taking the test: each caller keeps its
+ * own test inline (set_fits inlined in the walk, set_items_fit out of line). */
+#define SET_ALL_FIT(fits, set, k, item_fits)                                                \
+    do {                                                                                    \
+        SetIter si_;                                                                        \
+        PyObject *k;                                                                        \
+        int r_ = 0;                                                                         \
+        (fits) = 1;                                                                         \
+        if (set_iter_init(&si_, (set)) < 0) {                                               \
+            PyErr_Clear();                                                                  \
+            (fits) = 0;                                                                     \
+            break;                                                                          \
+        }                                                                                   \
+        while ((fits) && (r_ = set_iter_next(&si_, &k)) > 0)                                \
+            (fits) = (item_fits);                                                           \
+        set_iter_done(&si_);                                                                \
+        if ((fits) && r_ < 0) {                                                             \
+            PyErr_Clear();                                                                  \
+            (fits) = 0;                                                                     \
+        }                                                                                   \
+    } while (0)
+
 static int set_refs_fit(Walk *w, PyObject *set)
 {
-    SetIter si;
-    PyObject *k;
-    int r, fits = 1;
-    if (set_iter_init(&si, set) < 0) {
-        PyErr_Clear(); /* the slot function meets it again and says so */
-        return 0;
-    }
-    while (fits && (r = set_iter_next(&si, &k)) > 0)
-        fits = ref_fits(w, k);
-    set_iter_done(&si);
-    if (fits && r < 0) {
-        PyErr_Clear();
-        fits = 0;
-    }
+    int fits;
+    SET_ALL_FIT(fits, set, k, ref_fits(w, k));
     return fits;
 }
 
@@ -677,40 +690,17 @@ static int set_fits(PyObject *s, int op, int mask)
 {
     if (op != E_SCALAR)
         return 1;
-    SetIter si;
-    PyObject *k;
-    int r, fits = 1;
-    if (set_iter_init(&si, s) < 0) {
-        PyErr_Clear(); /* the slot function meets it again and says so */
-        return 0;
-    }
-    while (fits && (r = set_iter_next(&si, &k)) > 0)
-        fits = (fit_bit(k) & mask) != 0;
-    set_iter_done(&si);
-    if (fits && r < 0) {
-        PyErr_Clear();
-        fits = 0;
-    }
+    int fits;
+    SET_ALL_FIT(fits, s, k, (fit_bit(k) & mask) != 0);
     return fits;
 }
 
-/* Every item of a set or frozenset fits the field's item op, any op (out of line). */
+/* Every item of a set or frozenset fits the field's item op, any op (out of line:
+ * inlined, it cost the large saves 0.4-1.9% of their instructions). */
 static CKPT_NOINLINE int set_items_fit(Walk *w, Field *f, PyObject *s)
 {
-    SetIter si;
-    PyObject *k;
-    int r, fits = 1;
-    if (set_iter_init(&si, s) < 0) {
-        PyErr_Clear(); /* the slot function meets it again and says so */
-        return 0;
-    }
-    while (fits && (r = set_iter_next(&si, &k)) > 0)
-        fits = elem_fits(w, f, f->kop, f->kmask, f->kenum, k);
-    set_iter_done(&si);
-    if (fits && r < 0) {
-        PyErr_Clear();
-        fits = 0;
-    }
+    int fits;
+    SET_ALL_FIT(fits, s, k, elem_fits(w, f, f->kop, f->kmask, f->kenum, k));
     return fits;
 }
 
