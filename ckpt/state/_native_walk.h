@@ -570,9 +570,20 @@ static CKPT_NOINLINE int nest_fits(Walk *w, const SNode *p, int i, PyObject *x)
 static CKPT_NOINLINE int w_nest(Walk *w, Buf *b, const SNode *p, int i, PyObject *x,
                                 PyObject *owner);
 
+/* A nested container that changed while it was written (code run to discover an object
+ * or to read an enum member's value changed it): a ValueError, which the API reports
+ * as the save's StateError; never a short array or a value its node does not take. */
+static int nest_changed(void)
+{
+    PyErr_SetString(PyExc_ValueError,
+                    "a container changed while it was being saved; a save must not change "
+                    "the objects it saves");
+    return -1;
+}
+
 /* The items of a list (a snapshot where Python code may have run: a set's, a dict's
- * keys or values) as node i of a nest program writes each.  Writing a reference may
- * run Python code: a list that changes size meanwhile is an error, not a short array. */
+ * keys or values) as node i of a nest program writes each.  Writing an item may run
+ * Python code: a list that shrinks meanwhile is an error, not a short array. */
 static int w_nest_items(Walk *w, Buf *b, const SNode *p, int i, PyObject *list,
                         PyObject *owner)
 {
@@ -580,10 +591,8 @@ static int w_nest_items(Walk *w, Buf *b, const SNode *p, int i, PyObject *list,
     if (w_array(b, n) < 0)
         return -1;
     for (Py_ssize_t j = 0; j < n; j++) {
-        if (j >= PyList_GET_SIZE(list)) {
-            PyErr_SetString(PyExc_RuntimeError, "a list changed size while it was saved");
-            return -1;
-        }
+        if (j >= PyList_GET_SIZE(list))
+            return nest_changed();
         PyObject *y = PyList_GET_ITEM(list, j);
         Py_INCREF(y);
         int r = w_nest(w, b, p, i, y, owner);
@@ -604,12 +613,6 @@ static int w_nest_snapshot(Walk *w, Buf *b, const SNode *p, int i, PyObject *sna
     int r = w_nest_items(w, b, p, i, snap, owner);
     Py_DECREF(snap);
     return r;
-}
-
-static int nest_changed(void)
-{
-    PyErr_SetString(PyExc_RuntimeError, "a container changed while it was saved");
-    return -1;
 }
 
 /* A value nest_fits let through, as typed's fit.compact(kind) writes it: a mutable

@@ -293,6 +293,44 @@ def test_random_values_of_every_kind(data: st.DataObject) -> None:
     _check(objs)
 
 
+# ---- Python code run mid-write changes a nested container -----------------------------
+
+_meddle: list = []  # what reading a Sly member's value runs next (once)
+
+
+class Sly(enum.Enum):
+    """A compact enum whose ``_value_`` read runs code: the one way into Python while C
+    writes a nested container of scalars and members."""
+
+    A = 1
+    B = 2
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "_value_" and _meddle:
+            _meddle.pop()()
+        return object.__getattribute__(self, name)
+
+
+@state.savable(name="tests.native_save_nesting.Meddled")
+@dataclass(eq=False)
+class Meddled:
+    rows: list[list[Sly]] = field(default_factory=list)
+
+
+@pytest.mark.parametrize("change", ["shrink", "retype"])
+def test_a_nested_list_changed_mid_write_is_a_state_error(change: str) -> None:
+    """The array's length is written first: a list that shrinks, or an item that turns
+    into another type, while C writes it is the save's StateError, never a short array
+    or a value its node does not take (typed builds the list first, then encodes)."""
+    state.dumps(Meddled([[Sly.B]]), engine="native")  # the plan reads every _value_
+    first, later = [Sly.A, Sly.B, Sly.A], [Sly.B]
+    act = first.clear if change == "shrink" else lambda: later.__setitem__(0, 5)
+    _meddle[:] = [act]
+    with pytest.raises(state.StateError, match="ValueError: a container changed while"):
+        state.dumps(Meddled([first, later]), engine="native")
+    assert _meddle == []
+
+
 # ---- damage: malformed plans are errors; damaged streams StateError, never a crash -----
 
 
