@@ -47,7 +47,8 @@ $py -m pytest -q -p no:cacheprovider \
     tests/state/test_fresh_containers.py tests/state/test_native_values.py \
     tests/state/test_native_tuple_lists.py tests/state/test_native_root.py \
     tests/state/test_native_versions.py tests/state/test_native_load_kinds.py \
-    tests/state/test_native_save_kinds.py tests/state/test_native_save_tuples.py
+    tests/state/test_native_save_kinds.py tests/state/test_native_save_tuples.py \
+    tests/state/test_native_save_nesting.py
 rc=$?
 set -e
 echo "asan: pytest exit $rc after $(( $(date +%s) - started )) s" >&2

@@ -60,13 +60,31 @@ static int w_field_save(FIELD_ARGS)
     return rc;
 }
 
-/* A container met before (and not held only by its owner) is written as Nil and
- * recorded as shared: 1 if so (or -1), 0 to write it. */
+/* A mutable container field's identity, in two halves as typed's code has it (the
+ * plain fields test the items in between).  The seen half: a container met before (and
+ * not held only by its owner, `once`) is written as Nil and recorded as shared: 1 if so
+ * (or -1), 0 to write it. */
 static inline int w_seen_container(Walk *w, Buf *b, PyObject *v, int once)
 {
     if (once || !memo_check(w, v))
         return 0;
     return seen_again(w, v) < 0 || w_byte(b, MP_NIL) < 0 ? -1 : 1;
+}
+
+/* The hold half: a container about to be written is remembered as owned by `obj`
+ * (unless only its owner holds it: then it cannot be met again).  0, -1 on error. */
+static inline int hold_container(Walk *w, PyObject *v, PyObject *obj, int once)
+{
+    return once ? 0 : memo_hold(w, v, obj);
+}
+
+/* Both halves, where nothing comes between them (the Optional containers, whose items
+ * were tested first, and bytearray): 1 if met before (Nil written), 0 if held and to
+ * be written, -1 on error. */
+static inline int w_container_identity(Walk *w, Buf *b, PyObject *v, PyObject *obj)
+{
+    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    return seen ? seen : hold_container(w, v, obj, once);
 }
 
 static int w_field_list(FIELD_ARGS)
@@ -78,7 +96,7 @@ static int w_field_list(FIELD_ARGS)
         return seen < 0 ? -1 : 0;
     if (!list_fits(w, f, v))
         return w_fallback(w, b, f, obj);
-    if (!once && memo_hold(w, v, obj) < 0)
+    if (hold_container(w, v, obj, once) < 0)
         return -1;
     if (PyList_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
@@ -94,7 +112,7 @@ static int w_field_set(FIELD_ARGS)
         return seen < 0 ? -1 : 0;
     if (!set_all_fit(w, f, v))
         return w_fallback(w, b, f, obj);
-    if (!once && memo_hold(w, v, obj) < 0)
+    if (hold_container(w, v, obj, once) < 0)
         return -1;
     if (PySet_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
@@ -143,7 +161,7 @@ static int w_field_dict(FIELD_ARGS)
         return seen < 0 ? -1 : 0;
     if (!dict_all_fit(w, f, v))
         return w_fallback(w, b, f, obj);
-    if (!once && memo_hold(w, v, obj) < 0)
+    if (hold_container(w, v, obj, once) < 0)
         return -1;
     if (PyDict_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
@@ -176,11 +194,9 @@ static CKPT_NOINLINE int w_field_opt_container(FIELD_ARGS)
     }
     if (fits <= 0)
         return w_fallback(w, b, f, obj);
-    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    int seen = w_container_identity(w, b, v, obj);
     if (seen)
         return seen < 0 ? -1 : 0;
-    if (!once && memo_hold(w, v, obj) < 0)
-        return -1;
     switch (f->op) {
     case OP_LIST:
         return w_list_items(w, b, f, v, f->kop, obj);
@@ -198,11 +214,9 @@ static CKPT_NOINLINE int w_field_bytearray(FIELD_ARGS)
 {
     if (Py_TYPE(v) != &PyByteArray_Type)
         return w_fallback(w, b, f, obj);
-    int once = held_once(v), seen = w_seen_container(w, b, v, once);
+    int seen = w_container_identity(w, b, v, obj);
     if (seen)
         return seen < 0 ? -1 : 0;
-    if (!once && memo_hold(w, v, obj) < 0)
-        return -1;
     if (PyByteArray_GET_SIZE(v) == 0 && f->elide)
         return w_byte(b, MP_NIL);
     return w_bin(b, PyByteArray_AS_STRING(v), PyByteArray_GET_SIZE(v));

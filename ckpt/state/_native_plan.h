@@ -7,6 +7,14 @@
 
 /* ---- per-type plans ------------------------------------------------------------------- */
 
+/* One node of a field's nest program (E_NEST, the SK_* codes). */
+typedef struct {
+    int kind, mask; /* mask: SK_SCALAR's scalar bits; M_NONE: Optional, None written Nil */
+    int a, b;       /* the nodes below: a container's items (a), a dict's keys (a) and
+                       values (b); each after this node in the program */
+    PyObject *cls;  /* SK_ENUM: the class (borrowed: the field's arg holds it) */
+} SNode;
+
 typedef struct {
     PyObject *name;     /* interned field name */
     PyObject *fallback; /* save: fn(obj, ctx) -> wire value (the typed engine's code) */
@@ -19,7 +27,11 @@ typedef struct {
     PyObject *kenum, *venum; /* E_ENUM items or keys, values (tuple[E, ...]: kenum): the
                               enum class, or NULL where no member fits (not compact) */
     int vk;                     /* OP_VALUE: which value type (VK_*) */
-    PyObject *vcls;             /* OP_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
+    union {                     /* by op (a union: the field stays as large as it was) */
+        PyObject *vcls;         /* OP_VALUE, VK_UUID: uuid.UUID (borrowed from arg) */
+        SNode *nest;            /* OP_LIST, OP_DICT with E_NEST items or values: the
+                                   program (owned), node 0 its root */
+    };
     PyObject *vname;            /* OP_VALUE, VK_UUID: "int", its slot (held) */
 } Field;
 
@@ -82,6 +94,8 @@ static void plan_free_fields(Plan *p)
         Py_XDECREF(fields[i].fallback);
         Py_XDECREF(fields[i].arg);
         Py_XDECREF(fields[i].vname);
+        if (fields[i].op != OP_VALUE)
+            PyMem_Free(fields[i].nest);
     }
     PyMem_Free(fields);
 }
@@ -213,8 +227,45 @@ static int tuple_plan(Field *f, PyObject *masks)
     return 0;
 }
 
+/* A nest program, ((kind, mask, enum class or None, a, b), ...): at most MAX_ELEM_NODES
+ * nodes, each container's nodes below it after it (what bounds every walk of it), into
+ * the field; 0, or -1 with an error set. */
+static int nest_plan(Field *f, PyObject *prog)
+{
+    if (!PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) < 1 ||
+        PyTuple_GET_SIZE(prog) > MAX_ELEM_NODES || f->nest)
+        goto bad;
+    int n = (int)PyTuple_GET_SIZE(prog);
+    if (!(f->nest = PyMem_Calloc((size_t)n, sizeof(SNode)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        SNode *x = &f->nest[i];
+        PyObject *cls;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(prog, i), "iiOii", &x->kind, &x->mask, &cls,
+                              &x->a, &x->b)) {
+            PyErr_Clear();
+            goto bad;
+        }
+        int below = x->kind >= SK_LIST, two = x->kind == SK_DICT;
+        if (x->kind < SK_SCALAR || x->kind > SK_DICT || x->mask < 0 ||
+            (x->kind != SK_SCALAR && (x->mask & ~M_NONE)) || (x->kind == SK_REF && x->mask) ||
+            (below && (x->a <= i || x->a >= n)) || (two && (x->b <= i || x->b >= n)))
+            goto bad;
+        if (x->kind == SK_ENUM ? enum_arg(cls, &x->cls) < 0 : cls != Py_None)
+            goto bad;
+    }
+    return 0;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "ckpt native: bad nest plan");
+    return -1;
+}
+
 /* A container field's arg, None or (item or key arg, value arg), each None, an enum
- * class (E_ENUM) or a fixed tuple's masks (E_TUPLE, one side only); 0, or -1. */
+ * class (E_ENUM), a fixed tuple's masks (E_TUPLE, one side only) or a nest program
+ * (E_NEST, one side only); 0, or -1. */
 static int container_plan(Field *f, PyObject *arg)
 {
     if (arg == Py_None)
@@ -233,6 +284,10 @@ static int container_plan(Field *f, PyObject *arg)
             if (f->tarity >= 0)
                 goto bad; /* one side's masks only */
             if (tuple_plan(f, x) < 0)
+                return -1;
+        }
+        else if (ops[side] == E_NEST) {
+            if (nest_plan(f, x) < 0) /* one side's program only */
                 return -1;
         }
         else if (x != Py_None)
@@ -292,14 +347,25 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             r = enum_arg(arg, &f->kenum); /* tuple[E, ...] */
         else if (f->op == OP_VALUE)
             r = value_plan(f, arg);
+        int nests = f->kop == E_NEST || f->vop == E_NEST;
         if (r == 0 && (f->op == OP_SET || f->op == OP_FROZENSET || f->op == OP_DICT) &&
-            (f->kop == E_LIST || f->kop == E_LIST_REF)) { /* no list is a set item or key */
+            (f->kop == E_LIST || f->kop == E_LIST_REF || f->kop == E_NEST)) {
+            /* no list is a set item or key (nor, here, any nested container) */
+            PyErr_SetString(PyExc_SystemError, "ckpt native: bad container plan");
+            r = -1;
+        }
+        else if (r == 0 && nests && (f->op != OP_LIST && f->op != OP_DICT)) {
             PyErr_SetString(PyExc_SystemError, "ckpt native: bad container plan");
             r = -1;
         }
         else if (f->op == OP_LIST || f->op == OP_SET || f->op == OP_FROZENSET ||
-                 f->op == OP_DICT)
+                 f->op == OP_DICT) {
             r = container_plan(f, arg);
+            if (r == 0 && nests && !f->nest) {
+                PyErr_SetString(PyExc_SystemError, "ckpt native: bad nest plan");
+                r = -1;
+            }
+        }
         else if ((f->op == OP_ENUM || f->op == OP_ENUM_DYN) && !PyType_Check(arg)) {
             PyErr_SetString(PyExc_SystemError, "ckpt native: bad enum plan");
             r = -1;

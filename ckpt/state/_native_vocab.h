@@ -72,10 +72,19 @@ enum {
 /* M_NONE in the mask of a container, tuple, bytearray or enum op: an Optional field,
  * None written Nil and anything else in typed's compact form (fit.compact: the items
  * checked before the container's identity, an empty one written empty, not Nil). */
-enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF };
+enum { E_NONE = 0, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF, E_NEST };
 /* E_LIST: a list of scalars (the side's mask) inside a list or as a dict's values;
  * E_LIST_REF: a list of references.  Identity-tracked as typed's compact form of a
- * list: met before, Nil (recorded as shared); empty, an empty array. */
+ * list: met before, Nil (recorded as shared); empty, an empty array.  E_NEST: a list's
+ * items or a dict's values nested deeper, as the field's nest program (SK_* nodes) says. */
+
+/* A nest program's nodes (E_NEST): a flat array from the annotation, each container
+ * node's nodes below it after it (so walking it is bounded by the plan, never by the
+ * input).  SK_SCALAR: a scalar within the node's mask; SK_REF: a reference (None is
+ * object 0); SK_ENUM: a compact enum's member; SK_LIST, SK_SET, SK_DICT: a mutable
+ * container, identity-tracked as typed's compact form is; SK_FROZENSET: its items.
+ * M_NONE in an enum or container node's mask: Optional, None written Nil. */
+enum { SK_SCALAR = 0, SK_REF, SK_ENUM, SK_LIST, SK_SET, SK_FROZENSET, SK_DICT };
 
 /* Exact scalar types as bits of a field's mask. */
 enum { M_NONE = 1, M_BOOL = 2, M_INT = 4, M_FLOAT = 8, M_STR = 16, M_BYTES = 32 };

@@ -179,22 +179,35 @@ static int all_refs_fit(Walk *w, PyObject *list)
     return 1;
 }
 
+/* The loop every set fit test shares: `fits` becomes 1 if `item_fits` (an expression
+ * of the set's borrowed item `k`) holds for every item of `set`, else 0.  An iteration
+ * error (the portable path's) is cleared and a misfit: the slot function meets it again
+ * and says so.  A macro rather than a function taking the test: each caller keeps its
+ * own test inline (set_fits inlined in the walk, set_items_fit out of line). */
+#define SET_ALL_FIT(fits, set, k, item_fits)                                                \
+    do {                                                                                    \
+        SetIter si_;                                                                        \
+        PyObject *k;                                                                        \
+        int r_ = 0;                                                                         \
+        (fits) = 1;                                                                         \
+        if (set_iter_init(&si_, (set)) < 0) {                                               \
+            PyErr_Clear();                                                                  \
+            (fits) = 0;                                                                     \
+            break;                                                                          \
+        }                                                                                   \
+        while ((fits) && (r_ = set_iter_next(&si_, &k)) > 0)                                \
+            (fits) = (item_fits);                                                           \
+        set_iter_done(&si_);                                                                \
+        if ((fits) && r_ < 0) {                                                             \
+            PyErr_Clear();                                                                  \
+            (fits) = 0;                                                                     \
+        }                                                                                   \
+    } while (0)
+
 static int set_refs_fit(Walk *w, PyObject *set)
 {
-    SetIter si;
-    PyObject *k;
-    int r, fits = 1;
-    if (set_iter_init(&si, set) < 0) {
-        PyErr_Clear(); /* the slot function meets it again and says so */
-        return 0;
-    }
-    while (fits && (r = set_iter_next(&si, &k)) > 0)
-        fits = ref_fits(w, k);
-    set_iter_done(&si);
-    if (fits && r < 0) {
-        PyErr_Clear();
-        fits = 0;
-    }
+    int fits;
+    SET_ALL_FIT(fits, set, k, ref_fits(w, k));
     return fits;
 }
 
@@ -510,6 +523,158 @@ static inline PyObject *enum_value(Walk *w, PyObject *x)
 static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner);
 static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n);
 
+/* Whether x fits node i of a nest program (E_NEST) and the nodes below it, as typed's
+ * fit.fits(kind) tests it: exact types, ints within 64 bits.  The recursion follows the
+ * program (each node's nodes below come after it: at most MAX_ELEM_NODES calls deep),
+ * never the input.  No side effects: no Python code runs. */
+static CKPT_NOINLINE int nest_fits(Walk *w, const SNode *p, int i, PyObject *x)
+{
+    const SNode *n = &p[i];
+    int fits = 1;
+    if (x == Py_None && (n->mask & M_NONE))
+        return 1;
+    switch (n->kind) {
+    case SK_SCALAR:
+        return (fit_bit(x) & n->mask) != 0;
+    case SK_REF:
+        return ref_fits(w, x);
+    case SK_ENUM:
+        return n->cls && (PyObject *)Py_TYPE(x) == n->cls;
+    case SK_LIST:
+        if (Py_TYPE(x) != &PyList_Type)
+            return 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(x); j++)
+            if (!nest_fits(w, p, n->a, PyList_GET_ITEM(x, j)))
+                return 0;
+        return 1;
+    case SK_SET:
+    case SK_FROZENSET:
+        if (Py_TYPE(x) != (n->kind == SK_SET ? &PySet_Type : &PyFrozenSet_Type))
+            return 0;
+        SET_ALL_FIT(fits, x, k, nest_fits(w, p, n->a, k));
+        return fits;
+    case SK_DICT: {
+        if (Py_TYPE(x) != &PyDict_Type)
+            return 0;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (dict_next(x, &pos, &k, &v))
+            if (!nest_fits(w, p, n->a, k) || !nest_fits(w, p, n->b, v))
+                return 0;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+static CKPT_NOINLINE int w_nest(Walk *w, Buf *b, const SNode *p, int i, PyObject *x,
+                                PyObject *owner);
+
+/* A nested container that changed while it was written (code run to discover an object
+ * or to read an enum member's value changed it): a ValueError, which the API reports
+ * as the save's StateError; never a short array or a value its node does not take. */
+static int nest_changed(void)
+{
+    PyErr_SetString(PyExc_ValueError,
+                    "a container changed while it was being saved; a save must not change "
+                    "the objects it saves");
+    return -1;
+}
+
+/* The items of a list (a snapshot where Python code may have run: a set's, a dict's
+ * keys or values) as node i of a nest program writes each.  Writing an item may run
+ * Python code: a list that shrinks meanwhile is an error, not a short array. */
+static int w_nest_items(Walk *w, Buf *b, const SNode *p, int i, PyObject *list,
+                        PyObject *owner)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (w_array(b, n) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (j >= PyList_GET_SIZE(list))
+            return nest_changed();
+        PyObject *y = PyList_GET_ITEM(list, j);
+        Py_INCREF(y);
+        int r = w_nest(w, b, p, i, y, owner);
+        Py_DECREF(y);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A snapshot's items (PySequence_List, PyDict_Keys, PyDict_Values: a new list or NULL)
+ * as node i writes each; the snapshot released. */
+static int w_nest_snapshot(Walk *w, Buf *b, const SNode *p, int i, PyObject *snap,
+                           PyObject *owner)
+{
+    if (!snap)
+        return -1;
+    int r = w_nest_items(w, b, p, i, snap, owner);
+    Py_DECREF(snap);
+    return r;
+}
+
+/* A value nest_fits let through, as typed's fit.compact(kind) writes it: a mutable
+ * container met before is Nil (recorded as shared), else remembered as owned by `owner`
+ * and its items written (an empty one an empty array); a dict [[keys], [values]].
+ * Bounded by the program as nest_fits is.  A value that no longer fits its node (Python
+ * code ran while a reference was discovered) is an error. */
+static CKPT_NOINLINE int w_nest(Walk *w, Buf *b, const SNode *p, int i, PyObject *x,
+                                PyObject *owner)
+{
+    const SNode *n = &p[i];
+    if (x == Py_None && (n->mask & M_NONE))
+        return w_byte(b, MP_NIL);
+    PyTypeObject *t;
+    switch (n->kind) {
+    case SK_SCALAR: {
+        int bit = fit_bit(x);
+        return bit & n->mask ? w_scalar(b, x, bit) : nest_changed();
+    }
+    case SK_REF: {
+        Py_ssize_t id = ref_id(w, x);
+        return id < 0 ? -1 : w_uint(b, (uint64_t)id);
+    }
+    case SK_ENUM: {
+        if (!n->cls || (PyObject *)Py_TYPE(x) != n->cls)
+            return nest_changed();
+        PyObject *val = enum_value(w, x);
+        return val ? w_value(b, val, 0) : -1;
+    }
+    case SK_FROZENSET: /* immutable: no identity */
+        if (Py_TYPE(x) != &PyFrozenSet_Type)
+            return nest_changed();
+        return w_nest_snapshot(w, b, p, n->a, PySequence_List(x), owner);
+    case SK_LIST:
+        t = &PyList_Type;
+        break;
+    case SK_SET:
+        t = &PySet_Type;
+        break;
+    default:
+        t = &PyDict_Type;
+    }
+    if (Py_TYPE(x) != t)
+        return nest_changed();
+    if (memo_check(w, x))
+        return seen_again(w, x) < 0 ? -1 : w_byte(b, MP_NIL);
+    if (memo_hold(w, x, owner) < 0)
+        return -1;
+    if (n->kind == SK_LIST)
+        return w_nest_items(w, b, p, n->a, x, owner);
+    if (n->kind == SK_SET)
+        return w_nest_snapshot(w, b, p, n->a, PySequence_List(x), owner);
+    /* keys, then values, as typed's comprehensions; snapshots: discovering runs Python */
+    PyObject *vals = PyDict_Values(x);
+    if (!vals || w_byte(b, MP_FIXARRAY | 2) < 0 ||
+        w_nest_snapshot(w, b, p, n->a, PyDict_Keys(x), owner) < 0) {
+        Py_XDECREF(vals);
+        return -1;
+    }
+    return w_nest_snapshot(w, b, p, n->b, vals, owner);
+}
+
 /* One element of a container field (f: its per-position masks for E_TUPLE); 0 ok, -1
  * error. */
 static int w_elem(Walk *w, Buf *b, Field *f, int op, PyObject *x, PyObject *owner)
@@ -550,6 +715,8 @@ static int w_elem(Walk *w, Buf *b, Field *f, int op, PyObject *x, PyObject *owne
                 return -1;
         }
         return 0;
+    case E_NEST: /* checked by nest_fits */
+        return w_nest(w, b, f->nest, 0, x, owner);
     case E_TUPLE: /* checked by tuple_item_fits */
         if (f->tarity >= 0)
             return w_pos_items(w, b, f, x, owner);
@@ -649,6 +816,8 @@ static inline int elem_fits(Walk *w, Field *f, int op, int mask, PyObject *cls, 
                all_fit(((PyListObject *)x)->ob_item, PyList_GET_SIZE(x), mask);
     case E_LIST_REF:
         return Py_TYPE(x) == &PyList_Type && all_refs_fit(w, x);
+    case E_NEST:
+        return nest_fits(w, f->nest, 0, x);
     }
     return 1; /* E_ANY */
 }
@@ -677,40 +846,17 @@ static int set_fits(PyObject *s, int op, int mask)
 {
     if (op != E_SCALAR)
         return 1;
-    SetIter si;
-    PyObject *k;
-    int r, fits = 1;
-    if (set_iter_init(&si, s) < 0) {
-        PyErr_Clear(); /* the slot function meets it again and says so */
-        return 0;
-    }
-    while (fits && (r = set_iter_next(&si, &k)) > 0)
-        fits = (fit_bit(k) & mask) != 0;
-    set_iter_done(&si);
-    if (fits && r < 0) {
-        PyErr_Clear();
-        fits = 0;
-    }
+    int fits;
+    SET_ALL_FIT(fits, s, k, (fit_bit(k) & mask) != 0);
     return fits;
 }
 
-/* Every item of a set or frozenset fits the field's item op, any op (out of line). */
+/* Every item of a set or frozenset fits the field's item op, any op (out of line:
+ * inlined, it cost the large saves 0.4-1.9% of their instructions). */
 static CKPT_NOINLINE int set_items_fit(Walk *w, Field *f, PyObject *s)
 {
-    SetIter si;
-    PyObject *k;
-    int r, fits = 1;
-    if (set_iter_init(&si, s) < 0) {
-        PyErr_Clear(); /* the slot function meets it again and says so */
-        return 0;
-    }
-    while (fits && (r = set_iter_next(&si, &k)) > 0)
-        fits = elem_fits(w, f, f->kop, f->kmask, f->kenum, k);
-    set_iter_done(&si);
-    if (fits && r < 0) {
-        PyErr_Clear();
-        fits = 0;
-    }
+    int fits;
+    SET_ALL_FIT(fits, s, k, elem_fits(w, f, f->kop, f->kmask, f->kenum, k));
     return fits;
 }
 

@@ -9,6 +9,8 @@ for the root value.
 from __future__ import annotations
 
 import enum
+import struct
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -112,6 +114,8 @@ def make_encoder(walk: Any, track: bool = True) -> Callable[[Any, Any], Any]:
             hold(v)
             return {T_BYTEARRAY: bytes(v)}
         if isinstance(v, enum.Enum):
+            if v in nan_twins(t):
+                raise twin_error(v)
             return {T_ENUM: [enum_index(t), encode(v.value, owner)]}
         codec = codec_for(t)
         if codec is not None:
@@ -160,10 +164,79 @@ class EnumMembers(dict):
         self.cls = cls
 
     def __missing__(self, value: Any) -> Any:
-        raise StateError(
-            f"enum {self.cls.__module__}.{self.cls.__qualname__} has no member with value "
-            f"{value!r} (was it removed or renumbered?)"
-        )
+        return enum_member(self.cls, value)
+
+
+_NAN = object()  # marks a NaN in a _nan_key
+
+
+def _nan_key(v: Any) -> Any:
+    """``v`` with every NaN (through tuples, lists and frozensets) replaced by its bits:
+    ``nan != nan``, so ``Enum(nan)`` finds no member, but two NaNs with the same bits
+    are the same value as far as a stream can tell.  Other values are left as they are,
+    so 0.0 and -0.0 stay equal, as they are to Enum."""
+    t = type(v)
+    if t is float:
+        return (_NAN, struct.pack("<d", v)) if v != v else v
+    if t is tuple or t is list:
+        return (t, *map(_nan_key, v))
+    if t is frozenset:
+        return (t, frozenset(map(_nan_key, v)))
+    return v
+
+
+def _holds_nan(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return v != v
+    if t is tuple or t is list or t is frozenset:
+        return any(map(_holds_nan, v))
+    return False
+
+
+def enum_member(cls: type, value: Any) -> Any:
+    """The member of ``cls`` whose value is ``value``, a NaN matching a NaN with the same
+    bits; a value the enum no longer has is a StateError naming the enum."""
+    try:
+        return cls(value)
+    except ValueError:
+        pass
+    if _holds_nan(value):
+        key = _nan_key(value)
+        found = [m for m in cls.__members__.values() if _nan_key(m._value_) == key]
+        if len(found) == 1:
+            return found[0]
+    raise StateError(
+        f"enum {cls.__module__}.{cls.__qualname__} has no member with value "
+        f"{value!r} (was it removed or renumbered?)"
+    )
+
+
+_twins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def nan_twins(cls: type) -> frozenset:
+    """The members of an enum whose value holds a NaN and has the same bits as another
+    member's (``A = math.nan; B = float("nan")`` are two members): a stream holds the
+    value only, so such a member could not be told apart on loading."""
+    found = _twins.get(cls)
+    if found is None:
+        keys: dict = {}
+        for m in cls.__members__.values():
+            if _holds_nan(m._value_):
+                keys.setdefault(_nan_key(m._value_), []).append(m)
+        found = frozenset(m for ms in keys.values() if len(ms) > 1 for m in ms)
+        _twins[cls] = found
+    return found
+
+
+def twin_error(member: Any) -> StateError:
+    cls = type(member)
+    return StateError(
+        f"enum {cls.__module__}.{cls.__qualname__} member {member.name} has the same NaN "
+        "value as another member, so a checkpoint cannot tell them apart; give each "
+        "member a distinct value"
+    )
 
 
 def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Callable[[Any], Any]:
@@ -207,13 +280,7 @@ def make_decoder(objs: list, enums: list, shared_placeholder: Any = None) -> Cal
             cls = enums[index] if 0 <= index < len(enums) else None
             if cls is None:
                 raise StateError(f"enum value refers to type #{index}, which is not an enum type")
-            try:
-                return cls(decode(value))
-            except ValueError as exc:
-                raise StateError(
-                    f"enum {cls.__module__}.{cls.__qualname__} has no member with value "
-                    f"{value!r} (was it removed or renumbered?)"
-                ) from exc
+            return enum_member(cls, decode(value))
         if tag == T_BIGINT:
             return as_bigint(payload)
         if tag == T_SLOT:

@@ -202,9 +202,14 @@ _stale = ""  # the first code an old core lacks
     "OP_PY OP_SCALAR OP_REF OP_ENUM OP_ANY OP_LIST OP_SET OP_DICT OP_TUPLE OP_FROZENSET "
     "OP_SAVE OP_VALUE OP_BYTEARRAY OP_ENUM_DYN"
 )
-E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF = _codes(
-    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE E_LIST E_LIST_REF"
+E_NONE, E_SCALAR, E_REF, E_ENUM, E_ANY, E_TUPLE, E_LIST, E_LIST_REF, E_NEST = _codes(
+    "E_NONE E_SCALAR E_REF E_ENUM E_ANY E_TUPLE E_LIST E_LIST_REF E_NEST"
 )
+# save: a nest program's nodes (E_NEST)
+SK_SCALAR, SK_REF, SK_ENUM, SK_LIST, SK_SET, SK_FROZENSET, SK_DICT = _codes(
+    "SK_SCALAR SK_REF SK_ENUM SK_LIST SK_SET SK_FROZENSET SK_DICT"
+)
+_SK_CONTAINERS = {K.LIST: SK_LIST, K.SET: SK_SET, K.FROZENSET: SK_FROZENSET, K.DICT: SK_DICT}
 _M_NONE, _M_BOOL, _M_INT, _M_FLOAT, _M_STR, _M_BYTES, _M_REF, _M_ENUM, _M_ANY = _codes(
     "M_NONE M_BOOL M_INT M_FLOAT M_STR M_BYTES M_REF M_ENUM M_ANY", bits=True
 )
@@ -343,7 +348,51 @@ def _elem_op(kind: Kind) -> tuple[int, int]:
             return E_LIST, _mask(_fast_types(inner.args[0].tag) | _NONE)
         if _is_ref(inner):
             return E_LIST_REF, 0
-    return E_NONE, 0  # nested kinds inside containers: the slot function
+    if _nest_prog(kind) is not None:  # containers deeper: the field's nest program
+        return E_NEST, 0
+    return E_NONE, 0  # other nested kinds inside containers: the slot function
+
+
+def _nest_prog(kind: Kind) -> tuple | None:
+    """The nest program (SK_* nodes ``(code, mask, enum class or None, a, b)``, a
+    container's nodes below it after it, node 0 the root) by which C tests and writes a
+    value of ``kind`` as typed's ``fit.fits`` and ``fit.compact`` do; None where a node
+    has no C writing (Any, tuples, bytearray, value codecs, an enum typed escapes) or
+    the annotation is deeper or larger than C takes."""
+    nodes: list = []
+
+    def add(k: Kind, depth: int) -> bool:
+        if depth >= MAX_ELEM_DEPTH or len(nodes) >= MAX_ELEM_NODES:
+            return False
+        if _is_ref(k):  # None is object 0
+            nodes.append((SK_REF, 0, None, -1, -1))
+            return True
+        none = 0
+        if k.tag is K.OPT:
+            k, none = k.args[0], _M_NONE
+        tag = k.tag
+        if tag in SCALARS:
+            nodes.append((SK_SCALAR, _mask(_fast_types(tag)) | none, None, -1, -1))
+            return True
+        if tag is K.ENUM:
+            if not _compact_enum(k.enum_cls):
+                return False
+            nodes.append((SK_ENUM, none, k.enum_cls, -1, -1))
+            return True
+        if tag not in _SK_CONTAINERS:
+            return False
+        at = len(nodes)
+        nodes.append(None)
+        below = []
+        for arg in k.args:
+            below.append(len(nodes))
+            if not add(arg, depth + 1):
+                return False
+        a, b = (*below, -1)[:2]  # items; or keys and values
+        nodes[at] = (_SK_CONTAINERS[tag], none, None, a, b)
+        return True
+
+    return tuple(nodes) if add(kind, 0) else None
 
 
 def _elem_arg(kind: Kind, op: int) -> Any:
@@ -354,6 +403,8 @@ def _elem_arg(kind: Kind, op: int) -> Any:
         return cls if _compact_enum(cls) else None
     if op == E_TUPLE and kind.tag is K.TUPLE:
         return tuple(map(_pos, kind.args))
+    if op == E_NEST:
+        return _nest_prog(kind)
     return None
 
 
@@ -397,8 +448,13 @@ _ENUM_VALUE = inspect.getattr_static(enum.Enum, "value")
 def _dyn_enum(cls: type) -> bool:
     """An enum typed always escapes (not compact), whose members dyn writes as
     ``{T_ENUM: [index, v.value]}``: C writes that with ``_value_``, which is what
-    ``v.value`` returns while the class keeps enum's own ``value``."""
-    return not _compact_enum(cls) and inspect.getattr_static(cls, "value", None) is _ENUM_VALUE
+    ``v.value`` returns while the class keeps enum's own ``value``.  An enum with NaN
+    twins is typed's: dyn refuses to save those members (``dyn.nan_twins``)."""
+    return (
+        not _compact_enum(cls)
+        and inspect.getattr_static(cls, "value", None) is _ENUM_VALUE
+        and not dyn.nan_twins(cls)
+    )
 
 
 def _pos(kind: Kind) -> Any:
@@ -440,7 +496,8 @@ def _field_arg(kind: Kind, op: int) -> Any:
     return None
 
 
-_LIST_OPS = (E_LIST, E_LIST_REF)  # element ops of nested lists: list items, dict values
+# element ops of nested containers (list items, dict values): none is a set item or key
+_NESTED_OPS = (E_LIST, E_LIST_REF, E_NEST)
 _OPTIONAL_OPS = (K.LIST, K.SET, K.FROZENSET, K.DICT, K.TUPLE, K.VARTUPLE, K.BYTEARRAY, K.ENUM)
 
 
@@ -491,7 +548,7 @@ def _kind_op(kind: Kind, optional: bool) -> tuple[int, int, int, int, int, int]:
         return OP_BYTEARRAY, 0, 0, 0, 0, 0
     if tag in (K.LIST, K.SET, K.FROZENSET):
         op, mask = _elem_op(kind.args[0])
-        if op == E_NONE or (op in _LIST_OPS and tag is not K.LIST):  # unhashable items
+        if op == E_NONE or (op in _NESTED_OPS and tag is not K.LIST):  # unhashable items
             return py
         return {K.LIST: OP_LIST, K.SET: OP_SET, K.FROZENSET: OP_FROZENSET}[tag], 0, op, mask, 0, 0
     if tag is K.DICT:
@@ -499,7 +556,7 @@ def _kind_op(kind: Kind, optional: bool) -> tuple[int, int, int, int, int, int]:
         vop, vmask = _elem_op(kind.args[1])
         if E_NONE in (kop, vop) or (kop == E_TUPLE and vop == E_TUPLE):  # one tuple side
             return py
-        if kop in _LIST_OPS:  # an unhashable key
+        if kop in _NESTED_OPS:  # an unhashable key (or a frozenset: not in C)
             return py
         return OP_DICT, 0, kop, kmask, vop, vmask
     if tag in (K.TUPLE, K.VARTUPLE):

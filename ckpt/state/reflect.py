@@ -179,10 +179,7 @@ def _compact_field(objs: list, decode: Any, escapes: bool) -> Any:
         if tag is K.BYTEARRAY:
             return dyn.as_bytearray(raw)
         if tag is K.ENUM:
-            try:
-                return kind.enum_cls(raw)
-            except ValueError:
-                return dyn.EnumMembers(kind.enum_cls)[raw]  # raises, naming the enum
+            return dyn.enum_member(kind.enum_cls, raw)
         if tag is K.VALUE:
             if raw is None and kind.codec.items is not None:
                 return None  # a shared container's other place (patched after loading)
