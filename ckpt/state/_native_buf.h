@@ -144,7 +144,7 @@ static inline int w_byte(Buf *b, uint8_t c)
     return 0;
 }
 
-CKPT_INLINE int w_uint(Buf *b, uint64_t v)
+CKPT_INLINE_NEW int w_uint(Buf *b, uint64_t v)
 {
     if (v < 128)
         return w_byte(b, (uint8_t)v);
@@ -157,7 +157,7 @@ CKPT_INLINE int w_uint(Buf *b, uint64_t v)
     return w_head(b, MP_UINT64, v, 8);
 }
 
-CKPT_INLINE int w_int(Buf *b, int64_t v)
+CKPT_INLINE_NEW int w_int(Buf *b, int64_t v)
 {
     if (v >= 0)
         return w_uint(b, (uint64_t)v);
@@ -193,6 +193,26 @@ static inline Py_ssize_t array_head_len(Py_ssize_t n)
 static inline int w_array(Buf *b, Py_ssize_t n)
 {
     return w_len(b, n, MP_FIXARRAY, MP_FIX_ITEMS, MP_ARRAY16, MP_ARRAY32);
+}
+
+/* The array whose header, at offset `at`, said `said` items holds `wrote`: where Python
+ * code run while a live list's items were written resized the list, the header is
+ * rewritten (moving the items when its length changes) to what iterating the list in
+ * Python, as typed's code does, writes.  0, -1 on error. */
+static int fix_array(Buf *b, Py_ssize_t at, Py_ssize_t said, Py_ssize_t wrote)
+{
+    if (said == wrote)
+        return 0;
+    Py_ssize_t was = array_head_len(said), now = array_head_len(wrote);
+    if (now > was && reserve(b, now - was) < 0)
+        return -1;
+    if (now != was)
+        memmove(b->data + at + now, b->data + at + was, (size_t)(b->len - at - was));
+    Py_ssize_t end = b->len + now - was;
+    b->len = at;
+    int r = w_array(b, wrote);
+    b->len = end;
+    return r;
 }
 
 static inline int w_map(Buf *b, Py_ssize_t n)

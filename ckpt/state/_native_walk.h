@@ -374,10 +374,10 @@ static int w_dyn_python(Walk *w, Buf *b, PyObject *v, PyObject *owner)
 
 static int w_dyn_items(Walk *w, Buf *b, PyObject *list, PyObject *owner, int depth)
 {
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    Py_ssize_t n = PyList_GET_SIZE(list), at = b->len, i;
     if (w_array(b, n) < 0)
         return -1;
-    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(list); i++) {
+    for (i = 0; i < PyList_GET_SIZE(list); i++) { /* the live size: see fix_array */
         PyObject *x = PyList_GET_ITEM(list, i);
         Py_INCREF(x);
         int r = w_dyn(w, b, x, owner, depth + 1);
@@ -385,7 +385,7 @@ static int w_dyn_items(Walk *w, Buf *b, PyObject *list, PyObject *owner, int dep
         if (r < 0)
             return -1;
     }
-    return 0;
+    return fix_array(b, at, n, i);
 }
 
 /* {tag: [items]} for a snapshot of a set or frozenset. */
@@ -521,7 +521,7 @@ static inline PyObject *enum_value(Walk *w, PyObject *x)
 }
 
 static CKPT_NOINLINE int w_pos_items(Walk *w, Buf *b, Field *f, PyObject *x, PyObject *owner);
-static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n);
+static int w_ref_items(Walk *w, Buf *b, PyObject *v);
 
 /* Whether x fits node i of a nest program (E_NEST) and the nodes below it, as typed's
  * fit.fits(kind) tests it: exact types, ints within 64 bits.  The recursion follows the
@@ -703,10 +703,8 @@ static int w_elem(Walk *w, Buf *b, Field *f, int op, PyObject *x, PyObject *owne
             return seen_again(w, x) < 0 ? -1 : w_byte(b, MP_NIL);
         if (memo_hold(w, x, owner) < 0)
             return -1;
-        if (op == E_LIST_REF) {
-            Py_ssize_t n = PyList_GET_SIZE(x);
-            return w_array(b, n) < 0 ? -1 : w_ref_items(w, b, x, n);
-        }
+        if (op == E_LIST_REF)
+            return w_ref_items(w, b, x);
         if (w_array(b, PyList_GET_SIZE(x)) < 0)
             return -1;
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(x); i++) { /* scalars: no Python runs */
@@ -920,11 +918,13 @@ static int w_fallback(Walk *w, Buf *b, Field *f, PyObject *obj)
  * id up again (a list of one shared object: the id table's lookup was a third of the
  * item's cost).  `last` cannot be another object at a recycled address: every object
  * with an id is held by w->objects until the walk is released. */
-static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n)
+static int w_ref_items(Walk *w, Buf *b, PyObject *v)
 {
     PyObject *last = NULL;
-    Py_ssize_t id = 0;
-    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
+    Py_ssize_t id = 0, n = PyList_GET_SIZE(v), at = b->len, i;
+    if (w_array(b, n) < 0)
+        return -1;
+    for (i = 0; i < PyList_GET_SIZE(v); i++) { /* the live size: see fix_array */
         PyObject *x = PyList_GET_ITEM(v, i);
         if (x != last) {
             Py_INCREF(x); /* discovering may run Python that empties the list */
@@ -937,17 +937,17 @@ static int w_ref_items(Walk *w, Buf *b, PyObject *v, Py_ssize_t n)
         if (w_uint(b, (uint64_t)id) < 0)
             return -1;
     }
-    return 0;
+    return fix_array(b, at, n, i);
 }
 
 static int w_list_items(Walk *w, Buf *b, Field *f, PyObject *v, int op, PyObject *owner)
 {
-    Py_ssize_t n = PyList_GET_SIZE(v);
+    if (op == E_REF)
+        return w_ref_items(w, b, v);
+    Py_ssize_t n = PyList_GET_SIZE(v), at = b->len, i;
     if (w_array(b, n) < 0)
         return -1;
-    if (op == E_REF)
-        return w_ref_items(w, b, v, n);
-    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
+    for (i = 0; i < PyList_GET_SIZE(v); i++) { /* the live size: see fix_array */
         PyObject *x = PyList_GET_ITEM(v, i);
         Py_INCREF(x);
         int r = w_elem(w, b, f, op, x, owner);
@@ -955,7 +955,7 @@ static int w_list_items(Walk *w, Buf *b, Field *f, PyObject *v, int op, PyObject
         if (r < 0)
             return -1;
     }
-    return 0;
+    return fix_array(b, at, n, i);
 }
 
 /* A set or frozenset of scalars, read in place: writing a scalar runs no Python code. */
