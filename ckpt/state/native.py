@@ -622,33 +622,51 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
         def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
             return ctx.dyn(value, owner)
 
-        # the root self-describing, in C (ctx.dyn's encoding and discovery order; a
-        # registered class the walk has not met yet is discovered there too)
-        root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
-            walk.run(ctx, enc, stats)
+            if _SAVE_IN_C:  # the root, the rows and (a type table met before) the frame
+                data = walk.save(ctx, enc, root, graph.ROOT_OWNER, stats, _prefixes, _VERSION)
+                if type(data) is tuple:
+                    data = _assemble(walk, root, data[0])
+            else:
+                data = _save_in_steps(walk, ctx, enc, root, stats)
         except StateError as exc:
             failed = walk.failed
             if failed is None:
                 raise
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
-        prefix, suffix = _head_and_tail(walk, root, root_bytes)
-        if _FRAME_IN_C:  # C knows wire.py's header: it frames the stream in the same call
-            data = walk.assemble(w.HEADER_SIZE, prefix, suffix, w.FORMAT_VERSION)
-        else:
-            data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
-            # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
-            # instructions than zlib's loop on a 1 MiB stream)
-            crc = walk.crc32(data, w.HEADER_SIZE)
-            header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
-            _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
         _pending_walks.pop(id(ctx), None)
         walk.release()
         if not _idle_walks:
             _idle_walks.append(walk)
+
+
+_SAVE_IN_C = _core is not None and hasattr(_core.Walk, "save")  # else: a core built before it
+_VERSION = w.FORMAT_VERSION if _FRAME_IN_C else -1  # -1: C leaves the framing to Python
+
+
+def _save_in_steps(walk: Any, ctx: Any, enc: Any, root: Any, stats: Stats | None) -> bytes:
+    """``walk.save`` for a core built before it: the root self-describing, in C (ctx.dyn's
+    encoding and discovery order), then every pending object, then the frame."""
+    root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
+    walk.run(ctx, enc, stats)
+    return _assemble(walk, root, root_bytes)
+
+
+def _assemble(walk: Any, root: Any, root_bytes: bytes) -> bytes:
+    """The framed stream of a walk that has run, its head and tail made in Python."""
+    prefix, suffix = _head_and_tail(walk, root, root_bytes)
+    if _FRAME_IN_C:  # C knows wire.py's header: it frames the stream in the same call
+        return walk.assemble(w.HEADER_SIZE, prefix, suffix, w.FORMAT_VERSION)
+    data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
+    # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
+    # instructions than zlib's loop on a 1 MiB stream)
+    crc = walk.crc32(data, w.HEADER_SIZE)
+    header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
+    _core.set_header(data, header)
+    return data
 
 
 # A released walk kept for the next save in this interpreter (a module global: one per
