@@ -1541,9 +1541,6 @@ static int get_buffer(PyObject *data, Py_buffer *buf)
     return 0;
 }
 
-/* read_fill(shells, body, start, plan, objs, ctx) -> offset after the last row.
- * shells: the type's objects in row order; start: the payload offset of its first
- * row; plan as for _native.fill. */
 /* An L_VALUE entry's arg, (VK_*, class or None, extra or None), into the field; the
  * datetime C API is imported on first use (a stream of such fields means the module is
  * loaded already). */
@@ -1727,30 +1724,160 @@ fail:
     return -1;
 }
 
-static PyObject *read_fill(PyObject *mod, PyObject *args)
+/* A fill plan parsed once (read_plan): the entries read_fill parsed from the plan's
+ * tuples on every call (~3.4k instructions, and getargs' code for a cold load to fetch),
+ * kept with the tuple whose objects its entries borrow. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan; /* the tuple parsed (strong); NULL once cleared: unusable */
+    LField *fs;
+    Py_ssize_t n, nrow;
+    int has_dict, frozen, direct, sequential;
+} FillPlan;
+
+static void fields_free(LField *fs, Py_ssize_t n)
 {
-    PyObject *shells, *body, *plan, *entries;
-    Py_ssize_t start;
-    Fill fl = {.st = ckpt_state_of(mod)};
-    if (!PyArg_ParseTuple(args, "O!OnO!O!O", &PyList_Type, &shells, &body, &start, &PyTuple_Type,
-                          &plan, &PyList_Type, &fl.objs, &fl.ctx))
-        return NULL;
+    for (Py_ssize_t j = 0; fs && j < n; j++)
+        PyMem_Free(fs[j].prog);
+    PyMem_Free(fs);
+}
+
+/* plan (has_dict, frozen, nrow, entries[, escapes]) into fl: its entries parsed into a
+ * new fl->fs (the caller frees it with fields_free).  0, or -1 with an error. */
+static int plan_parse(Fill *fl, PyObject *plan)
+{
+    PyObject *entries;
     int escapes = 0; /* the stream lists the type as holding slot escapes */
-    if (!PyArg_ParseTuple(plan, "ipnO!|p", &fl.has_dict, &fl.frozen, &fl.nrow, &PyTuple_Type,
+    if (!PyTuple_Check(plan)) {
+        PyErr_SetString(PyExc_TypeError, "a fill plan must be a tuple or a parsed plan");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(plan, "ipnO!|p", &fl->has_dict, &fl->frozen, &fl->nrow, &PyTuple_Type,
                           &entries, &escapes))
+        return -1;
+    fl->direct = fl->has_dict == 2;
+    if (fl->direct)
+        fl->has_dict = 0;
+    fl->n = PyTuple_GET_SIZE(entries);
+    if (!(fl->fs = PyMem_Calloc(fl->n ? fl->n : 1, sizeof(LField)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (fill_parse(fl, entries) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < fl->n; j++)
+        fl->fs[j].escapes = escapes;
+    return 0;
+}
+
+static int fillplan_traverse(FillPlan *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->plan);
+    return 0;
+}
+
+static int fillplan_clear(FillPlan *p)
+{
+    fields_free(p->fs, p->n);
+    p->fs = NULL;
+    p->n = 0;
+    Py_CLEAR(p->plan);
+    return 0;
+}
+
+static void fillplan_dealloc(FillPlan *p)
+{
+    PyObject_GC_UnTrack(p);
+    fillplan_clear(p);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyTypeObject FillPlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt.state._native.FillPlan",
+    .tp_basicsize = sizeof(FillPlan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)fillplan_dealloc,
+    .tp_traverse = (traverseproc)fillplan_traverse,
+    .tp_clear = (inquiry)fillplan_clear,
+    .tp_doc = "A fill plan parsed once (read_plan), for read_fill.",
+};
+
+/* read_plan(plan) -> FillPlan: the plan tuple parsed and checked as read_fill does. */
+static PyObject *read_plan(PyObject *mod, PyObject *plan)
+{
+    if (!(FillPlanType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&FillPlanType) < 0)
         return NULL;
-    fl.direct = fl.has_dict == 2;
-    if (fl.direct)
-        fl.has_dict = 0;
-    Py_buffer buf;
-    if (get_buffer(body, &buf) < 0)
+    Fill fl = {.st = ckpt_state_of(mod)};
+    if (plan_parse(&fl, plan) < 0) {
+        fields_free(fl.fs, fl.n);
         return NULL;
+    }
+    FillPlan *p = PyObject_GC_New(FillPlan, &FillPlanType);
+    if (!p) {
+        fields_free(fl.fs, fl.n);
+        return NULL;
+    }
+    p->plan = Py_NewRef(plan);
+    p->fs = fl.fs;
+    p->n = fl.n;
+    p->nrow = fl.nrow;
+    p->has_dict = fl.has_dict;
+    p->frozen = fl.frozen;
+    p->direct = fl.direct;
+    p->sequential = fl.sequential;
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
+/* read_fill(shells, body, start, plan, objs, ctx) -> offset after the last row.
+ * shells: the type's objects in row order (a list); start: the payload offset of its
+ * first row; plan: a FillPlan (read_plan) or its tuple, parsed for this call. */
+static PyObject *read_fill(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_fill(shells: list, body, start, plan, objs: list, ctx) expected");
+        return NULL;
+    }
+    PyObject *shells = args[0], *body = args[1], *plan = args[3];
+    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Fill fl = {.st = ckpt_state_of(mod), .objs = args[4], .ctx = args[5]};
     PyObject *result = NULL;
-    fl.n = PyTuple_GET_SIZE(entries);
-    fl.fs = PyMem_Calloc(fl.n ? fl.n : 1, sizeof(LField));
-    fl.at = PyMem_Calloc(fl.nrow ? fl.nrow : 1, sizeof(uint8_t *));
+    LField *owned = NULL; /* fields parsed for this call only */
+    if (Py_IS_TYPE(plan, &FillPlanType)) {
+        FillPlan *p = (FillPlan *)plan;
+        if (!p->plan) {
+            PyErr_SetString(PyExc_ValueError, "read_fill: a cleared plan");
+            return NULL;
+        }
+        fl.fs = p->fs;
+        fl.n = p->n;
+        fl.nrow = p->nrow;
+        fl.has_dict = p->has_dict;
+        fl.frozen = p->frozen;
+        fl.direct = p->direct;
+        fl.sequential = p->sequential;
+        Py_INCREF(plan); /* its fields stay while they are read */
+    }
+    else {
+        int rc = plan_parse(&fl, plan);
+        owned = fl.fs;
+        if (rc < 0) {
+            fields_free(owned, fl.n);
+            return NULL;
+        }
+        plan = NULL;
+    }
+    Py_buffer buf;
+    if (get_buffer(body, &buf) < 0) {
+        Py_XDECREF(plan);
+        fields_free(owned, fl.n);
+        return NULL;
+    }
     uint8_t *ahead_ops = NULL;
-    if (!fl.fs || !fl.at) {
+    if (!fl.sequential && !(fl.at = PyMem_Calloc(fl.nrow ? fl.nrow : 1, sizeof(uint8_t *)))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1758,10 +1885,6 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "ckpt native: bad row offset");
         goto done;
     }
-    if (fill_parse(&fl, entries) < 0)
-        goto done;
-    for (Py_ssize_t j = 0; j < fl.n; j++)
-        fl.fs[j].escapes = escapes;
     if (fl.direct && PyList_GET_SIZE(shells) > 0) {
         fl.keys = ckpt_store_keys(Py_TYPE(PyList_GET_ITEM(shells, 0)));
         fl.ix = fl.keys ? PyMem_Calloc(fl.n ? fl.n : 1, sizeof(Py_ssize_t)) : NULL;
@@ -1782,12 +1905,11 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     result = PyLong_FromSsize_t(r.p - r.base);
 done:
     PyMem_Free(ahead_ops);
-    for (Py_ssize_t j = 0; fl.fs && j < fl.n; j++)
-        PyMem_Free(fl.fs[j].prog);
-    PyMem_Free(fl.fs);
+    fields_free(owned, fl.n);
     PyMem_Free(fl.ix);
     PyMem_Free(fl.at);
     PyBuffer_Release(&buf);
+    Py_XDECREF(plan);
     return result;
 }
 
@@ -2024,10 +2146,16 @@ static PyObject *read_shells_checked(PyObject *mod, PyObject *args)
     return read_shells(mod, args);
 }
 
-static PyObject *read_fill_checked(PyObject *mod, PyObject *args)
+static PyObject *read_fill_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     CONFIGURED
-    return read_fill(mod, args);
+    return read_fill(mod, args, nargs);
+}
+
+static PyObject *read_plan_checked(PyObject *mod, PyObject *plan)
+{
+    CONFIGURED
+    return read_plan(mod, plan);
 }
 
 PyMethodDef native_read_methods[] = {
@@ -2039,7 +2167,9 @@ PyMethodDef native_read_methods[] = {
      "Find the payload's nine items and each type's rows; check its structure."},
     {"read_shells", read_shells_checked, METH_VARARGS,
      "Create every object without __init__ from the type_seq bytes."},
-    {"read_fill", read_fill_checked, METH_VARARGS,
+    {"read_fill", (PyCFunction)(void (*)(void))read_fill_checked, METH_FASTCALL,
      "Fill one type's objects from its rows, decoded from the bytes."},
+    {"read_plan", read_plan_checked, METH_O,
+     "A fill plan parsed once, for read_fill (which parses a tuple plan on every call)."},
     {NULL},
 };

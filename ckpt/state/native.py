@@ -1054,6 +1054,11 @@ def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
     return ctx
 
 
+# a fill plan parsed once by C, kept with the head (a core built before read_plan takes
+# the tuple and parses it on every read_fill call)
+_parsed = getattr(_core, "read_plan", None) or (lambda plan: plan)
+
+
 class _Head:
     """What a stream's head (version, engine, encoding, type table, and its shared
     locations and flags) resolves to, apart from the per-stream object counts."""
@@ -1065,7 +1070,8 @@ class _Head:
         self.classes, self.enums = loaded.classes, loaded.enums
         self.names = [p.schema.name if p is not None else "" for p in loaded.plans]
         self.cplans = [
-            None if p is None else _load_plan(p, p.index in loaded.escaped) for p in loaded.plans
+            None if p is None else _parsed(_load_plan(p, p.index in loaded.escaped))
+            for p in loaded.plans
         ]
         self.hooked = graph.hooked_classes(loaded)
         # what the registry must still say: (class, its TypeInfo) or (enum name, enum)

@@ -83,7 +83,7 @@ def test_a_failed_save_names_the_object_and_the_next_save_works() -> None:
     class Unsavable:
         pass
 
-    with pytest.raises(StateError, match="tests.fixed.Holder"):
+    with pytest.raises(StateError, match=r"tests\.fixed\.Holder"):
         state.dumps(Holder({}, [Unsavable()]), engine="native")  # type: ignore[list-item]
     root = _roots()[1]
     assert state.dumps(root, engine="native") == state.dumps(root, engine="typed")
@@ -100,3 +100,84 @@ def test_walk_save_checks_its_arguments() -> None:
             walk.save(None, None, None, None, None, {}, 256)
     finally:
         walk.release()
+
+
+@state.savable(name="tests.fixed.Frozen")
+@dataclasses.dataclass(frozen=True, eq=False)
+class Frozen:
+    value: int = 0
+    leaf: Leaf | None = None
+
+
+@state.savable(name="tests.fixed.Noisy")
+@dataclasses.dataclass(eq=False)
+class Noisy:
+    """A class with its own __setattr__: its fields are stored through it."""
+
+    value: int = 0
+    name: str = ""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+
+def _fill_call(data: bytes, monkeypatch: pytest.MonkeyPatch, cls: type) -> tuple:
+    """The arguments of the read_fill call that fills the ``cls`` objects of ``data``."""
+    calls = []
+    real = native._core.read_fill
+
+    def fill(shells: list, body: Any, start: int, plan: Any, objs: list, ctx: Any) -> Any:
+        if shells and type(shells[0]) is cls:
+            calls.append((shells, bytes(body), start, plan, list(objs), ctx))
+        return real(shells, body, start, plan, objs, ctx)
+
+    monkeypatch.setattr(native._core, "read_fill", fill)
+    state.loads(data, engine="native")
+    monkeypatch.undo()
+    return calls[-1]
+
+
+@pytest.mark.parametrize(
+    ("make", "cls"),
+    [
+        (lambda: Holder({i: Leaf(i) for i in range(5)}, [Leaf(9)], 3), Holder),
+        (lambda: [Frozen(1, Leaf(2)), Frozen(3)], Frozen),
+        (lambda: [Noisy(1, "a"), Noisy(2, "b")], Noisy),
+    ],
+)
+def test_a_parsed_plan_fills_as_its_tuple(
+    monkeypatch: pytest.MonkeyPatch, make: Any, cls: type
+) -> None:
+    """Loads hand read_fill the plan parsed once (read_plan); filling fresh shells with
+    it and with the tuple it was parsed from gives the same fields and end offset as
+    the load itself."""
+    data = state.dumps(make(), engine="native")
+    state.loads(data, engine="native")  # the head known: its parsed plans kept
+    shells, body, start, plan, objs, ctx = _fill_call(data, monkeypatch, cls)
+    assert type(plan).__name__ == "FillPlan"
+    results = []
+    for used in (plan, _tuple_of(cls)):
+        fresh = [object.__new__(cls) for _ in shells]
+        swap = {id(old): new for old, new in zip(shells, fresh, strict=True)}
+        table = [swap.get(id(o), o) for o in objs]
+        end = native._core.read_fill(fresh, body, start, used, table, ctx)
+        results.append((end, [dict(vars(o)) for o in fresh]))
+    assert results[0] == results[1]
+    assert results[0][1] == [dict(vars(o)) for o in shells]
+
+
+def _tuple_of(cls: type) -> tuple:
+    """The tuple plan native._load_plan cached for the class's one stream layout."""
+    from ckpt.state import schema
+
+    (plan,) = schema.schema_of(cls).info.__dict__["_native_load"].values()
+    return plan
+
+
+def test_read_plan_refuses_what_read_fill_refuses() -> None:
+    with pytest.raises(TypeError):
+        native._core.read_plan([0, 0, 0, ()])
+    with pytest.raises(SystemError):
+        native._core.read_plan((0, False, 0, (("x", 5, 0, 0, None, 0, None, None),)))
+    with pytest.raises(TypeError):
+        native._core.read_fill([], b"", 0, None, [], None)
