@@ -1037,21 +1037,28 @@ def _fill_all(
 
 
 def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
-    """typed's ``LoadCtx``, its decoder built on the first call: only slot code and a
-    root other than one object use it.  The bindings are ``LoadCtx.__init__``'s."""
-    ctx = typed.LoadCtx.__new__(typed.LoadCtx)
+    """typed's ``LoadCtx``, its decoder built at the first read of ``dyn``: only slot
+    code and a root other than one object use it.  The bindings are
+    ``LoadCtx.__init__``'s."""
+    ctx = _PendingLoadCtx.__new__(_PendingLoadCtx)
     ctx.objs = objs
     ctx.oget = objs.__getitem__
-    built: list = []
-
-    def lazy(raw: Any) -> Any:
-        if not built:
-            built.append(dyn.make_decoder(objs, enums))
-            ctx.dyn = built[0]
-        return built[0](raw)
-
-    ctx.dyn = lazy
+    ctx.enums = enums
     return ctx
+
+
+class _PendingLoadCtx(typed.LoadCtx):
+    """A ``LoadCtx`` whose decoder is made when first read.  (A closure that set
+    ``ctx.dyn`` on its first call held the context it belonged to: every load left a
+    reference cycle for the cyclic GC, its objects never freed by the load.)"""
+
+    __slots__ = ("enums",)
+
+    def __getattr__(self, name: str) -> Any:  # a binding not set yet: only dyn is made
+        if name != "dyn":
+            raise AttributeError(name)
+        self.dyn = decoder = dyn.make_decoder(self.objs, self.enums)
+        return decoder
 
 
 # a fill plan parsed once by C, kept with the head (a core built before read_plan takes

@@ -6,6 +6,7 @@ before them), the stream is typed's byte for byte and loads back the same."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 from typing import Any
 
 import pytest
@@ -181,3 +182,32 @@ def test_read_plan_refuses_what_read_fill_refuses() -> None:
         native._core.read_plan((0, False, 0, (("x", 5, 0, 0, None, 0, None, None),)))
     with pytest.raises(TypeError):
         native._core.read_fill([], b"", 0, None, [], None)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_load_leaves_no_garbage_for_the_cyclic_gc(index: int) -> None:
+    """A load whose slots and root need no decoder makes no reference cycle: what it
+    built and dropped is freed at once, not left for a collection."""
+    data = state.dumps(_roots()[index], engine="native")
+    state.loads(data, engine="native")  # the head known
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        root = state.loads(data, engine="native")
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()
+    assert type(root) is type(_roots()[index])
+
+
+def test_the_decoder_is_made_when_slot_code_reads_it() -> None:
+    """The load context makes its dyn decoder at the first read, and only ``dyn``."""
+    objs: list = [None]
+    ctx = native._load_ctx(objs, [])
+    assert ctx.oget(0) is None
+    assert ctx.dyn([1, "a", None]) == [1, "a", None]
+    assert ctx.dyn is ctx.dyn  # made once
+    with pytest.raises(AttributeError):
+        ctx.other  # noqa: B018
