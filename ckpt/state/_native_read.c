@@ -2020,6 +2020,65 @@ done:
     return result;
 }
 
+/* read_open(body, t_ref) -> (spans, type_seq, rows, head_key, root_ref): read_split's
+ * result, and what a load looks up in Python before it reads a row: head_key, the
+ * bytes from the version to the end of the type table when nothing is shared and no
+ * flag is set (the shared and flags items exactly [] and {}), else None; root_ref, the
+ * object id of a root written {t_ref: id} with a fixint id, else -1.  Python read these
+ * with six memoryview operations a load. */
+static PyObject *read_open(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "read_open(body, t_ref: int) expected");
+        return NULL;
+    }
+    long tref = PyLong_AsLong(args[1]);
+    if (tref < 0 || tref > 0x7f) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "read_open: t_ref must be a positive fixint");
+        return NULL;
+    }
+    PyObject *split = read_split(mod, args[0]);
+    if (!split)
+        return NULL;
+    Py_buffer buf;
+    if (get_buffer(args[0], &buf) < 0) {
+        Py_DECREF(split);
+        return NULL;
+    }
+    PyObject *result = NULL, *key = NULL, *ref = NULL;
+    PyObject *spans = PyTuple_GET_ITEM(split, 0);
+    Py_ssize_t at[9][2];
+    for (int i = 0; i < 9; i++)
+        for (int k = 0; k < 2; k++) {
+            at[i][k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(spans, i), k));
+            if (at[i][k] < 0 || at[i][k] > buf.len) { /* read_split made them: in range */
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_SystemError, "ckpt native: bad span");
+                goto done;
+            }
+        }
+    const uint8_t *p = buf.buf;
+    Py_ssize_t sh = at[7][0]; /* SHARED, then FLAGS */
+    if (at[8][1] == sh + 2 && p[sh] == 0x90 && p[sh + 1] == 0x80)
+        key = PyBytes_FromStringAndSize((const char *)p + at[0][0], at[3][1] - at[0][0]);
+    else
+        key = Py_NewRef(Py_None);
+    Py_ssize_t r0 = at[6][0], id = -1; /* ROOT */
+    if (at[6][1] - r0 == 3 && p[r0] == 0x81 && p[r0 + 1] == (uint8_t)tref && p[r0 + 2] < 0x80)
+        id = p[r0 + 2];
+    ref = key ? PyLong_FromSsize_t(id) : NULL;
+    if (ref)
+        result = PyTuple_Pack(5, spans, PyTuple_GET_ITEM(split, 1), PyTuple_GET_ITEM(split, 2),
+                              key, ref);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(ref);
+    PyBuffer_Release(&buf);
+    Py_DECREF(split);
+    return result;
+}
+
 /* read_shells(classes, names, counts, body, start, n) -> (objs, per_type): every object
  * created empty with object.__new__, from the n type indices at payload offset start
  * (checked by read_split to be n values); counts[t] is type t's row count. */
@@ -2140,6 +2199,12 @@ static PyObject *read_split_checked(PyObject *mod, PyObject *data)
     return read_split(mod, data);
 }
 
+static PyObject *read_open_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    CONFIGURED
+    return read_open(mod, args, nargs);
+}
+
 static PyObject *read_shells_checked(PyObject *mod, PyObject *args)
 {
     CONFIGURED
@@ -2165,6 +2230,8 @@ PyMethodDef native_read_methods[] = {
      "set_load_ahead_min(n) -> previous: the object count from which fill reads ahead."},
     {"read_split", read_split_checked, METH_O,
      "Find the payload's nine items and each type's rows; check its structure."},
+    {"read_open", (PyCFunction)(void (*)(void))read_open_checked, METH_FASTCALL,
+     "read_split's result with the head's key and the root's object id."},
     {"read_shells", read_shells_checked, METH_VARARGS,
      "Create every object without __init__ from the type_seq bytes."},
     {"read_fill", (PyCFunction)(void (*)(void))read_fill_checked, METH_FASTCALL,

@@ -970,11 +970,15 @@ def loads(data: Any, stats: Stats | None) -> Any:
     if not _READS_BYTES:  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
     body = _frame_body(data)
-    spans, tseq, row_spans = _core.read_split(body)
-    known = _known_head(body, spans)
+    if _OPEN_IN_C:  # the split, the head's key and the root's id in one call
+        spans, tseq, row_spans, key, root_ref = _core.read_open(body, w.T_REF)
+        known = _known(key)
+    else:
+        spans, tseq, row_spans = _core.read_split(body)
+        known, root_ref = _known_head(body, spans), None
     if known is not None:
         row_counts = known.row_counts(tseq, row_spans)
-        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats)
+        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, None, root_ref)
     head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
     types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
     table = type_tables.lookup(types_raw)  # a table met before: no decoding, no matching
@@ -986,7 +990,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
     if loaded.shared:  # shared locations name objects: apply_shared needs their types
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
     known = _Head(loaded, type_tables.lookup(types_raw) if table is None else table)
-    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded)
+    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded, root_ref)
     if known.type_names and not loaded.shared and not loaded.escaped:
         _remember_head(body, spans, known)
     return root
@@ -1001,9 +1005,11 @@ def _fill_all(
     known: _Head,
     stats: Stats | None,
     loaded: graph.Loaded | None = None,
+    root_ref: int | None = None,
 ) -> Any:
     """Make the shells, fill them type by type, and resolve the root (and, for a
-    ``loaded`` stream, its shared locations)."""
+    ``loaded`` stream, its shared locations).  ``root_ref``: read_open's root id (-1:
+    not one object), or None to read it here."""
     objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
     ctx = _load_ctx(objs, known.enums)
     fill, cplans = _core.read_fill, known.cplans
@@ -1020,10 +1026,12 @@ def _fill_all(
             fill(shells, body, row_spans[t][0], cplan, objs, ctx)
             stats.add(known.names[t], stats.clock() - begin, len(shells))
     at, end = spans[w.ROOT]
-    if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
-        ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
-    else:
-        ref = -1
+    ref = root_ref
+    if ref is None:
+        if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
+            ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
+        else:
+            ref = -1
     if 0 <= ref < len(objs):
         root = objs[ref]  # one object, as ctx.dyn reads it
     else:
@@ -1125,7 +1133,20 @@ def _known_head(body: memoryview, spans: Any) -> _Head | None:
     at = spans[w.SHARED][0]
     if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
         return None  # not _NOTHING_SHARED
-    known = _heads.get(body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes())
+    return _known(body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes())
+
+
+# the C core splits the payload and reads the head's key and root id in one call (a core
+# built before read_open: read_split, and the rest from the memoryview in Python)
+_OPEN_IN_C = _core is not None and hasattr(_core, "read_open")
+
+
+def _known(key: bytes | None) -> _Head | None:
+    """The head ``key`` (version..type table bytes) resolved to before, if any and the
+    registry still agrees."""
+    if key is None:
+        return None
+    known = _heads.get(key)
     if known is not None and not known.current():
         _heads.clear()  # the registry changed: every head may name a class it let go
         return None

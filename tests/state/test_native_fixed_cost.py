@@ -9,6 +9,7 @@ import dataclasses
 import gc
 from typing import Any
 
+import msgspec
 import pytest
 
 from ckpt import state
@@ -211,3 +212,65 @@ def test_the_decoder_is_made_when_slot_code_reads_it() -> None:
     assert ctx.dyn is ctx.dyn  # made once
     with pytest.raises(AttributeError):
         ctx.other  # noqa: B018
+
+
+def _python_open(body: memoryview) -> tuple:
+    """What loads read from the memoryview before read_open: the split, the head's key
+    (None unless nothing is shared and no flag set) and the root's object id."""
+    from ckpt.state import wire as w
+
+    spans, tseq, rows = native._core.read_split(body)
+    at = spans[w.SHARED][0]
+    plain = spans[w.FLAGS][1] == at + 2 and body[at] == 0x90 and body[at + 1] == 0x80
+    key = body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes() if plain else None
+    at, end = spans[w.ROOT]
+    one = end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80
+    return spans, tseq, rows, key, body[at + 2] if one else -1
+
+
+@pytest.mark.parametrize("index", range(len(_roots())))
+def test_read_open_reads_what_python_read(index: int) -> None:
+    from ckpt.state import wire as w
+
+    body = native._frame_body(state.dumps(_roots()[index], engine="native"))
+    opened = native._core.read_open(body, w.T_REF)
+    assert opened == _python_open(body)
+    if index == 0:  # one object: its id; the head's key known
+        assert opened[4] == 1 and opened[3] is not None
+    if index in (2, 3):  # an escape (a flag) and a shared location: no key
+        assert opened[3] is None
+
+
+@pytest.mark.parametrize("index", range(len(_roots())))
+def test_loads_without_read_open_are_the_same(monkeypatch: pytest.MonkeyPatch, index: int) -> None:
+    data = state.dumps(_roots()[index], engine="native")
+    with_open = state.dumps(state.loads(data, engine="native"), engine="typed")
+    monkeypatch.setattr(native, "_OPEN_IN_C", False)
+    assert state.dumps(state.loads(data, engine="native"), engine="typed") == with_open
+
+
+def test_read_open_checks_its_arguments() -> None:
+    body = native._frame_body(state.dumps(Leaf(1), engine="native"))
+    with pytest.raises(TypeError):
+        native._core.read_open(body)
+    with pytest.raises(ValueError):
+        native._core.read_open(body, 0x80)
+    with pytest.raises(StateError):
+        native._core.read_open(b"\x90", 0)
+
+
+def test_a_head_met_before_is_not_taken_for_other_flags() -> None:
+    """A stream whose flags item is one byte but not the empty map (nil here) is not
+    the head met before: it is validated, and its wrong flags refused."""
+    from ckpt.state import wire as w
+
+    data = state.dumps(Leaf(1), engine="native")
+    state.loads(data, engine="native")  # the head known
+    body = bytearray(native._frame_body(data))
+    assert body[-2:] == b"\x90\x80"
+    body[-1] = 0xC0  # flags: nil
+    opened = native._core.read_open(bytes(body), w.T_REF)
+    assert opened[3] is None
+    framed = w.frame(msgspec.Raw(bytes(body)))
+    with pytest.raises(StateError, match="wrong shape"):
+        state.loads(framed, engine="native")
