@@ -2082,12 +2082,21 @@ done:
 /* read_shells(classes, names, counts, body, start, n) -> (objs, per_type): every object
  * created empty with object.__new__, from the n type indices at payload offset start
  * (checked by read_split to be n values); counts[t] is type t's row count. */
-static PyObject *read_shells(PyObject *mod, PyObject *args)
+static PyObject *read_shells(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *classes, *names, *counts, *body;
-    Py_ssize_t start, n;
-    if (!PyArg_ParseTuple(args, "O!O!O!Onn", &PyList_Type, &classes, &PyList_Type, &names,
-                          &PyList_Type, &counts, &body, &start, &n))
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+        !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_shells(classes: list, names: list, counts: list, body, start, n) "
+                        "expected");
+        return NULL;
+    }
+    PyObject *classes = args[0], *names = args[1], *counts = args[2], *body = args[3];
+    Py_ssize_t start = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyNumber_AsSsize_t(args[5], PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t ntypes = PyList_GET_SIZE(classes);
     if (PyList_GET_SIZE(counts) != ntypes || PyList_GET_SIZE(names) != ntypes) {
@@ -2205,10 +2214,10 @@ static PyObject *read_open_checked(PyObject *mod, PyObject *const *args, Py_ssiz
     return read_open(mod, args, nargs);
 }
 
-static PyObject *read_shells_checked(PyObject *mod, PyObject *args)
+static PyObject *read_shells_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     CONFIGURED
-    return read_shells(mod, args);
+    return read_shells(mod, args, nargs);
 }
 
 static PyObject *read_fill_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
@@ -2232,7 +2241,7 @@ PyMethodDef native_read_methods[] = {
      "Find the payload's nine items and each type's rows; check its structure."},
     {"read_open", (PyCFunction)(void (*)(void))read_open_checked, METH_FASTCALL,
      "read_split's result with the head's key and the root's object id."},
-    {"read_shells", read_shells_checked, METH_VARARGS,
+    {"read_shells", (PyCFunction)(void (*)(void))read_shells_checked, METH_FASTCALL,
      "Create every object without __init__ from the type_seq bytes."},
     {"read_fill", (PyCFunction)(void (*)(void))read_fill_checked, METH_FASTCALL,
      "Fill one type's objects from its rows, decoded from the bytes."},

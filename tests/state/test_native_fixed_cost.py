@@ -185,6 +185,18 @@ def test_read_plan_refuses_what_read_fill_refuses() -> None:
         native._core.read_fill([], b"", 0, None, [], None)
 
 
+def test_read_shells_checks_its_arguments() -> None:
+    body = native._frame_body(state.dumps(Leaf(1), engine="native"))
+    with pytest.raises(TypeError):
+        native._core.read_shells([Leaf], ["tests.fixed.Leaf"], [1], body, 0)
+    with pytest.raises(TypeError):
+        native._core.read_shells((Leaf,), ["tests.fixed.Leaf"], [1], body, 0, 1)
+    with pytest.raises(TypeError):
+        native._core.read_shells([Leaf], ["tests.fixed.Leaf"], [1], body, "0", 1)
+    with pytest.raises(SystemError):
+        native._core.read_shells([Leaf], ["tests.fixed.Leaf"], [1], body, -1, 1)
+
+
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_load_leaves_no_garbage_for_the_cyclic_gc(index: int) -> None:
     """A load whose slots and root need no decoder makes no reference cycle: what it
