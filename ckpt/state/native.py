@@ -20,6 +20,7 @@ import enum
 import gc
 import importlib.util
 import inspect
+import operator
 import os
 import sys
 import sysconfig
@@ -969,10 +970,15 @@ def loads(data: Any, stats: Stats | None) -> Any:
     """
     if not _READS_BYTES:  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
-    body = _frame_body(data)
+    body = _core.frame_body(data) if _FRAME_IN_C else None  # _frame_body's, inline
+    if body is None:
+        body = _frame_body(data)
     if _OPEN_IN_C:  # the split, the head's key and the root's id in one call
         spans, tseq, row_spans, key, root_ref = _core.read_open(body, w.T_REF)
-        known = _known(key)
+        known = _heads.get(key) if key is not None else None  # _known's, inline
+        if known is not None and not known.current():
+            _heads.clear()  # the registry changed: every head may name a class it let go
+            known = None
     else:
         spans, tseq, row_spans = _core.read_split(body)
         known, root_ref = _known_head(body, spans), None
@@ -1120,9 +1126,10 @@ class _Head:
                     graph.check_enum_count(name, span[1])
                 counts.append(span[1])
             return counts
-        return [span[1] for span in row_spans]
+        return list(map(_second, row_spans))  # no comprehension frame
 
 
+_second = operator.itemgetter(1)
 _MAX_HEADS = 16  # heads kept, as type_tables keeps tables
 _heads: dict[bytes, _Head] = {}  # version..type table bytes -> what they resolve to
 
