@@ -2020,12 +2020,13 @@ done:
     return result;
 }
 
-/* read_open(body, t_ref) -> (spans, type_seq, rows, head_key, root_ref): read_split's
- * result, and what a load looks up in Python before it reads a row: head_key, the
- * bytes from the version to the end of the type table when nothing is shared and no
- * flag is set (the shared and flags items exactly [] and {}), else None; root_ref, the
- * object id of a root written {t_ref: id} with a fixint id, else -1.  Python read these
- * with six memoryview operations a load. */
+/* read_open(body, t_ref) -> (spans, type_seq, rows, head_key, root_ref, counts):
+ * read_split's result, and what a load looks up in Python before it reads a row:
+ * head_key, the bytes from the version to the end of the type table when nothing is
+ * shared and no flag is set (the shared and flags items exactly [] and {}), else None;
+ * root_ref, the object id of a root written {t_ref: id} with a fixint id, else -1;
+ * counts, each type's row count (None where rows is not a list of arrays).  Python
+ * read these with six memoryview operations and a list comprehension a load. */
 static PyObject *read_open(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyLong_Check(args[1])) {
@@ -2046,7 +2047,7 @@ static PyObject *read_open(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         Py_DECREF(split);
         return NULL;
     }
-    PyObject *result = NULL, *key = NULL, *ref = NULL;
+    PyObject *result = NULL, *key = NULL, *ref = NULL, *counts = NULL;
     PyObject *spans = PyTuple_GET_ITEM(split, 0);
     Py_ssize_t at[9][2];
     for (int i = 0; i < 9; i++)
@@ -2068,12 +2069,29 @@ static PyObject *read_open(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     if (at[6][1] - r0 == 3 && p[r0] == 0x81 && p[r0 + 1] == (uint8_t)tref && p[r0 + 2] < 0x80)
         id = p[r0 + 2];
     ref = key ? PyLong_FromSsize_t(id) : NULL;
-    if (ref)
-        result = PyTuple_Pack(5, spans, PyTuple_GET_ITEM(split, 1), PyTuple_GET_ITEM(split, 2),
-                              key, ref);
+    if (!ref)
+        goto done;
+    PyObject *rows = PyTuple_GET_ITEM(split, 2);
+    if (PyList_Check(rows)) {
+        Py_ssize_t nt = PyList_GET_SIZE(rows);
+        if (!(counts = PyList_New(nt)))
+            goto done;
+        for (Py_ssize_t t = 0; t < nt; t++) {
+            PyObject *pair = PyList_GET_ITEM(rows, t);
+            if (!PyTuple_Check(pair)) { /* None: an item that is not an array */
+                Py_SETREF(counts, Py_NewRef(Py_None));
+                break;
+            }
+            PyList_SET_ITEM(counts, t, Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
+        }
+    }
+    else
+        counts = Py_NewRef(Py_None);
+    result = PyTuple_Pack(6, spans, PyTuple_GET_ITEM(split, 1), rows, key, ref, counts);
 done:
     Py_XDECREF(key);
     Py_XDECREF(ref);
+    Py_XDECREF(counts);
     PyBuffer_Release(&buf);
     Py_DECREF(split);
     return result;

@@ -20,7 +20,6 @@ import enum
 import gc
 import importlib.util
 import inspect
-import operator
 import os
 import sys
 import sysconfig
@@ -974,16 +973,16 @@ def loads(data: Any, stats: Stats | None) -> Any:
     if body is None:
         body = _frame_body(data)
     if _OPEN_IN_C:  # the split, the head's key and the root's id in one call
-        spans, tseq, row_spans, key, root_ref = _core.read_open(body, w.T_REF)
+        spans, tseq, row_spans, key, root_ref, counts = _core.read_open(body, w.T_REF)
         known = _heads.get(key) if key is not None else None  # _known's, inline
         if known is not None and not known.current():
             _heads.clear()  # the registry changed: every head may name a class it let go
             known = None
     else:
         spans, tseq, row_spans = _core.read_split(body)
-        known, root_ref = _known_head(body, spans), None
+        known, root_ref, counts = _known_head(body, spans), None, None
     if known is not None:
-        row_counts = known.row_counts(tseq, row_spans)
+        row_counts = known.row_counts(tseq, row_spans, counts)
         return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, None, root_ref)
     head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
     types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
@@ -1021,16 +1020,17 @@ def _fill_all(
     fill, cplans = _core.read_fill, known.cplans
     if not (len(cplans) == len(per_type) == len(row_spans)):  # zip(strict=True)'s check
         raise ValueError("state stream type table and rows do not match")
-    for t in range(len(cplans)):  # indices: a zip(strict=True) per load cost ~2k
-        cplan, shells = cplans[t], per_type[t]
+    # zip without strict (checked above): zip(strict=True) cost ~2k instructions a load,
+    # and range() its length arithmetic
+    for cplan, shells, span, name in zip(cplans, per_type, row_spans, known.names):  # noqa: B905
         if cplan is None or not shells:
             continue
         if stats is None:
-            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
+            fill(shells, body, span[0], cplan, objs, ctx)
         else:
             begin = stats.clock()
-            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
-            stats.add(known.names[t], stats.clock() - begin, len(shells))
+            fill(shells, body, span[0], cplan, objs, ctx)
+            stats.add(name, stats.clock() - begin, len(shells))
     at, end = spans[w.ROOT]
     ref = root_ref
     if ref is None:
@@ -1056,19 +1056,21 @@ def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
     ``LoadCtx.__init__``'s."""
     ctx = _PendingLoadCtx.__new__(_PendingLoadCtx)
     ctx.objs = objs
-    ctx.oget = objs.__getitem__
     ctx.enums = enums
     return ctx
 
 
 class _PendingLoadCtx(typed.LoadCtx):
-    """A ``LoadCtx`` whose decoder is made when first read.  (A closure that set
+    """A ``LoadCtx`` whose decoder (and ``oget``) is made when first read.  (A closure that set
     ``ctx.dyn`` on its first call held the context it belonged to: every load left a
     reference cycle for the cyclic GC, its objects never freed by the load.)"""
 
     __slots__ = ("enums",)
 
-    def __getattr__(self, name: str) -> Any:  # a binding not set yet: only dyn is made
+    def __getattr__(self, name: str) -> Any:  # a binding not set yet: dyn or oget
+        if name == "oget":
+            self.oget = oget = self.objs.__getitem__
+            return oget
         if name != "dyn":
             raise AttributeError(name)
         self.dyn = decoder = dyn.make_decoder(self.objs, self.enums)
@@ -1084,7 +1086,16 @@ class _Head:
     """What a stream's head (version, engine, encoding, type table, and its shared
     locations and flags) resolves to, apart from the per-stream object counts."""
 
-    __slots__ = ("checks", "classes", "cplans", "enums", "hooked", "names", "type_names")
+    __slots__ = (
+        "checks",
+        "classes",
+        "cplans",
+        "enums",
+        "enums_in",
+        "hooked",
+        "names",
+        "type_names",
+    )
 
     def __init__(self, loaded: graph.Loaded, table: Any) -> None:
         self.type_names = table.names if table is not None else ()
@@ -1094,6 +1105,7 @@ class _Head:
             None if p is None else _parsed(_load_plan(p, p.index in loaded.escaped))
             for p in loaded.plans
         ]
+        self.enums_in = None in self.cplans  # enums in the type table: counts checked
         self.hooked = graph.hooked_classes(loaded)
         # what the registry must still say: (class, its TypeInfo) or (enum name, enum)
         self.checks = tuple(
@@ -1111,13 +1123,16 @@ class _Head:
                 return False
         return True
 
-    def row_counts(self, tseq: Any, row_spans: Any) -> list[int]:
-        """The per-type object counts, checked as ``_validate`` checks them."""
+    def row_counts(self, tseq: Any, row_spans: Any, counts: list[int] | None) -> list[int]:
+        """The per-type object counts, checked as ``_validate`` checks them; ``counts``:
+        read_open's (None: taken from the spans here)."""
         if row_spans is None or len(row_spans) != len(self.names):
             raise StateError("state stream type table and rows do not match")
         if tseq is None:
             raise StateError("state stream payload has the wrong shape")
-        if None in row_spans or None in self.cplans:  # a message to find, or enums
+        if counts is not None and not self.enums_in:
+            return counts
+        if None in row_spans or self.enums_in:  # a message to find, or enums
             counts = []
             for name, span, cplan in zip(self.type_names, row_spans, self.cplans, strict=True):
                 if span is None:
@@ -1126,10 +1141,9 @@ class _Head:
                     graph.check_enum_count(name, span[1])
                 counts.append(span[1])
             return counts
-        return list(map(_second, row_spans))  # no comprehension frame
+        return [span[1] for span in row_spans]
 
 
-_second = operator.itemgetter(1)
 _MAX_HEADS = 16  # heads kept, as type_tables keeps tables
 _heads: dict[bytes, _Head] = {}  # version..type table bytes -> what they resolve to
 

@@ -220,6 +220,7 @@ def test_the_decoder_is_made_when_slot_code_reads_it() -> None:
     objs: list = [None]
     ctx = native._load_ctx(objs, [])
     assert ctx.oget(0) is None
+    assert ctx.oget == objs.__getitem__  # made at the first read
     assert ctx.dyn([1, "a", None]) == [1, "a", None]
     assert ctx.dyn is ctx.dyn  # made once
     with pytest.raises(AttributeError):
@@ -246,7 +247,8 @@ def test_read_open_reads_what_python_read(index: int) -> None:
 
     body = native._frame_body(state.dumps(_roots()[index], engine="native"))
     opened = native._core.read_open(body, w.T_REF)
-    assert opened == _python_open(body)
+    assert opened[:5] == _python_open(body)
+    assert opened[5] == [span[1] for span in opened[2]]  # each type's row count
     if index == 0:  # one object: its id; the head's key known
         assert opened[4] == 1 and opened[3] is not None
     if index in (2, 3):  # an escape (a flag) and a shared location: no key
