@@ -1541,9 +1541,6 @@ static int get_buffer(PyObject *data, Py_buffer *buf)
     return 0;
 }
 
-/* read_fill(shells, body, start, plan, objs, ctx) -> offset after the last row.
- * shells: the type's objects in row order; start: the payload offset of its first
- * row; plan as for _native.fill. */
 /* An L_VALUE entry's arg, (VK_*, class or None, extra or None), into the field; the
  * datetime C API is imported on first use (a stream of such fields means the module is
  * loaded already). */
@@ -1727,30 +1724,160 @@ fail:
     return -1;
 }
 
-static PyObject *read_fill(PyObject *mod, PyObject *args)
+/* A fill plan parsed once (read_plan): the entries read_fill parsed from the plan's
+ * tuples on every call (~3.4k instructions, and getargs' code for a cold load to fetch),
+ * kept with the tuple whose objects its entries borrow. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan; /* the tuple parsed (strong); NULL once cleared: unusable */
+    LField *fs;
+    Py_ssize_t n, nrow;
+    int has_dict, frozen, direct, sequential;
+} FillPlan;
+
+static void fields_free(LField *fs, Py_ssize_t n)
 {
-    PyObject *shells, *body, *plan, *entries;
-    Py_ssize_t start;
-    Fill fl = {.st = ckpt_state_of(mod)};
-    if (!PyArg_ParseTuple(args, "O!OnO!O!O", &PyList_Type, &shells, &body, &start, &PyTuple_Type,
-                          &plan, &PyList_Type, &fl.objs, &fl.ctx))
-        return NULL;
+    for (Py_ssize_t j = 0; fs && j < n; j++)
+        PyMem_Free(fs[j].prog);
+    PyMem_Free(fs);
+}
+
+/* plan (has_dict, frozen, nrow, entries[, escapes]) into fl: its entries parsed into a
+ * new fl->fs (the caller frees it with fields_free).  0, or -1 with an error. */
+static int plan_parse(Fill *fl, PyObject *plan)
+{
+    PyObject *entries;
     int escapes = 0; /* the stream lists the type as holding slot escapes */
-    if (!PyArg_ParseTuple(plan, "ipnO!|p", &fl.has_dict, &fl.frozen, &fl.nrow, &PyTuple_Type,
+    if (!PyTuple_Check(plan)) {
+        PyErr_SetString(PyExc_TypeError, "a fill plan must be a tuple or a parsed plan");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(plan, "ipnO!|p", &fl->has_dict, &fl->frozen, &fl->nrow, &PyTuple_Type,
                           &entries, &escapes))
+        return -1;
+    fl->direct = fl->has_dict == 2;
+    if (fl->direct)
+        fl->has_dict = 0;
+    fl->n = PyTuple_GET_SIZE(entries);
+    if (!(fl->fs = PyMem_Calloc(fl->n ? fl->n : 1, sizeof(LField)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (fill_parse(fl, entries) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < fl->n; j++)
+        fl->fs[j].escapes = escapes;
+    return 0;
+}
+
+static int fillplan_traverse(FillPlan *p, visitproc visit, void *arg)
+{
+    Py_VISIT(p->plan);
+    return 0;
+}
+
+static int fillplan_clear(FillPlan *p)
+{
+    fields_free(p->fs, p->n);
+    p->fs = NULL;
+    p->n = 0;
+    Py_CLEAR(p->plan);
+    return 0;
+}
+
+static void fillplan_dealloc(FillPlan *p)
+{
+    PyObject_GC_UnTrack(p);
+    fillplan_clear(p);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyTypeObject FillPlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt.state._native.FillPlan",
+    .tp_basicsize = sizeof(FillPlan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)fillplan_dealloc,
+    .tp_traverse = (traverseproc)fillplan_traverse,
+    .tp_clear = (inquiry)fillplan_clear,
+    .tp_doc = "A fill plan parsed once (read_plan), for read_fill.",
+};
+
+/* read_plan(plan) -> FillPlan: the plan tuple parsed and checked as read_fill does. */
+static PyObject *read_plan(PyObject *mod, PyObject *plan)
+{
+    if (!(FillPlanType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&FillPlanType) < 0)
         return NULL;
-    fl.direct = fl.has_dict == 2;
-    if (fl.direct)
-        fl.has_dict = 0;
-    Py_buffer buf;
-    if (get_buffer(body, &buf) < 0)
+    Fill fl = {.st = ckpt_state_of(mod)};
+    if (plan_parse(&fl, plan) < 0) {
+        fields_free(fl.fs, fl.n);
         return NULL;
+    }
+    FillPlan *p = PyObject_GC_New(FillPlan, &FillPlanType);
+    if (!p) {
+        fields_free(fl.fs, fl.n);
+        return NULL;
+    }
+    p->plan = Py_NewRef(plan);
+    p->fs = fl.fs;
+    p->n = fl.n;
+    p->nrow = fl.nrow;
+    p->has_dict = fl.has_dict;
+    p->frozen = fl.frozen;
+    p->direct = fl.direct;
+    p->sequential = fl.sequential;
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
+/* read_fill(shells, body, start, plan, objs, ctx) -> offset after the last row.
+ * shells: the type's objects in row order (a list); start: the payload offset of its
+ * first row; plan: a FillPlan (read_plan) or its tuple, parsed for this call. */
+static PyObject *read_fill(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_fill(shells: list, body, start, plan, objs: list, ctx) expected");
+        return NULL;
+    }
+    PyObject *shells = args[0], *body = args[1], *plan = args[3];
+    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Fill fl = {.st = ckpt_state_of(mod), .objs = args[4], .ctx = args[5]};
     PyObject *result = NULL;
-    fl.n = PyTuple_GET_SIZE(entries);
-    fl.fs = PyMem_Calloc(fl.n ? fl.n : 1, sizeof(LField));
-    fl.at = PyMem_Calloc(fl.nrow ? fl.nrow : 1, sizeof(uint8_t *));
+    LField *owned = NULL; /* fields parsed for this call only */
+    if (Py_IS_TYPE(plan, &FillPlanType)) {
+        FillPlan *p = (FillPlan *)plan;
+        if (!p->plan) {
+            PyErr_SetString(PyExc_ValueError, "read_fill: a cleared plan");
+            return NULL;
+        }
+        fl.fs = p->fs;
+        fl.n = p->n;
+        fl.nrow = p->nrow;
+        fl.has_dict = p->has_dict;
+        fl.frozen = p->frozen;
+        fl.direct = p->direct;
+        fl.sequential = p->sequential;
+        Py_INCREF(plan); /* its fields stay while they are read */
+    }
+    else {
+        int rc = plan_parse(&fl, plan);
+        owned = fl.fs;
+        if (rc < 0) {
+            fields_free(owned, fl.n);
+            return NULL;
+        }
+        plan = NULL;
+    }
+    Py_buffer buf;
+    if (get_buffer(body, &buf) < 0) {
+        Py_XDECREF(plan);
+        fields_free(owned, fl.n);
+        return NULL;
+    }
     uint8_t *ahead_ops = NULL;
-    if (!fl.fs || !fl.at) {
+    if (!fl.sequential && !(fl.at = PyMem_Calloc(fl.nrow ? fl.nrow : 1, sizeof(uint8_t *)))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1758,10 +1885,6 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "ckpt native: bad row offset");
         goto done;
     }
-    if (fill_parse(&fl, entries) < 0)
-        goto done;
-    for (Py_ssize_t j = 0; j < fl.n; j++)
-        fl.fs[j].escapes = escapes;
     if (fl.direct && PyList_GET_SIZE(shells) > 0) {
         fl.keys = ckpt_store_keys(Py_TYPE(PyList_GET_ITEM(shells, 0)));
         fl.ix = fl.keys ? PyMem_Calloc(fl.n ? fl.n : 1, sizeof(Py_ssize_t)) : NULL;
@@ -1782,12 +1905,11 @@ static PyObject *read_fill(PyObject *mod, PyObject *args)
     result = PyLong_FromSsize_t(r.p - r.base);
 done:
     PyMem_Free(ahead_ops);
-    for (Py_ssize_t j = 0; fl.fs && j < fl.n; j++)
-        PyMem_Free(fl.fs[j].prog);
-    PyMem_Free(fl.fs);
+    fields_free(owned, fl.n);
     PyMem_Free(fl.ix);
     PyMem_Free(fl.at);
     PyBuffer_Release(&buf);
+    Py_XDECREF(plan);
     return result;
 }
 
@@ -1898,15 +2020,101 @@ done:
     return result;
 }
 
+/* read_open(body, t_ref) -> (spans, type_seq, rows, head_key, root_ref, counts):
+ * read_split's result, and what a load looks up in Python before it reads a row:
+ * head_key, the bytes from the version to the end of the type table when nothing is
+ * shared and no flag is set (the shared and flags items exactly [] and {}), else None;
+ * root_ref, the object id of a root written {t_ref: id} with a fixint id, else -1;
+ * counts, each type's row count (None where rows is not a list of arrays).  Python
+ * read these with six memoryview operations and a list comprehension a load. */
+static PyObject *read_open(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "read_open(body, t_ref: int) expected");
+        return NULL;
+    }
+    long tref = PyLong_AsLong(args[1]);
+    if (tref < 0 || tref > 0x7f) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "read_open: t_ref must be a positive fixint");
+        return NULL;
+    }
+    PyObject *split = read_split(mod, args[0]);
+    if (!split)
+        return NULL;
+    Py_buffer buf;
+    if (get_buffer(args[0], &buf) < 0) {
+        Py_DECREF(split);
+        return NULL;
+    }
+    PyObject *result = NULL, *key = NULL, *ref = NULL, *counts = NULL;
+    PyObject *spans = PyTuple_GET_ITEM(split, 0);
+    Py_ssize_t at[9][2];
+    for (int i = 0; i < 9; i++)
+        for (int k = 0; k < 2; k++) {
+            at[i][k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(spans, i), k));
+            if (at[i][k] < 0 || at[i][k] > buf.len) { /* read_split made them: in range */
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_SystemError, "ckpt native: bad span");
+                goto done;
+            }
+        }
+    const uint8_t *p = buf.buf;
+    Py_ssize_t sh = at[7][0]; /* SHARED, then FLAGS */
+    if (at[8][1] == sh + 2 && p[sh] == 0x90 && p[sh + 1] == 0x80)
+        key = PyBytes_FromStringAndSize((const char *)p + at[0][0], at[3][1] - at[0][0]);
+    else
+        key = Py_NewRef(Py_None);
+    Py_ssize_t r0 = at[6][0], id = -1; /* ROOT */
+    if (at[6][1] - r0 == 3 && p[r0] == 0x81 && p[r0 + 1] == (uint8_t)tref && p[r0 + 2] < 0x80)
+        id = p[r0 + 2];
+    ref = key ? PyLong_FromSsize_t(id) : NULL;
+    if (!ref)
+        goto done;
+    PyObject *rows = PyTuple_GET_ITEM(split, 2);
+    if (PyList_Check(rows)) {
+        Py_ssize_t nt = PyList_GET_SIZE(rows);
+        if (!(counts = PyList_New(nt)))
+            goto done;
+        for (Py_ssize_t t = 0; t < nt; t++) {
+            PyObject *pair = PyList_GET_ITEM(rows, t);
+            if (!PyTuple_Check(pair)) { /* None: an item that is not an array */
+                Py_SETREF(counts, Py_NewRef(Py_None));
+                break;
+            }
+            PyList_SET_ITEM(counts, t, Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
+        }
+    }
+    else
+        counts = Py_NewRef(Py_None);
+    result = PyTuple_Pack(6, spans, PyTuple_GET_ITEM(split, 1), rows, key, ref, counts);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(ref);
+    Py_XDECREF(counts);
+    PyBuffer_Release(&buf);
+    Py_DECREF(split);
+    return result;
+}
+
 /* read_shells(classes, names, counts, body, start, n) -> (objs, per_type): every object
  * created empty with object.__new__, from the n type indices at payload offset start
  * (checked by read_split to be n values); counts[t] is type t's row count. */
-static PyObject *read_shells(PyObject *mod, PyObject *args)
+static PyObject *read_shells(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *classes, *names, *counts, *body;
-    Py_ssize_t start, n;
-    if (!PyArg_ParseTuple(args, "O!O!O!Onn", &PyList_Type, &classes, &PyList_Type, &names,
-                          &PyList_Type, &counts, &body, &start, &n))
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+        !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_shells(classes: list, names: list, counts: list, body, start, n) "
+                        "expected");
+        return NULL;
+    }
+    PyObject *classes = args[0], *names = args[1], *counts = args[2], *body = args[3];
+    Py_ssize_t start = PyNumber_AsSsize_t(args[4], PyExc_OverflowError);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyNumber_AsSsize_t(args[5], PyExc_OverflowError);
+    if (n == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t ntypes = PyList_GET_SIZE(classes);
     if (PyList_GET_SIZE(counts) != ntypes || PyList_GET_SIZE(names) != ntypes) {
@@ -2018,16 +2226,28 @@ static PyObject *read_split_checked(PyObject *mod, PyObject *data)
     return read_split(mod, data);
 }
 
-static PyObject *read_shells_checked(PyObject *mod, PyObject *args)
+static PyObject *read_open_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     CONFIGURED
-    return read_shells(mod, args);
+    return read_open(mod, args, nargs);
 }
 
-static PyObject *read_fill_checked(PyObject *mod, PyObject *args)
+static PyObject *read_shells_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     CONFIGURED
-    return read_fill(mod, args);
+    return read_shells(mod, args, nargs);
+}
+
+static PyObject *read_fill_checked(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    CONFIGURED
+    return read_fill(mod, args, nargs);
+}
+
+static PyObject *read_plan_checked(PyObject *mod, PyObject *plan)
+{
+    CONFIGURED
+    return read_plan(mod, plan);
 }
 
 PyMethodDef native_read_methods[] = {
@@ -2037,9 +2257,13 @@ PyMethodDef native_read_methods[] = {
      "set_load_ahead_min(n) -> previous: the object count from which fill reads ahead."},
     {"read_split", read_split_checked, METH_O,
      "Find the payload's nine items and each type's rows; check its structure."},
-    {"read_shells", read_shells_checked, METH_VARARGS,
+    {"read_open", (PyCFunction)(void (*)(void))read_open_checked, METH_FASTCALL,
+     "read_split's result with the head's key and the root's object id."},
+    {"read_shells", (PyCFunction)(void (*)(void))read_shells_checked, METH_FASTCALL,
      "Create every object without __init__ from the type_seq bytes."},
-    {"read_fill", read_fill_checked, METH_VARARGS,
+    {"read_fill", (PyCFunction)(void (*)(void))read_fill_checked, METH_FASTCALL,
      "Fill one type's objects from its rows, decoded from the bytes."},
+    {"read_plan", read_plan_checked, METH_O,
+     "A fill plan parsed once, for read_fill (which parses a tuple plan on every call)."},
     {NULL},
 };

@@ -85,20 +85,17 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
     return rc;
 }
 
-static PyObject *walk_run(Walk *w, PyObject *args)
+/* Encode every pending object, type by type, until none is left (w->ctx set); with
+ * `stats` not None, each type's batch is timed into it.  0, or -1 with an error. */
+static int walk_run_pending(Walk *w, PyObject *ctx, PyObject *stats)
 {
-    PyObject *ctx, *dyn, *stats;
-    if (!PyArg_ParseTuple(args, "OOO", &ctx, &dyn, &stats))
-        return NULL;
-    Py_XSETREF(w->ctx, Py_NewRef(ctx));
-    Py_XSETREF(w->dyn, Py_NewRef(dyn));
     PyObject *clock = NULL, *add = NULL;
     if (stats != Py_None) {
         clock = PyObject_GetAttrString(stats, "clock");
         add = clock ? PyObject_GetAttrString(stats, "add") : NULL;
         if (!add) {
             Py_XDECREF(clock);
-            return NULL;
+            return -1;
         }
     }
     /* The typed engine's slot code may ask which type's batch is being encoded. */
@@ -150,11 +147,23 @@ static PyObject *walk_run(Walk *w, PyObject *args)
     }
     Py_XDECREF(clock);
     Py_XDECREF(add);
-    Py_RETURN_NONE;
+    return 0;
 fail:
     Py_XDECREF(clock);
     Py_XDECREF(add);
-    return NULL;
+    return -1;
+}
+
+static PyObject *walk_run(Walk *w, PyObject *args)
+{
+    PyObject *ctx, *dyn, *stats;
+    if (!PyArg_ParseTuple(args, "OOO", &ctx, &dyn, &stats))
+        return NULL;
+    Py_XSETREF(w->ctx, Py_NewRef(ctx));
+    Py_XSETREF(w->dyn, Py_NewRef(dyn));
+    if (walk_run_pending(w, ctx, stats) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /* Write the frame header (wire.py's "<4sBIQ": magic, version, CRC-32 of the payload,
@@ -172,18 +181,17 @@ static void put_frame_header(char *p, Py_ssize_t total, int version)
         p[9 + i] = (char)((uint64_t)n >> (8 * i));
 }
 
-/* assemble(header, prefix, suffix[, version]): the payload's middle, type_seq and
- * rows, between the Python-encoded prefix and suffix, behind `header` bytes left for
- * the frame header; with a version (header then FRAME_HEADER) the header is written
- * too, so a save frames its stream in this one call (it took three more: crc32,
- * struct's pack and set_header). */
-static PyObject *walk_assemble(Walk *w, PyObject *args)
+typedef struct {
+    const char *data;
+    Py_ssize_t len;
+} Span;
+
+/* The payload (prefix, type_seq, rows, then the suffix's parts) behind `header` bytes,
+ * with the frame header written there when version >= 0 (header is FRAME_HEADER then).
+ * A new bytes object, or NULL with an error set. */
+static PyObject *assemble_spans(Walk *w, Py_ssize_t header, Span pre, const Span *suf, int nsuf,
+                                int version)
 {
-    Py_buffer pre, suf;
-    Py_ssize_t header;
-    int version = -1;
-    if (!PyArg_ParseTuple(args, "ny*y*|i", &header, &pre, &suf, &version))
-        return NULL;
     Buf mid = {0};
     PyObject *out = NULL;
     if (header < 0 || (version >= 0 && (header != FRAME_HEADER || version > 255))) {
@@ -197,7 +205,9 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
             goto done;
     if (w_array(&mid, w->ntypes) < 0)
         goto done;
-    Py_ssize_t total = header + pre.len + mid.len + suf.len;
+    Py_ssize_t total = header + pre.len + mid.len;
+    for (int k = 0; k < nsuf; k++)
+        total += suf[k].len;
     for (Py_ssize_t t = 0; t < w->ntypes; t++)
         total += array_head_len(w->tents[t]->nrows) + w->tents[t]->rows.len;
     out = PyBytes_FromStringAndSize(NULL, total);
@@ -206,7 +216,7 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
     char *p = PyBytes_AS_STRING(out);
     memset(p, 0, header);
     p += header;
-    memcpy(p, pre.buf, pre.len);
+    memcpy(p, pre.data, pre.len);
     p += pre.len;
     memcpy(p, mid.data, mid.len);
     p += mid.len;
@@ -225,8 +235,11 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
             p += te->rows.len;
         }
     }
-    memcpy(p, suf.buf, suf.len);
-    p += suf.len;
+    for (int k = 0; k < nsuf; k++) {
+        if (suf[k].len)
+            memcpy(p, suf[k].data, suf[k].len);
+        p += suf[k].len;
+    }
     if (p - PyBytes_AS_STRING(out) != total) { /* sized exactly above: no resize */
         PyErr_SetString(PyExc_SystemError, "ckpt native: assembled stream size mismatch");
         Py_CLEAR(out);
@@ -235,8 +248,85 @@ static PyObject *walk_assemble(Walk *w, PyObject *args)
         put_frame_header(PyBytes_AS_STRING(out), total, version);
 done:
     PyMem_Free(mid.data);
+    return out;
+}
+
+/* assemble(header, prefix, suffix[, version]): the payload's middle, type_seq and
+ * rows, between the Python-encoded prefix and suffix, behind `header` bytes left for
+ * the frame header; with a version (header then FRAME_HEADER) the header is written
+ * too, so a save frames its stream in this one call (it took three more: crc32,
+ * struct's pack and set_header). */
+static PyObject *walk_assemble(Walk *w, PyObject *args)
+{
+    Py_buffer pre, suf;
+    Py_ssize_t header;
+    int version = -1;
+    if (!PyArg_ParseTuple(args, "ny*y*|i", &header, &pre, &suf, &version))
+        return NULL;
+    Span tail = {suf.buf, suf.len};
+    PyObject *out = assemble_spans(w, header, (Span){pre.buf, pre.len}, &tail, 1, version);
     PyBuffer_Release(&pre);
     PyBuffer_Release(&suf);
+    return out;
+}
+
+/* What a payload holds after the root when nothing is shared and nothing escaped: an
+ * empty array of shared locations and an empty map of flags (native._NOTHING_SHARED). */
+static const char nothing_shared[2] = {'\x90', '\x80'};
+
+/* save(ctx, dyn, root, owner, stats, prefixes, version) -> bytes or (root_bytes,): a
+ * save's fixed sequence in one call.  The root is written self-describing (as
+ * dyn_bytes) and every pending object encoded (as run); then, when nothing is shared
+ * or escaped and `prefixes` (a dict: tuple of the walk's types -> the payload's bytes
+ * before type_seq) knows the type table, the stream is assembled and framed with
+ * `version` (as assemble).  Otherwise (or version < 0) the root's bytes, in a tuple:
+ * Python builds the head and tail and assembles.  A small save paid four calls, a
+ * Python function and a bytes concatenation around the C core for this. */
+static PyObject *walk_save(Walk *w, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 7 || !PyDict_CheckExact(args[5]) || !PyLong_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "save(ctx, dyn, root, owner, stats, prefixes: dict, version: int) "
+                        "expected");
+        return NULL;
+    }
+    PyObject *ctx = args[0], *prefixes = args[5];
+    int overflow = 0;
+    long version = PyLong_AsLongAndOverflow(args[6], &overflow);
+    if (overflow || version > 255) {
+        PyErr_SetString(PyExc_ValueError, "save: a bad format version");
+        return NULL;
+    }
+    Py_XSETREF(w->ctx, Py_NewRef(ctx));
+    Py_XSETREF(w->dyn, Py_NewRef(args[1]));
+    Buf b = {NULL, 0, 0};
+    PyObject *out = NULL;
+    if (w_dyn(w, &b, args[2], args[3], 0) < 0 || walk_run_pending(w, ctx, args[4]) < 0)
+        goto done;
+    if (version >= 0 && PyDict_GET_SIZE(w->shared) == 0 && PySet_GET_SIZE(w->escaped) == 0) {
+        PyObject *key = PyList_AsTuple(w->types);
+        if (!key)
+            goto done;
+        PyObject *prefix = PyDict_GetItemWithError(prefixes, key); /* borrowed */
+        Py_DECREF(key);
+        if (prefix && PyBytes_CheckExact(prefix)) {
+            Py_INCREF(prefix); /* held across the copy */
+            Span tail[2] = {{b.data ? b.data : "", b.len}, {nothing_shared, 2}};
+            Span pre = {PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)};
+            out = assemble_spans(w, FRAME_HEADER, pre, tail, 2, (int)version);
+            Py_DECREF(prefix);
+            goto done;
+        }
+        if (PyErr_Occurred())
+            goto done;
+    }
+    PyObject *root = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
+    if (root) {
+        out = PyTuple_Pack(1, root);
+        Py_DECREF(root);
+    }
+done:
+    buf_release(&b);
     return out;
 }
 
@@ -556,6 +646,8 @@ static PyObject *walk_cmemo(Walk *w, void *closure)
 static PyMethodDef walk_methods[] = {
     {"run", (PyCFunction)walk_run, METH_VARARGS, "Encode every pending object."},
     {"assemble", (PyCFunction)walk_assemble, METH_VARARGS, "The framed payload's bytes."},
+    {"save", (PyCFunction)(void (*)(void))walk_save, METH_FASTCALL,
+     "save(ctx, dyn, root, owner, stats, prefixes, version): the stream, or (root bytes,)."},
     {"discover", (PyCFunction)walk_discover, METH_O, "The id of an object (given one if new)."},
     {"dyn_bytes", (PyCFunction)walk_dyn_bytes, METH_VARARGS,
      "A value self-describing, as MessagePack bytes (the root)."},

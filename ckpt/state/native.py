@@ -679,33 +679,51 @@ def save(root: Any, stats: Stats | None) -> tuple[bytes, int, int]:
         def enc(value: Any, owner: Any) -> Any:  # what C calls for what it cannot encode
             return ctx.dyn(value, owner)
 
-        # the root self-describing, in C (ctx.dyn's encoding and discovery order; a
-        # registered class the walk has not met yet is discovered there too)
-        root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
         try:
-            walk.run(ctx, enc, stats)
+            if _SAVE_IN_C:  # the root, the rows and (a type table met before) the frame
+                data = walk.save(ctx, enc, root, graph.ROOT_OWNER, stats, _prefixes, _VERSION)
+                if type(data) is tuple:
+                    data = _assemble(walk, root, data[0])
+            else:
+                data = _save_in_steps(walk, ctx, enc, root, stats)
         except StateError as exc:
             failed = walk.failed
             if failed is None:
                 raise
             t, obj = failed
             raise StateError(f"{typed._where(walk.types[t], obj)}{exc}") from exc
-        prefix, suffix = _head_and_tail(walk, root, root_bytes)
-        if _FRAME_IN_C:  # C knows wire.py's header: it frames the stream in the same call
-            data = walk.assemble(w.HEADER_SIZE, prefix, suffix, w.FORMAT_VERSION)
-        else:
-            data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
-            # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
-            # instructions than zlib's loop on a 1 MiB stream)
-            crc = walk.crc32(data, w.HEADER_SIZE)
-            header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
-            _core.set_header(data, header)
         return data, len(walk.objects) - 1, len(walk.types)
     finally:
         _pending_walks.pop(id(ctx), None)
         walk.release()
         if not _idle_walks:
             _idle_walks.append(walk)
+
+
+_SAVE_IN_C = _core is not None and hasattr(_core.Walk, "save")  # else: a core built before it
+_VERSION = w.FORMAT_VERSION if _FRAME_IN_C else -1  # -1: C leaves the framing to Python
+
+
+def _save_in_steps(walk: Any, ctx: Any, enc: Any, root: Any, stats: Stats | None) -> bytes:
+    """``walk.save`` for a core built before it: the root self-describing, in C (ctx.dyn's
+    encoding and discovery order), then every pending object, then the frame."""
+    root_bytes = walk.dyn_bytes(ctx, enc, root, graph.ROOT_OWNER)
+    walk.run(ctx, enc, stats)
+    return _assemble(walk, root, root_bytes)
+
+
+def _assemble(walk: Any, root: Any, root_bytes: bytes) -> bytes:
+    """The framed stream of a walk that has run, its head and tail made in Python."""
+    prefix, suffix = _head_and_tail(walk, root, root_bytes)
+    if _FRAME_IN_C:  # C knows wire.py's header: it frames the stream in the same call
+        return walk.assemble(w.HEADER_SIZE, prefix, suffix, w.FORMAT_VERSION)
+    data = walk.assemble(w.HEADER_SIZE, prefix, suffix)
+    # zlib.crc32's value, by carry-less multiply where the CPU has it (10x fewer
+    # instructions than zlib's loop on a 1 MiB stream)
+    crc = walk.crc32(data, w.HEADER_SIZE)
+    header = w._HEADER.pack(w.MAGIC, w.FORMAT_VERSION, crc, len(data) - w.HEADER_SIZE)
+    _core.set_header(data, header)
+    return data
 
 
 # A released walk kept for the next save in this interpreter (a module global: one per
@@ -1008,12 +1026,21 @@ def loads(data: Any, stats: Stats | None) -> Any:
     """
     if not _READS_BYTES:  # a core built before the byte reader: typed's code reads it
         return load(graph.validate(w.unframe(data)), stats)
-    body = _frame_body(data)
-    spans, tseq, row_spans = _core.read_split(body)
-    known = _known_head(body, spans)
+    body = _core.frame_body(data) if _FRAME_IN_C else None  # _frame_body's, inline
+    if body is None:
+        body = _frame_body(data)
+    if _OPEN_IN_C:  # the split, the head's key and the root's id in one call
+        spans, tseq, row_spans, key, root_ref, counts = _core.read_open(body, w.T_REF)
+        known = _heads.get(key) if key is not None else None  # _known's, inline
+        if known is not None and not known.current():
+            _heads.clear()  # the registry changed: every head may name a class it let go
+            known = None
+    else:
+        spans, tseq, row_spans = _core.read_split(body)
+        known, root_ref, counts = _known_head(body, spans), None, None
     if known is not None:
-        row_counts = known.row_counts(tseq, row_spans)
-        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats)
+        row_counts = known.row_counts(tseq, row_spans, counts)
+        return _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, None, root_ref)
     head = {i: _decode_slice(body[slice(*spans[i])]) for i in _HEAD_ITEMS if i != w.TYPES}
     types_raw = bytes(body[slice(*spans[w.TYPES])])  # a key even if data is writable
     table = type_tables.lookup(types_raw)  # a table met before: no decoding, no matching
@@ -1025,7 +1052,7 @@ def loads(data: Any, stats: Stats | None) -> Any:
     if loaded.shared:  # shared locations name objects: apply_shared needs their types
         loaded.type_seq = _decode_slice(body[slice(*spans[w.TYPE_SEQ])])
     known = _Head(loaded, type_tables.lookup(types_raw) if table is None else table)
-    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded)
+    root = _fill_all(body, spans, tseq, row_spans, row_counts, known, stats, loaded, root_ref)
     if known.type_names and not loaded.shared and not loaded.escaped:
         _remember_head(body, spans, known)
     return root
@@ -1040,29 +1067,34 @@ def _fill_all(
     known: _Head,
     stats: Stats | None,
     loaded: graph.Loaded | None = None,
+    root_ref: int | None = None,
 ) -> Any:
     """Make the shells, fill them type by type, and resolve the root (and, for a
-    ``loaded`` stream, its shared locations)."""
+    ``loaded`` stream, its shared locations).  ``root_ref``: read_open's root id (-1:
+    not one object), or None to read it here."""
     objs, per_type = _core.read_shells(known.classes, known.names, row_counts, body, *tseq)
     ctx = _load_ctx(objs, known.enums)
     fill, cplans = _core.read_fill, known.cplans
     if not (len(cplans) == len(per_type) == len(row_spans)):  # zip(strict=True)'s check
         raise ValueError("state stream type table and rows do not match")
-    for t in range(len(cplans)):  # indices: a zip(strict=True) per load cost ~2k
-        cplan, shells = cplans[t], per_type[t]
+    # zip without strict (checked above): zip(strict=True) cost ~2k instructions a load,
+    # and range() its length arithmetic
+    for cplan, shells, span, name in zip(cplans, per_type, row_spans, known.names):  # noqa: B905
         if cplan is None or not shells:
             continue
         if stats is None:
-            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
+            fill(shells, body, span[0], cplan, objs, ctx)
         else:
             begin = stats.clock()
-            fill(shells, body, row_spans[t][0], cplan, objs, ctx)
-            stats.add(known.names[t], stats.clock() - begin, len(shells))
+            fill(shells, body, span[0], cplan, objs, ctx)
+            stats.add(name, stats.clock() - begin, len(shells))
     at, end = spans[w.ROOT]
-    if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
-        ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
-    else:
-        ref = -1
+    ref = root_ref
+    if ref is None:
+        if end - at == 3 and body[at] == 0x81 and body[at + 1] == w.T_REF and body[at + 2] < 0x80:
+            ref = body[at + 2]  # {T_REF: id}, the id a positive fixint
+        else:
+            ref = -1
     if 0 <= ref < len(objs):
         root = objs[ref]  # one object, as ctx.dyn reads it
     else:
@@ -1076,36 +1108,61 @@ def _fill_all(
 
 
 def _load_ctx(objs: list, enums: list) -> typed.LoadCtx:
-    """typed's ``LoadCtx``, its decoder built on the first call: only slot code and a
-    root other than one object use it.  The bindings are ``LoadCtx.__init__``'s."""
-    ctx = typed.LoadCtx.__new__(typed.LoadCtx)
+    """typed's ``LoadCtx``, its decoder built at the first read of ``dyn``: only slot
+    code and a root other than one object use it.  The bindings are
+    ``LoadCtx.__init__``'s."""
+    ctx = _PendingLoadCtx.__new__(_PendingLoadCtx)
     ctx.objs = objs
-    ctx.oget = objs.__getitem__
-    built: list = []
-
-    def lazy(raw: Any) -> Any:
-        if not built:
-            built.append(dyn.make_decoder(objs, enums))
-            ctx.dyn = built[0]
-        return built[0](raw)
-
-    ctx.dyn = lazy
+    ctx.enums = enums
     return ctx
+
+
+class _PendingLoadCtx(typed.LoadCtx):
+    """A ``LoadCtx`` whose decoder (and ``oget``) is made when first read.  (A closure that set
+    ``ctx.dyn`` on its first call held the context it belonged to: every load left a
+    reference cycle for the cyclic GC, its objects never freed by the load.)"""
+
+    __slots__ = ("enums",)
+
+    def __getattr__(self, name: str) -> Any:  # a binding not set yet: dyn or oget
+        if name == "oget":
+            self.oget = oget = self.objs.__getitem__
+            return oget
+        if name != "dyn":
+            raise AttributeError(name)
+        self.dyn = decoder = dyn.make_decoder(self.objs, self.enums)
+        return decoder
+
+
+# a fill plan parsed once by C, kept with the head (a core built before read_plan takes
+# the tuple and parses it on every read_fill call)
+_parsed = getattr(_core, "read_plan", None) or (lambda plan: plan)
 
 
 class _Head:
     """What a stream's head (version, engine, encoding, type table, and its shared
     locations and flags) resolves to, apart from the per-stream object counts."""
 
-    __slots__ = ("checks", "classes", "cplans", "enums", "hooked", "names", "type_names")
+    __slots__ = (
+        "checks",
+        "classes",
+        "cplans",
+        "enums",
+        "enums_in",
+        "hooked",
+        "names",
+        "type_names",
+    )
 
     def __init__(self, loaded: graph.Loaded, table: Any) -> None:
         self.type_names = table.names if table is not None else ()
         self.classes, self.enums = loaded.classes, loaded.enums
         self.names = [p.schema.name if p is not None else "" for p in loaded.plans]
         self.cplans = [
-            None if p is None else _load_plan(p, p.index in loaded.escaped) for p in loaded.plans
+            None if p is None else _parsed(_load_plan(p, p.index in loaded.escaped))
+            for p in loaded.plans
         ]
+        self.enums_in = None in self.cplans  # enums in the type table: counts checked
         self.hooked = graph.hooked_classes(loaded)
         # what the registry must still say: (class, its TypeInfo) or (enum name, enum)
         self.checks = tuple(
@@ -1123,13 +1180,16 @@ class _Head:
                 return False
         return True
 
-    def row_counts(self, tseq: Any, row_spans: Any) -> list[int]:
-        """The per-type object counts, checked as ``_validate`` checks them."""
+    def row_counts(self, tseq: Any, row_spans: Any, counts: list[int] | None) -> list[int]:
+        """The per-type object counts, checked as ``_validate`` checks them; ``counts``:
+        read_open's (None: taken from the spans here)."""
         if row_spans is None or len(row_spans) != len(self.names):
             raise StateError("state stream type table and rows do not match")
         if tseq is None:
             raise StateError("state stream payload has the wrong shape")
-        if None in row_spans or None in self.cplans:  # a message to find, or enums
+        if counts is not None and not self.enums_in:
+            return counts
+        if None in row_spans or self.enums_in:  # a message to find, or enums
             counts = []
             for name, span, cplan in zip(self.type_names, row_spans, self.cplans, strict=True):
                 if span is None:
@@ -1151,7 +1211,20 @@ def _known_head(body: memoryview, spans: Any) -> _Head | None:
     at = spans[w.SHARED][0]
     if spans[w.FLAGS][1] != at + 2 or body[at] != 0x90 or body[at + 1] != 0x80:
         return None  # not _NOTHING_SHARED
-    known = _heads.get(body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes())
+    return _known(body[spans[w.VERSION][0] : spans[w.TYPES][1]].tobytes())
+
+
+# the C core splits the payload and reads the head's key and root id in one call (a core
+# built before read_open: read_split, and the rest from the memoryview in Python)
+_OPEN_IN_C = _core is not None and hasattr(_core, "read_open")
+
+
+def _known(key: bytes | None) -> _Head | None:
+    """The head ``key`` (version..type table bytes) resolved to before, if any and the
+    registry still agrees."""
+    if key is None:
+        return None
+    known = _heads.get(key)
     if known is not None and not known.current():
         _heads.clear()  # the registry changed: every head may name a class it let go
         return None
