@@ -48,7 +48,8 @@ $py -m pytest -q -p no:cacheprovider \
     tests/state/test_native_tuple_lists.py tests/state/test_native_root.py \
     tests/state/test_native_versions.py tests/state/test_native_load_kinds.py \
     tests/state/test_native_save_kinds.py tests/state/test_native_save_tuples.py \
-    tests/state/test_native_save_nesting.py
+    tests/state/test_native_save_nesting.py tests/state/test_native_list_resized.py \
+    tests/state/test_native_fixed_cost.py
 rc=$?
 set -e
 echo "asan: pytest exit $rc after $(( $(date +%s) - started )) s" >&2
