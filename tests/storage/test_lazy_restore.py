@@ -44,6 +44,21 @@ def _load_lines(runner: Cli) -> list[str]:
     return [line for line in log.splitlines() if "during background load" in line]
 
 
+def _source_line(runner: Cli) -> str:
+    """The restore's line on where its chunks came from.  The fill thread writes it as it
+    lets go of the chunk source, just after the kernel stops reporting pages_loading,
+    so it is waited for."""
+
+    def found() -> list[str]:
+        log = (runner.root / MEM / "sandbox.log").read_text()
+        return [x for x in log.splitlines() if "from the local cache" in x]
+
+    wait_for(lambda: found(), "the restore's chunk-source line", 20)
+    lines = found()
+    assert len(lines) == 1, lines  # one restore's log: one line
+    return lines[0]
+
+
 def _stopped_with_one_line(runner: Cli, digest: str, expected: str) -> None:
     """Every answer was the right memory or none, and the sandbox stopped, saying why
     in one log line."""
@@ -74,8 +89,8 @@ def test_background_restore_serves_the_right_memory_and_reuses_the_cache(
     assert body is not None and body["memory_sha256"] == digest
     assert not (tcli.root / MEM / "image-stage").exists()
     wait_for(lambda: _get(tcli, "/")["pages_loading"] is False, "the fill to end", 40)  # type: ignore[index]
-    log = (tcli.root / MEM / "sandbox.log").read_text()
-    assert "0 from the local cache" in log and " 0 chunks from the store" not in log
+    line = _source_line(tcli)
+    assert "0 from the local cache" in line and " 0 chunks from the store" not in line
     tcli("delete", MEM, "--force")
     # Every chunk removed from the store behind ckpt's back: only the cache has them.
     repo = Repository.open(s3_url)
@@ -85,8 +100,7 @@ def test_background_restore_serves_the_right_memory_and_reuses_the_cache(
     body = _get(tcli, "/memory")
     assert body is not None and body["memory_sha256"] == digest
     wait_for(lambda: _get(tcli, "/")["pages_loading"] is False, "the fill to end", 40)  # type: ignore[index]
-    log = (tcli.root / MEM / "sandbox.log").read_text()
-    assert " 0 chunks from the store (0 bytes)" in log
+    assert " 0 chunks from the store (0 bytes)" in _source_line(tcli)
     assert _load_lines(tcli) == []
 
 
