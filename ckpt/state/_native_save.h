@@ -24,16 +24,14 @@ static int save_object(Walk *w, TypeEntry *te, PyObject *obj)
      * the instance's class (__class__ assignment), its keys, or its values (gone once
      * a dict exists). */
     PyTypeObject *tp = Py_TYPE(obj);
-    if (te->dict_ok && !d && inline_values(obj))
+    PyObject **values = te->dict_ok && !d ? inline_values(obj) : NULL;
+    if (values)
         vindex = value_indices(te, tp);
-#endif
-    int rc = 0;
-#if CKPT_LAYOUT_VALUES
-    PyObject **values = vindex ? own_values(obj) : NULL;
-    if (values && !values_hold(values, te->keys_entries))
+    if (!vindex || !values_hold(values, te->keys_entries))
         values = NULL, vindex = NULL;
     int stale = 0; /* Python code may have run since `values` was checked */
 #endif
+    int rc = 0;
     for (Py_ssize_t i = 0; i < te->nfields && rc == 0; i++) {
         Field *f = &te->fields[i];
         if (f->op == OP_PY) {
