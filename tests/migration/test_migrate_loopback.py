@@ -16,7 +16,8 @@ import threading
 import psutil
 import pytest
 
-from tests.sandbox.conftest import stop_template
+from ckpt.errors import CkptError
+from tests.sandbox.conftest import Cli, stop_template
 from tests.sandbox.kv_client import check_values, put_values
 from tests.sandbox.waiting import gone, wait_for
 
@@ -65,6 +66,14 @@ def test_migration_moves_memory_and_values(hosts: Hosts) -> None:
     assert serve.stop() == 0
 
 
+def _record_pid(host: Cli) -> int:
+    """The pid the sandbox's record holds, 0 while it has none (or no record yet)."""
+    try:
+        return host.state(SID)["pid"] or 0
+    except CkptError:
+        return 0
+
+
 def test_the_destination_makes_the_sandbox_process_while_the_rounds_arrive(
     hosts: Hosts,
 ) -> None:
@@ -75,11 +84,8 @@ def test_the_destination_makes_the_sandbox_process_while_the_rounds_arrive(
     cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:round"})
     try:
         wait_for(lambda: stopped(cli), "the migrate CLI to stop in a round", 120)
-        wait_for(
-            lambda: hosts.dst.root.joinpath(SID).exists(),
-            "the destination to make the sandbox",
-            60,
-        )
+        # the record is written as the sandbox appears (pid 0), then gets its process
+        wait_for(lambda: _record_pid(hosts.dst), "the destination to make the sandbox process", 60)
         st = hosts.dst.state(SID)
         assert st["status"] == "creating" and psutil.pid_exists(st["pid"]), st
         cli.send_signal(signal.SIGCONT)
