@@ -23,7 +23,7 @@ import pytest
 
 from ckpt import statefile
 from ckpt.errors import SandboxError
-from ckpt.migration import Listener, proof
+from ckpt.migration import Listener, guard, proof
 from ckpt.migration import messages as m
 from ckpt.migration.errors import MigrationError
 from ckpt.migration.outgoing import Migration, Options
@@ -47,11 +47,27 @@ class StandIn:
     pre_dumps: int = 0
     calls: list[str] = field(default_factory=list)
     hooks: dict[str, Callable[[], None]] = field(default_factory=dict)  # at pause points
+    told: list[bytes] = field(default_factory=list)  # what the source told its guard
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         for name in ("state", "pause", "resume", "checkpoint", "delete", "hang_up"):
             monkeypatch.setattr(lifecycle, name, getattr(self, name))
         monkeypatch.setattr(lifecycle, "pause_point", self.pause_point)
+        told = self.told
+
+        class RecordingGuard:
+            """The guard, not forked: what it is told is recorded."""
+
+            def __init__(self, workdir: Path, act: Any) -> None:
+                self.pid = 0
+
+            def say(self, what: bytes) -> None:
+                told.append(what)
+
+            def close(self) -> None:
+                told.append(guard.DONE)
+
+        monkeypatch.setattr(guard, "Guard", RecordingGuard)
 
     def _here(self, verb: str) -> None:
         self.calls.append(verb)
@@ -117,6 +133,8 @@ class FakeDestination:
     lie: Callable[[m.Offer, bytes], bytes] | None = None  # the proof it sends instead
     keeps: bool = False  # it read Done: it runs the sandbox
     got_done: bool = False
+    told_at_done: list[bytes] = field(default_factory=list)  # the source's guard, then
+    sandbox: StandIn | None = None
     rounds: int = 0
     error: BaseException | None = None
 
@@ -148,6 +166,8 @@ class FakeDestination:
         if self.misbehave("restored", ch):
             return
         done = ch.recv()  # an Error from the source raises: it cancelled
+        if self.sandbox is not None:
+            self.told_at_done = list(self.sandbox.told)
         self.got_done = isinstance(done, m.Done)
         assert self.got_done, done
         self.keeps = True
@@ -175,6 +195,7 @@ def migrate(
 ) -> Outcome:
     """Run one ``Migration`` of ``sandbox`` to ``dest``; returns what became of both."""
     sandbox.install(monkeypatch)
+    dest.sandbox = sandbox
     root = SimpleNamespace(path=tmp_path)
     with Listener("127.0.0.1", 0, SECRET, io_timeout=10) as lst:
 

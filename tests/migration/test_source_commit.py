@@ -13,6 +13,7 @@ import pytest
 
 from ckpt.migration import messages as m
 from ckpt.migration import proof
+from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING, DONE
 
 from .source_kit import FakeDestination, StandIn, iter_phases, migrate
 
@@ -166,3 +167,33 @@ def test_a_sandbox_left_paused_by_a_failed_resume_is_said_so(
     text = str(out.error)
     assert "runs on here as before" not in text
     assert "is paused here" in text and "the cgroup did not thaw" in text
+
+
+def _drop_at_done(phase: str, ch) -> bool:  # type: ignore[no-untyped-def]
+    if phase == "done":
+        ch.close()
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("dest", "told"),
+    [
+        (FakeDestination, [COMMITTING, COMMITTED, DONE]),
+        (lambda: _error_at("done"), [COMMITTING, CANCELLED, DONE]),
+        (lambda: _error_at("restored"), [COMMITTING, CANCELLED, DONE]),
+        (lambda: FakeDestination(misbehave=_drop_at_done), [COMMITTING, DONE]),
+        (lambda: _error_at("final"), [DONE]),
+    ],
+    ids=["committed", "cancelled-at-done", "cancelled-after-restored", "silent", "failed"],
+)
+def test_the_guard_is_told_committing_before_done_and_the_outcome_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dest, told: list[bytes], watchdog
+) -> None:
+    """A CLI killed after sending Done must leave its copy paused (the guard heard
+    COMMITTING before Done left), and one that heard the answer has it told."""
+    fake = dest()
+    out = migrate(tmp_path, StandIn(dirty=list(DIRTY)), fake, monkeypatch)
+    assert out.sandbox.told == told
+    if fake.got_done:
+        assert fake.told_at_done == [COMMITTING]
