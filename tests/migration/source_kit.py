@@ -181,6 +181,7 @@ class Outcome:
     sandbox: StandIn
     dest: FakeDestination
     error: MigrationError | None
+    report: Any = None  # the Migration's report, as ``--json`` prints it
 
     def running_copies(self) -> int:
         return int(self.sandbox.status == "running") + int(self.dest.keeps)
@@ -210,15 +211,16 @@ def migrate(
         t.start()
         host, port = lst.address
         error = None
+        mig = Migration(root, SID, host, port, SECRET, Options(rounds=rounds, io_timeout=10))
         try:
-            Migration(root, SID, host, port, SECRET, Options(rounds=rounds, io_timeout=10)).run()
+            mig.run()
         except MigrationError as exc:
             error = exc
         finally:
             t.join(30)
         assert not t.is_alive()
     assert not list(tmp_path.glob(".migrate-*")), "the source's working directory is left"
-    return Outcome(sandbox, dest, error)
+    return Outcome(sandbox, dest, error, mig.report)
 
 
 def iter_phases() -> Iterator[str]:
