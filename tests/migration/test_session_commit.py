@@ -206,3 +206,31 @@ def test_a_restored_sandbox_that_does_not_run_is_not_proven(
     _, raised = _session(tmp_path, source)
     assert raised is not None and "not running" in str(raised)
     assert sandbox.calls[-1] == "delete"
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Offer(sandbox_id=SID, workload="kv:1", engine="", pages=1, nonce=bytes(65)),
+        Restored(address=ADDRESS, restore_ms=1.0, proof=bytes(65)),
+    ],
+)
+def test_an_over_long_nonce_or_proof_is_refused_on_decode(msg: m.Message) -> None:
+    from ckpt.migration import FrameError
+
+    with pytest.raises(FrameError, match="over-long nonce or proof"):
+        m.decode(msg.KIND, m.encode(msg))
+
+
+def test_the_proof_changes_with_each_of_its_inputs() -> None:
+    sha = hashlib.sha256(STATE).digest()
+    base = proof.proof(NONCE, SID, ADDRESS, sha)
+    assert proof.matches(base, proof.proof(NONCE, SID, ADDRESS, sha))
+    for other in (
+        proof.proof(bytes(32), SID, ADDRESS, sha),
+        proof.proof(NONCE, "s2", ADDRESS, sha),
+        proof.proof(NONCE, SID, None, sha),
+        proof.proof(NONCE, SID, ADDRESS, hashlib.sha256(b"x").digest()),
+    ):
+        assert not proof.matches(base, other)
+    assert not proof.matches(base, b"") and not proof.matches(base, base[:16])
