@@ -2,14 +2,17 @@
 
 Forked before the session begins, it closes every descriptor but its pipe (so it holds
 no channel and no listening socket) and waits.  The process tells it how far it got,
-one byte at a time (``RESTORING``, ``COMMITTING``, ``COMMITTED``) and writes ``DONE``
-when it has finished and cleaned up itself.  If the pipe closes without ``DONE`` (the
-process was killed), the guard calls ``act`` with what it was told, retrying while the
-sandbox is busy, then removes the working directory.  Each side says what ``act`` does:
+one byte at a time (``RESTORING``, ``COMMITTING``, ``CANCELLED``, ``COMMITTED``) and
+writes ``DONE`` when it has finished and cleaned up itself.  If the pipe closes without
+``DONE`` (the process was killed), the guard calls ``act`` with what it was told,
+retrying while the sandbox is busy, then removes the working directory.  What ``act``
+does is decided from the last state told (``source_action``, ``destination_action``):
 
 * the source: not committing -> resume its sandbox (it may be paused for the final
   dump); committed -> delete it (the destination runs it); committing but not known
-  to be committed -> leave it paused, neither running nor lost;
+  to be committed -> leave it paused, neither running nor lost (the destination may
+  have read ``Done`` and kept it); cancelled (the destination answered ``Done`` with an
+  ``Error``: it cancels only before it commits) -> resume it;
 * the destination: restoring but not committed -> stop and remove what it restored.
 
 It ignores SIGINT and SIGTERM and has its own session, so a Ctrl-C to a terminal
@@ -19,6 +22,7 @@ reaches the process only.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import shutil
 import signal
@@ -28,6 +32,38 @@ from pathlib import Path
 
 GIVE_UP_S = 60.0  # how long the guard retries a sandbox busy finishing a dump
 RESTORING, COMMITTING, COMMITTED, DONE = b"r", b"c", b"a", b"x"
+CANCELLED = b"n"  # the source: the destination refused the commit, it runs nothing
+
+
+class Action(enum.Enum):
+    """What a guard does with the sandbox of a process that died mid-migration."""
+
+    RESUME = "resume"
+    DELETE = "delete"
+    LEAVE = "leave"
+
+
+def _last(said: bytes) -> bytes:
+    """The last state told (the states are told in order; ``DONE`` is not one)."""
+    states = said.replace(DONE, b"")
+    return states[-1:]
+
+
+def source_action(said: bytes) -> Action:
+    """The source's guard: resume unless the destination may keep the sandbox."""
+    last = _last(said)
+    if last == COMMITTED:
+        return Action.DELETE
+    if last == COMMITTING:
+        return Action.LEAVE  # Done is sent: the destination may run it, or may not
+    return Action.RESUME  # nothing, restoring or cancelled: the destination keeps nothing
+
+
+def destination_action(said: bytes) -> Action:
+    """The destination's guard: remove what it restored unless the commit was read."""
+    if COMMITTED in said:
+        return Action.LEAVE
+    return Action.DELETE if RESTORING in said else Action.LEAVE
 
 
 class Guard:
@@ -95,9 +131,10 @@ def source_act(root: object, sandbox_id: str) -> Callable[[bytes], None]:
     def act(said: bytes) -> None:
         from ckpt.sandbox import lifecycle
 
-        if COMMITTED in said:
+        what = source_action(said)
+        if what is Action.DELETE:
             lifecycle.delete(root, sandbox_id, force=True)  # type: ignore[arg-type]
-        elif COMMITTING not in said:
+        elif what is Action.RESUME:
             lifecycle.resume(root, sandbox_id)  # type: ignore[arg-type]
 
     return act
@@ -109,7 +146,7 @@ def destination_act(root: object, sandbox_id: str) -> Callable[[bytes], None]:
     def act(said: bytes) -> None:
         from ckpt.sandbox import lifecycle
 
-        if RESTORING in said and COMMITTED not in said and root.exists(sandbox_id):  # type: ignore[attr-defined]
+        if destination_action(said) is Action.DELETE and root.exists(sandbox_id):  # type: ignore[attr-defined]
             lifecycle.delete(root, sandbox_id, force=True)  # type: ignore[arg-type]
 
     return act

@@ -18,6 +18,7 @@ not commit.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import tempfile
@@ -63,6 +64,7 @@ class Incoming:
         self.dir = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
         self.images: list[Path] = []
         self.final: Path | None = None
+        self.state_sha256 = b""  # of the final image's state stream: the proof covers it
 
     def receive_image(self, ch: Any) -> m.RoundEnd:
         """Write the next image from the channel, up to and including its ``RoundEnd``."""
@@ -110,6 +112,7 @@ class Incoming:
             final = self.dir / FINAL
             os.rename(path, final)
             self.final = final
+            self.state_sha256 = state.sha256.digest()
         return end
 
     def discard(self) -> None:
@@ -170,6 +173,7 @@ class _StateIn:
     def __init__(self) -> None:
         self.length = 0
         self.ended = False
+        self.sha256 = hashlib.sha256()
 
     def add(self, msg: m.StateChunk, out: Any) -> None:
         if self.ended or msg.offset != self.length:
@@ -177,6 +181,7 @@ class _StateIn:
         if self.length + len(msg.data) > MAX_STATE_BYTES:
             raise FrameError(f"the peer's state stream exceeds {MAX_STATE_BYTES} bytes")
         out.write(msg.data)
+        self.sha256.update(msg.data)
         self.length += len(msg.data)
         self.ended = msg.last
 

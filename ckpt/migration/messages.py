@@ -23,9 +23,10 @@ from ckpt.migration.errors import FrameError
 from ckpt.statefile.chunks import compress_chunk, decompress_chunk
 from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, PAGE_SIZE
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: Offer.nonce and Restored.proof (proof.py)
 MAX_TEXT = 1024  # an error message or a software name: one line, bounded
 MAX_BATCH_PAGES = 1024  # 4 MiB of raw pages in one frame
+MAX_PROOF = 64  # bytes of a nonce or a proof (proof.py uses 32)
 
 
 class Kind(enum.IntEnum):
@@ -114,7 +115,8 @@ class Offer(Message):
     """The source's first message of a migration: which sandbox, and what restoring it needs.
 
     ``pages`` bounds every page index the source will send (the kernel's address space
-    in pages); ``port`` is where the destination binds (None: the port it had)."""
+    in pages); ``port`` is where the destination binds (None: the port it had);
+    ``nonce`` is what the destination's proof in ``Restored`` is keyed by (proof.py)."""
 
     KIND: ClassVar[Kind] = Kind.OFFER
     sandbox_id: str
@@ -123,6 +125,7 @@ class Offer(Message):
     pages: int
     cpus: float | None = None
     port: int | None = None
+    nonce: bytes = b""
 
 
 class RoundEnd(Message):
@@ -138,11 +141,14 @@ class RoundEnd(Message):
 
 
 class Restored(Message):
-    """The destination runs the sandbox; it keeps it only once the source says ``Done``."""
+    """The destination runs the sandbox; it keeps it only once the source says ``Done``.
+    ``proof`` shows it restored this session's state (proof.py); without it the source
+    keeps its copy."""
 
     KIND: ClassVar[Kind] = Kind.RESTORED
     address: str | None
     restore_ms: float
+    proof: bytes = b""
 
 
 MESSAGE_TYPES: dict[int, type[Message]] = {
@@ -190,6 +196,10 @@ def _check(msg: Message) -> None:
             raise FrameError(
                 f"the peer sent a {msg.KIND.name} with an over-long or multi-line text"
             )
+    if isinstance(msg, Offer | Restored):
+        given = msg.nonce if isinstance(msg, Offer) else msg.proof
+        if len(given) > MAX_PROOF:
+            raise FrameError(f"the peer sent a {msg.KIND.name} with an over-long nonce or proof")
     if isinstance(msg, PageRuns | StateChunk | Ack | Done | Hello | Offer | RoundEnd):
         for name in msg.__struct_fields__:
             value = getattr(msg, name)

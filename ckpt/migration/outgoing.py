@@ -3,18 +3,23 @@
 Each round is a pre-dump the sandbox writes into a working directory under the root
 (``lifecycle.checkpoint`` with ``pre_dump``, parent the round before), read back a run
 at a time and sent as ``PageRuns``; only the round before the current one is kept, as
-the next pre-dump's parent.  Rounds stop as P.Haul's do (``precopy``'s constants): few
-pages written, a round over 10% larger than the one before, or ``rounds`` rounds.
+the next pre-dump's parent.  Rounds stop by ``precopy_policy.StopRule``, the rule
+``checkpoint --pre-copy`` uses: few pages dirty, a round over 10% larger than the one
+before, or ``rounds`` rounds.
 
 Then the sandbox is paused (requests wait in its kernel, none is refused), its final
 image (kernel state and the pages dirtied since the last round) is written with the
-sandbox left paused, and sent.  Once the destination says ``Restored``, the guard is
-told the migration commits, ``Done`` is sent and the source's copy is deleted.  Any
-failure before that resumes the sandbox exactly where it was paused.
+sandbox left paused, and sent.  Once the destination says ``Restored`` with its proof
+(``proof.py``), the guard is told the migration commits, ``Done`` is sent, and on the
+destination's ``Ack`` the source's copy is deleted.  Any failure before ``Done``, and an
+``Error`` in answer to it (the destination cancels only before it commits), resumes
+the sandbox exactly where it was paused; only a destination that goes silent after
+``Done`` leaves it paused, since it may or may not have kept the sandbox.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -25,9 +30,11 @@ from typing import Any
 
 from ckpt.errors import CkptError
 from ckpt.migration import messages as m
+from ckpt.migration import proof
 from ckpt.migration.errors import FrameError, MigrationError, PeerError
-from ckpt.migration.guard import COMMITTED, COMMITTING
-from ckpt.statefile.format import MAX_PAGES
+from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING
+from ckpt.sandbox.precopy_policy import StopRule
+from ckpt.statefile.format import MAX_PAGES, PAGE_SIZE
 from ckpt.statefile.pages import ZERO_PAGE
 
 STATE_CHUNK = 1 << 20
@@ -49,7 +56,7 @@ def io_timeout() -> float:
 
 @dataclass
 class Options:
-    rounds: int | None = None  # None: precopy.MAX_ROUNDS
+    rounds: int | None = None  # None: precopy_policy.MAX_ROUNDS
     port: int | None = None  # where the destination binds (None: the same port)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
@@ -117,9 +124,11 @@ def _expect(ch: Any, kind: type[m.Message], what: str) -> Any:
     return msg
 
 
-def send_image(ch: Any, image_dir: Path, round_no: int, *, final: bool) -> int:
-    """Send one local image: its state stream (final only), its pages, its ``RoundEnd``.
-    Returns the pages sent."""
+def send_image(
+    ch: Any, image_dir: Path, round_no: int, *, final: bool, state_hash: Any = None
+) -> int:
+    """Send one local image: its state stream (final only, fed to ``state_hash`` too
+    when given), its pages, its ``RoundEnd``.  Returns the pages sent."""
     from ckpt import statefile
     from ckpt.sandbox.lifecycle import pause_point
 
@@ -133,6 +142,8 @@ def send_image(ch: Any, image_dir: Path, round_no: int, *, final: bool) -> int:
                 if not data:
                     break
                 ch.send(m.StateChunk(offset=state_len, data=bytes(data)))
+                if state_hash is not None:
+                    state_hash.update(data)
                 state_len += len(data)
         finally:
             close = getattr(reader, "close", None)
@@ -180,7 +191,8 @@ class Migration:
         self.opts = opts
         self.report = Report(sandbox_id, f"{host}:{port}")
         self.paused = False
-        self.committed = False
+        self.committing = False  # Done may be on its way: a failure cannot tell the outcome
+        self.nonce = proof.new_nonce()
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
@@ -207,16 +219,20 @@ class Migration:
             )
             self._session(ch, st, workdir, guard)
         except BaseException as exc:
-            if not self.committed:
+            if not self.committing:
                 if ch is not None:
                     reason = "the source gave up" if isinstance(exc, PeerError) else str(exc)
                     ch.send_error(m.ErrorCode.CANCELLED, reason)
+                resumed: CkptError | None = None
                 if self.paused:
-                    lifecycle.resume(self.root, self.sid)
+                    try:
+                        lifecycle.resume(self.root, self.sid)
+                    except CkptError as why:
+                        resumed = why
                 if isinstance(exc, CkptError):
                     raise MigrationError(
                         f"migration of {self.sid} to {self.host}:{self.port} failed, and "
-                        f"{self.sid} runs on here as before: {exc}"
+                        f"{self._here(resumed)}: {exc}"
                     ) from exc
             raise
         finally:
@@ -228,8 +244,23 @@ class Migration:
         self.report.total_ms = round((time.perf_counter() - t0) * 1e3, 3)
         return self.report
 
+    def _here(self, resume_failed: CkptError | None) -> str:
+        """What became of the sandbox here after a failed migration, as it is now: a
+        concurrent migration of the same sandbox may have moved and deleted it."""
+        from ckpt.sandbox import lifecycle
+        from ckpt.sandbox.paths import RUNNING
+
+        try:
+            st = lifecycle.state(self.root, self.sid)
+        except CkptError:
+            return f"{self.sid} is no longer here (another migration or a delete removed it)"
+        if st.status == RUNNING:
+            return f"{self.sid} runs on here as before"
+        why = f" (resuming it failed: {resume_failed})" if resume_failed is not None else ""
+        return f"{self.sid} is {st.status} here{why}: `ckpt resume {self.sid}` or check it"
+
     def _session(self, ch: Any, st: Any, workdir: Path, guard: Any) -> None:
-        from ckpt.sandbox import lifecycle, precopy
+        from ckpt.sandbox import lifecycle
 
         ch.send(
             m.Offer(
@@ -239,12 +270,13 @@ class Migration:
                 pages=MAX_PAGES,
                 cpus=st.cpu,
                 port=self.opts.port,
+                nonce=self.nonce,
             )
         )
         _expect(ch, m.Ack, "instead of accepting the offer")
-        max_rounds = precopy.MAX_ROUNDS if self.opts.rounds is None else self.opts.rounds
+        rule = StopRule() if self.opts.rounds is None else StopRule(max_rounds=self.opts.rounds)
         parent: Path | None = None
-        for r in range(max_rounds):
+        for r in range(rule.max_rounds):
             t = time.perf_counter()
             sent0 = ch.bytes_sent
             path = workdir / f"r{r}"
@@ -258,7 +290,9 @@ class Migration:
             pages = send_image(ch, path, r, final=False)
             _expect(ch, m.Ack, f"instead of acknowledging round {r}")
             t_sent = time.perf_counter()
-            written = int(res.timings.counters.get("pages_written") or 0)
+            counters = res.timings.counters
+            written = int(counters.get("pages_written") or 0)
+            dirty = counters.get("dirty_after")
             self.report.rounds.append(
                 {
                     "round": r,
@@ -271,11 +305,12 @@ class Migration:
                 }
             )
             if r == 0:
-                self.report.memory_bytes = pages * 4096
+                self.report.memory_bytes = pages * PAGE_SIZE
             parent = path
-            if written <= precopy.FEW_DIRTY:
-                break
-            if r and written > precopy.GROWTH * self.report.rounds[-2]["pages_written"]:
+            history = [x["pages_written"] for x in self.report.rounds]
+            stop = rule.after(history, dirty if isinstance(dirty, int) else None)
+            if stop is not None:
+                self.report.rounds[-1]["stop"] = stop
                 break
         # The final step: requests wait in the paused kernel; its image has the rest.
         t_pause = time.perf_counter()
@@ -289,10 +324,11 @@ class Migration:
         lifecycle.pause_point("migrate:frozen")
         if parent is not None:
             shutil.rmtree(parent, ignore_errors=True)
-        pages = send_image(ch, final, len(self.report.rounds), final=True)
+        state_hash = hashlib.sha256()
+        pages = send_image(ch, final, len(self.report.rounds), final=True, state_hash=state_hash)
         t_final_sent = time.perf_counter()
         if not self.report.rounds:
-            self.report.memory_bytes = pages * 4096
+            self.report.memory_bytes = pages * PAGE_SIZE
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
         restored = _expect(ch, m.Restored, "instead of Restored")
         ch.io_timeout = self.opts.io_timeout
@@ -309,14 +345,25 @@ class Migration:
                 "restore_wait_ms": round((t_restored - t_final_sent) * 1e3, 3),
             }
         )
+        expected = proof.proof(self.nonce, self.sid, restored.address, state_hash.digest())
+        if not proof.matches(expected, restored.proof):
+            raise MigrationError(
+                "the destination said Restored without proof that it restored this sandbox's state"
+            )
         lifecycle.pause_point("migrate:restored")
         if _peer_gone(ch):  # it died after saying so: nothing there to commit to
             raise MigrationError("the destination closed the connection after restoring")
         guard.say(COMMITTING)
-        self.committed = True  # from here a failure cannot tell: the sandbox stays paused
+        self.committing = True  # from here silence cannot tell: the sandbox stays paused
         try:
             ch.send(m.Done(frames=ch.frames_sent))
+            lifecycle.pause_point("migrate:committing")
             _expect(ch, m.Ack, "instead of acknowledging Done")
+        except PeerError as exc:
+            # the destination cancels only before it reads Done: it runs nothing
+            guard.say(CANCELLED)
+            self.committing = False
+            raise MigrationError(f"the destination cancelled after restoring: {exc}") from exc
         except MigrationError as exc:
             raise MigrationError(
                 f"{self.sid} was restored on {self.host}:{self.port}, but the destination "

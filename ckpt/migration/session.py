@@ -3,22 +3,28 @@
 ::
 
     source (ckpt migrate)                       destination (ckpt serve)
-    Offer(id, workload, engine, cpus, port) ──▶  refuse an ID it has (Error EXISTS)
+    Offer(id, workload, engine, cpus, port,
+          nonce)                            ──▶  refuse an ID it has (Error EXISTS)
                                             ◀──  Ack; makes the sandbox's process
     round r (running): PageRuns* RoundEnd   ──▶  written as image rN (pre-dump)
                                             ◀──  Ack
     freeze; StateChunk* PageRuns* RoundEnd  ──▶  written as image "final", parent rN;
       (final, the kernel's metadata)              restored under its root, cgroup, template
-                                            ◀──  Restored(address)
+                                            ◀──  Restored(address, proof)
+    checks the proof (proof.py)
     Done                                    ──▶  the destination keeps the sandbox
                                             ◀──  Ack
     the source deletes its copy
 
 The commit point is the destination reading ``Done``.  Before it, any failure on either
 side (an error, a deadline, a closed connection, a signal) makes the destination stop
-what it restored and discard what it received, and the source resume its sandbox.  The
-source sends ``Done`` only after its guard (``guard.py``) knows the migration commits,
-so a source CLI killed after that point still has its copy deleted.
+what it restored and discard what it received, and the source resume its sandbox.
+After it, the destination never sends ``Error``: whatever happens (a signal too) it
+keeps the sandbox and answers ``Ack``.  So an ``Error`` in answer to ``Done`` means the
+destination cancelled before committing, and the source resumes; only silence after
+``Done`` leaves the outcome unknown, and the source's copy paused.  The source sends
+``Done`` only after its guard (``guard.py``) knows the migration commits, so a source
+CLI killed after that point never resumes a copy the destination may run.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError
+from ckpt.migration.proof import NONCE_BYTES, proof
 
 ENGINES = ("", "native", "typed", "reflect")
 LINGER_S = 10.0  # after refusing, read what the source still sends until it hears
@@ -58,6 +65,8 @@ def check_offer(offer: m.Offer) -> None:
         raise FrameError(f"the peer offered a CPU quota of {offer.cpus}")
     if offer.port is not None and not 0 <= offer.port <= 65535:
         raise FrameError(f"the peer offered port {offer.port}")
+    if len(offer.nonce) != NONCE_BYTES:
+        raise FrameError(f"the peer's offer has a {len(offer.nonce)}-byte nonce, not {NONCE_BYTES}")
 
 
 @dataclass
@@ -94,6 +103,7 @@ def receive(ch: Any, root: Any) -> Received:
     incoming = Incoming(root.path, offer)
     guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
     made = False  # a sandbox of ``sid`` exists here that this migration made
+    acked = False  # Done was answered
     try:
         ch.send(m.Ack(seq=ch.frames_received))
         _warm_template(root)  # a restore forks it
@@ -121,19 +131,24 @@ def receive(ch: Any, root: Any) -> Received:
             prepared=prepared,
         )
         got.restore_ms = round((time.perf_counter() - t0) * 1e3, 3)
-        got.address = result.state.address
         got.notes = list(result.notes)
-        ch.send(m.Restored(address=got.address, restore_ms=got.restore_ms))
+        got.address = _running_address(lifecycle, root, sid)  # proven once seen running
+        shown = proof(offer.nonce, sid, got.address, incoming.state_sha256)
+        ch.send(m.Restored(address=got.address, restore_ms=got.restore_ms, proof=shown))
         done = ch.recv()
         if not isinstance(done, m.Done):
             raise FrameError(f"the peer sent a {type(done).__name__} instead of Done")
         got.committed = True
         guard.say(COMMITTED)
-        with contextlib.suppress(MigrationError):  # committed: the source deletes on Done
-            ch.send(m.Ack(seq=ch.frames_received))
+        acked = True
+        _ack_commit(ch)
         return got
     except BaseException as exc:
-        if made and not got.committed:
+        if got.committed:  # it keeps the sandbox: the source hears Ack, never Error
+            if not acked:
+                _ack_commit(ch)
+            raise
+        if made:
             _stop(lifecycle, root, sid)
         if isinstance(exc, MigrationError | OSError) and not ch_closed(ch):
             code = m.ErrorCode.NO_SPACE if isinstance(exc, NoSpace) else m.ErrorCode.INTERNAL
@@ -156,6 +171,22 @@ def _warm_template(root: Any) -> None:
     if not template_client.disabled():
         with contextlib.suppress(CkptError, OSError):
             template_client.start(root.path)
+
+
+def _running_address(lifecycle: Any, root: Any, sid: str) -> str | None:
+    """The restored sandbox's address, once its record and process say it runs."""
+    from ckpt.sandbox.paths import RUNNING
+
+    st = lifecycle.state(root, sid)
+    if st.status != RUNNING:
+        raise MigrationError(f"the restored sandbox {sid} is {st.status}, not running")
+    return st.address
+
+
+def _ack_commit(ch: Any) -> None:
+    """Acknowledge ``Done`` (best effort: the source deletes its copy on it)."""
+    with contextlib.suppress(MigrationError, OSError):
+        ch.send(m.Ack(seq=ch.frames_received))
 
 
 def ch_closed(ch: Any) -> bool:

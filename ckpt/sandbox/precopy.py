@@ -6,8 +6,8 @@ written after the take is marked again and goes into the next image.  The image 
 pages only (``kind: pre-dump``) and, with a parent, only the pages dirtied since it.
 
 Pre-copy repeats pre-dumps into rounds ``r0, r1, ...`` inside a working directory beside
-the target, stopping as P.Haul does (few pages dirty, a round larger than the one before,
-or ``MAX_ROUNDS``), then the caller freezes for a final image whose parent is the last
+the target, stopping by ``precopy_policy.StopRule`` (P.Haul's rule, shared with
+``ckpt migrate``), then the caller freezes for a final image whose parent is the last
 round, and moves the rounds into that image (``rounds/``): one directory that restores
 on its own.  The rounds are kept as a chain rather than merged into one page file:
 merging would read and compress every page a second time after the freeze.
@@ -23,6 +23,9 @@ import os
 import time
 
 from ckpt.errors import SandboxError
+from ckpt.sandbox.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
+
+__all__ = ["FEW_DIRTY", "GROWTH", "MAX_ROUNDS", "Rounds", "StopRule", "pre_dump"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,9 +33,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 BATCH = 256  # pages read under the kernel lock at once (1 MiB)
-MAX_ROUNDS = 8
-FEW_DIRTY = 64  # pages: stop pre-copying once so few are dirty
-GROWTH = 1.10  # stop once a round writes over 10% more pages than the one before
 
 
 def _batched(host: Any, frames: list[int], timer: list[int]) -> Iterator[tuple[int, bytes]]:
@@ -129,6 +129,8 @@ def pre_dump(
         raise
     t_end = time.perf_counter_ns()
     host.last_dump = image_id
+    with host.cond:
+        dirty_after = mf.dirty_count()  # what the next round would write: the stop rule's
     return {
         **remote_image.upload_counters(img),
         "image_id": image_id,
@@ -136,6 +138,7 @@ def pre_dump(
         "pages_written": summary.stored,
         "pages_zero": summary.zero,
         "pages_skipped_parent": max(0, allocated - summary.scanned) if link else 0,
+        "dirty_after": dirty_after,
         "bytes": summary.pages_img_bytes,
         "memdump_time_ms": round(timer[0] / 1e6, 3),
         "memwrite_time_ms": round((t2 - t1 - timer[0]) / 1e6, 3),
@@ -169,32 +172,26 @@ class Rounds:
         self.results: list[dict[str, Any]] = []
         self.last: str | None = None
 
-    def run(self) -> Rounds:
-        """Pre-dump until a stop rule holds; the last round is the final image's parent."""
+    def run(self, rule: StopRule | None = None) -> Rounds:
+        """Pre-dump until ``rule`` says stop; the last round is the final image's parent."""
         from ckpt.statefile import open_image
         from ckpt.statefile.chain import link_metadata
 
+        rule = rule or StopRule()
         key = bytes.fromhex(self.params["key_hex"]) if self.params.get("key_hex") else None
-        mf = self.host.kernel.memory_file
         params = {**self.params, "force": False}
-        for r in range(MAX_ROUNDS):
+        for r in range(rule.max_rounds):
             path = os.path.join(self.work, f"r{r}")
             link = link_metadata(path, open_image(self.last, key)) if self.last else None
             res = pre_dump(self.host, params, image=path, link=link or {})
             res["round"] = r
             self.results.append(res)
             self.last = path
-            with self.host.cond:
-                dirty = mf.dirty_count()
-            res["dirty_after"] = dirty
-            if dirty <= FEW_DIRTY:
-                res["stop"] = f"{dirty} pages dirty (<= {FEW_DIRTY})"
+            written = [x["pages_written"] for x in self.results]
+            stop = rule.after(written, res["dirty_after"])
+            if stop is not None:
+                res["stop"] = stop
                 break
-            if r and res["pages_written"] > GROWTH * self.results[-2]["pages_written"]:
-                res["stop"] = "the round grew over 10% on the one before"
-                break
-        else:
-            self.results[-1]["stop"] = f"{MAX_ROUNDS} rounds"
         return self
 
     def parent_metadata(self, key: bytes | None) -> dict[str, Any]:

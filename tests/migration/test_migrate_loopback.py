@@ -312,6 +312,33 @@ def test_source_cli_killed_after_the_commit_leaves_the_destination_running(
     check_values(address(hosts.dst, SID), acked)
 
 
+def test_source_cli_killed_after_sending_done_leaves_one_running_copy(hosts: Hosts) -> None:
+    """Done has left: the destination reads it and keeps the sandbox; the CLI's guard
+    heard COMMITTING, so it leaves the source's copy paused, never running beside it."""
+    _run(hosts)
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:committing"})
+    try:
+        wait_for(lambda: stopped(cli), "the migrate CLI to stop after sending Done", 120)
+        wait_for(
+            lambda: any(line.startswith(f"received {SID}") for line in serve.lines()),
+            "the destination to commit",
+            60,
+        )
+        cli.kill()
+        cli.wait(30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    wait_for(lambda: not list(hosts.src.root.glob(".migrate-*")), "the guard to finish", 60)
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
+    assert hosts.src.state(SID)["status"] == "paused"  # for the user to delete
+    assert digest(hosts.dst, SID) == before
+    check_values(address(hosts.dst, SID), acked)
+
+
 @pytest.fixture
 def cert_and_key(tmp_path):  # type: ignore[no-untyped-def]
     return test_tls.self_signed.__wrapped__(tmp_path)  # the same cert, made the same way

@@ -42,7 +42,13 @@ def no_template(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Non
 
 
 def _offer(**kw) -> Offer:  # type: ignore[no-untyped-def]
-    fields = {"sandbox_id": "s1", "workload": "kv:1", "engine": "", "pages": 1 << 20}
+    fields = {
+        "sandbox_id": "s1",
+        "workload": "kv:1",
+        "engine": "",
+        "pages": 1 << 20,
+        "nonce": bytes(32),
+    }
     return Offer(**{**fields, **kw})
 
 
@@ -92,6 +98,8 @@ def _accepted(client, offer: Offer | None = None) -> None:  # type: ignore[no-un
         _offer(engine="pickle"),
         _offer(cpus=float("nan")),
         _offer(port=70000),
+        _offer(nonce=b""),
+        _offer(nonce=bytes(31)),
     ],
 )
 def test_a_bad_offer_is_refused(tmp_path: Path, offer: Offer, watchdog) -> None:

@@ -1,0 +1,47 @@
+"""When pre-copy stops: P.Haul's rule, in one place for ``checkpoint --pre-copy`` and
+``ckpt migrate`` (``sandbox`` may not import ``migration``, so it lives here).
+
+After each round the caller asks ``StopRule.after`` with the pages each round wrote
+and the pages dirty now.  Pre-copy stops when so few pages are dirty that the frozen
+image will be small anyway, when a round wrote over 10% more than the one before (the
+sandbox dirties memory faster than it is copied: more rounds only repeat the work), or
+after ``max_rounds`` rounds.  Otherwise another round runs: the dirty set is still
+large but shrinking, so one more round takes pages off the frozen step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MAX_ROUNDS = 8
+FEW_DIRTY = 64  # pages: stop pre-copying once so few are dirty
+GROWTH = 1.10  # stop once a round writes over 10% more pages than the one before
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """P.Haul's stopping rule with its three limits."""
+
+    max_rounds: int = MAX_ROUNDS
+    few_dirty: int = FEW_DIRTY
+    growth: float = GROWTH
+
+    def after(self, written: Sequence[int], dirty: int | None = None) -> str | None:
+        """Why pre-copy stops after the rounds that wrote ``written`` pages each (the
+        last is the round just done), ``dirty`` pages being dirty now (None: unknown,
+        the last round's count stands in); None: run another round."""
+        if not written:
+            raise ValueError("StopRule.after is asked after a round, not before the first")
+        left = written[-1] if dirty is None else dirty
+        if left <= self.few_dirty:
+            return f"{left} pages dirty (<= {self.few_dirty})"
+        if len(written) > 1 and written[-1] > self.growth * written[-2]:
+            over = round((self.growth - 1) * 100)
+            return (
+                f"round {len(written) - 1} wrote {written[-1]} pages, over {over}% more "
+                f"than the {written[-2]} before"
+            )
+        if len(written) >= self.max_rounds:
+            return f"{self.max_rounds} rounds"
+        return None
