@@ -27,7 +27,7 @@ from ckpt.migration.errors import (
     PeerClosed,
     PeerError,
 )
-from ckpt.migration.keyfile import read_key_file
+from ckpt.keyfile import read_key_file
 from ckpt.migration.messages import (
     Ack,
     Done,
