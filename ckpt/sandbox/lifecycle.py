@@ -367,6 +367,7 @@ def checkpoint(
     force: bool = False,
     drain_timeout: float | None = None,
     options: dict[str, Any] | None = None,
+    force_children: bool = False,
 ) -> CheckpointResult:
     """Have the sandbox write its image; it stops afterwards unless ``leave_running``.
 
@@ -378,6 +379,8 @@ def checkpoint(
     from ckpt.sandbox.remote_image import attach, remote_before, request_fields  # s3://
 
     remote = request_fields(image)
+    if force and not force_children and not remote:
+        _refuse_parent_of_others(image)
     t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
     engine = engine or st.engine
@@ -448,6 +451,20 @@ def checkpoint(
             f"{st.status}), but its record was not updated: {exc}"
         ) from exc
     return CheckpointResult(st, image, timings, reply.stats, reply.stats_text, reply.rounds)
+
+
+def _refuse_parent_of_others(image: Path | str) -> None:
+    """Refuse to ``--force`` over an image that another image beside it names as its
+    parent: that child would be broken, and it would be found out only at its restore."""
+    from ckpt.statefile.chain import children
+
+    kids = children(image)
+    if kids:
+        more = f" and {len(kids) - 1} more" if len(kids) > 1 else ""
+        raise SandboxError(
+            f"{Path(image).absolute()} is the parent of the image {kids[0]}{more}; replacing it "
+            "would break that chain: write to another path, or pass --force-children"
+        )
 
 
 def _lasting(root: Root, image: str, remote: dict[str, Any]) -> str | None:

@@ -91,9 +91,7 @@ def sibling_link(child_dir: str | os.PathLike[str], parent_dir: str | os.PathLik
     child = os.path.abspath(child_dir)
     parent = os.path.abspath(parent_dir)
     name = os.path.basename(parent)
-    same_dir = os.path.realpath(os.path.dirname(child)) == os.path.realpath(
-        os.path.dirname(parent)
-    )
+    same_dir = os.path.realpath(os.path.dirname(child)) == os.path.realpath(os.path.dirname(parent))
     if not same_dir or not _is_name(name) or name == os.path.basename(child):
         raise StatefileError(
             f"the parent image {parent} is not beside the new image {child}: a chain's "
@@ -148,6 +146,47 @@ def _parent_dir(image: Image) -> Path:
         f"a link only to an image beside its child (../NAME) or to its own {ROUNDS_DIR}: "
         "move the chain's images into one directory and take a new checkpoint, or a full one"
     )
+
+
+MAX_SIBLINGS = 4096  # entries of a repository looked at for an image's children
+
+
+def children(image_dir: str | os.PathLike[str]) -> list[Path]:
+    """The images beside ``image_dir`` whose parent link names it, as it is now (its
+    image id): what replacing it would break.  An entry that is not a readable image is
+    skipped; a repository of over ``MAX_SIBLINGS`` entries is refused, as it cannot be
+    checked in bounded time."""
+    target = Path(os.path.abspath(image_dir))
+    try:
+        own = open_image_unverified(target).header.image_id.hex()
+    except CkptError:
+        return []  # not an image: no link can name it
+    link = f"../{target.name}"
+    found: list[Path] = []
+    with os.scandir(target.parent) as entries:
+        for n, entry in enumerate(entries):
+            if n >= MAX_SIBLINGS:
+                raise StatefileError(
+                    f"{target.parent}: over {MAX_SIBLINGS} entries, too many to check which "
+                    f"images name {target} as their parent; pass --force-children to "
+                    "replace it anyway"
+                )
+            if entry.name == target.name or entry.name.startswith("."):
+                continue  # itself, or a writer's temporary directory
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                meta = open_image_unverified(entry.path).metadata
+            except CkptError:
+                continue
+            parent = meta.get("parent")
+            if (
+                isinstance(parent, dict)
+                and parent.get("path") == link
+                and parent.get("image_id") == own
+            ):
+                found.append(Path(entry.path))
+    return sorted(found)
 
 
 def open_parent(child: Image, key: bytes | None, *, verify: bool = True) -> Image:
