@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from ckpt.cli import app
 from ckpt.errors import CkptError, StatefileError
 from ckpt.sandbox import precopy
 from ckpt.statefile import ImageWriter, chain, open_image
@@ -122,3 +124,18 @@ def test_a_parent_elsewhere_is_refused_when_the_child_is_written(tmp_path: Path)
         "pre_dump": True,
         "parent": str(a),
     }
+
+
+def test_inspect_of_a_crafted_chain_shows_nothing_of_the_victim(
+    tmp_path: Path, victim: tuple[Path, str]
+) -> None:
+    path, victim_id = victim
+    runner = CliRunner()
+    for i, link in enumerate((str(path), "../link")):
+        child = _crafted(tmp_path / str(i), link, "ab" * 16)
+        if link == "../link":
+            (child.parent / "link").symlink_to(path)
+        for extra in ([], ["--json"]):
+            res = runner.invoke(app, ["inspect", "statefile", str(child), "--verify", *extra])
+            assert "the chain is broken" in res.output or "leaves the image's" in res.output
+            assert victim_id not in "".join(res.output.split())
