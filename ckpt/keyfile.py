@@ -33,7 +33,9 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
             raise KeyFileError(
                 f"{name}: the key file is a symlink; give the file's own path"
             ) from exc
-        raise KeyFileError(f"{name}: cannot open the key file: {exc.strerror}") from exc
+        raise KeyFileError(
+            f"{name}: cannot open the key file ({exc.strerror}); " + _MAKE.format(name)
+        ) from exc
     try:
         _check(name, os.fstat(fd))
         key = b""
@@ -43,11 +45,15 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
                 break
             key += data
     except OSError as exc:
-        raise KeyFileError(f"{name}: cannot read the key file: {exc.strerror}") from exc
+        raise KeyFileError(
+            f"{name}: cannot read the key file ({exc.strerror}); " + _MAKE.format(name)
+        ) from exc
     finally:
         os.close(fd)
     if len(key) > MAX_KEY_LEN:
-        raise KeyFileError(f"{name}: the key file is larger than {MAX_KEY_LEN} bytes")
+        raise KeyFileError(
+            f"{name}: the key file is larger than {MAX_KEY_LEN} bytes: " + _MAKE.format(name)
+        )
     if len(key) < MIN_KEY_LEN:
         raise KeyFileError(
             f"{name}: the key file holds {len(key)} bytes, fewer than {MIN_KEY_LEN}: "
@@ -70,4 +76,6 @@ def _check(name: str, st: os.stat_result) -> None:
             f"{name}: the key file is readable or writable by group or others: chmod 600 {name}"
         )
     if st.st_size > MAX_KEY_LEN:
-        raise KeyFileError(f"{name}: the key file is larger than {MAX_KEY_LEN} bytes")
+        raise KeyFileError(
+            f"{name}: the key file is larger than {MAX_KEY_LEN} bytes: " + _MAKE.format(name)
+        )
