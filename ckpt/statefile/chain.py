@@ -35,10 +35,10 @@ from typing import Any
 from ckpt.errors import CkptError, IntegrityError, StatefileError
 from ckpt.statefile.format import MAX_PAGES
 from ckpt.statefile.image import (
-    _ROUND,
+    ROUND_NAME,
     ROUNDS_DIR,
     Image,
-    _is_real_dir,
+    is_real_dir,
     open_image,
     open_image_unverified,
 )
@@ -133,18 +133,18 @@ def _parent_dir(image: Image) -> Path:
     up, _, name = path.partition("/")
     if up == ".." and _is_name(name):
         return here.parent / name
-    if up == ROUNDS_DIR and _ROUND.fullmatch(name):
+    if up == ROUNDS_DIR and ROUND_NAME.fullmatch(name):
         rounds = here / ROUNDS_DIR
-        if not _is_real_dir(rounds):
+        if not is_real_dir(rounds):
             raise StatefileError(
                 f"{image.dir}: its {ROUNDS_DIR} is missing or not a directory (a link?); "
                 "the chain is broken"
             )
         return rounds / name
     raise StatefileError(
-        f"{image.dir}: its parent link {path!r} leaves the image's directory; ckpt follows "
-        f"a link only to an image beside its child (../NAME) or to its own {ROUNDS_DIR}: "
-        "move the chain's images into one directory and take a new checkpoint, or a full one"
+        f"{image.dir}: its parent link {path!r} leaves the image's directory, and ckpt "
+        f"follows a link only to an image beside its child (../NAME) or in its own "
+        f"{ROUNDS_DIR}/: take a new checkpoint, a full one or a chain in one directory"
     )
 
 
@@ -163,7 +163,14 @@ def children(image_dir: str | os.PathLike[str]) -> list[Path]:
         return []  # not an image: no link can name it
     link = f"../{target.name}"
     found: list[Path] = []
-    with os.scandir(target.parent) as entries:
+    try:
+        entries = os.scandir(target.parent)
+    except OSError as exc:
+        raise StatefileError(
+            f"{target.parent}: cannot list it to check which images name {target} as "
+            f"their parent ({exc.strerror}); pass --force-children to replace it anyway"
+        ) from exc
+    with entries:
         for n, entry in enumerate(entries):
             if n >= MAX_SIBLINGS:
                 raise StatefileError(
