@@ -75,6 +75,13 @@ def note(text: str) -> None:
     sys.stderr.write(f"note: {printable(text)}\n")
 
 
+def log_line(text: str) -> None:
+    """One line of a long-running command's log (``ckpt serve``) on stderr, flushed:
+    it may carry what a peer sent, so it is ``printable``."""
+    sys.stderr.write(printable(text) + "\n")
+    sys.stderr.flush()
+
+
 def emit_json(document: object) -> None:
     """One JSON document on stdout, indented; non-ASCII text stays readable, control
     characters are JSON escapes."""

@@ -71,3 +71,20 @@ def test_a_manifests_sandbox_id_prints_escaped(tmp_path: Path) -> None:
         res = CliRunner().invoke(app, ["inspect", "statefile", str(tmp_path / "img"), *extra])
         assert "sandbox_id" in res.output  # shown (the empty stream fails the report)
         _clean(res.output)
+
+
+def test_serves_log_lines_print_escaped(monkeypatch, capsys, tmp_path: Path) -> None:
+    from ckpt.cli.migrate import serve_cmd
+    from ckpt.migration import serve as serve_module
+
+    def fake_serve(*args, say, **kwargs) -> None:  # what a peer's Error text becomes
+        say("migration failed: the peer says \x1b[2J\x9b")
+
+    monkeypatch.setattr(serve_module, "serve", fake_serve)
+    key = tmp_path / "key"
+    key.write_bytes(bytes(range(32)))
+    key.chmod(0o600)
+    serve_cmd("127.0.0.1:0", key_file=key, root=tmp_path / "root")
+    err = capsys.readouterr().err
+    _clean(err)
+    assert err == "migration failed: the peer says \\x1b[2J\\x9b\n"
