@@ -30,6 +30,10 @@ class ImageExistsError(StatefileError):
     """The target image directory already holds an image (use --force to replace it)."""
 
 
+class KeyFileError(CkptError):
+    """A key file is missing, unsafe (a link, not private, not the caller's) or too short."""
+
+
 class CgroupError(CkptError):
     """A cgroup cannot be created, configured, read or removed."""
 

@@ -37,7 +37,7 @@ from ckpt.errors import CgroupError
 TARGET_TIME = 0.60  # at least 40% less time than naive
 TARGET_BLOCKS = 0.60  # at least 40% fewer blocks
 DEFAULT_BATCH = 200
-_HUGETLB = re.compile(r"hugetlb\.(\w+)\.(current|usage_in_bytes)$")
+_HUGETLB = re.compile(r"hugetlb\.(\w+)\.(current|usage_in_bytes)")
 
 
 @dataclass(slots=True)
@@ -120,7 +120,7 @@ def naive_stat(unified: Path | None, v1: dict[str, Path]) -> NaiveStat:
     hugetlb_dir = v1.get("hugetlb", unified)
     if hugetlb_dir is not None:
         for name in os.listdir(hugetlb_dir):  # every call, as containerd's Stat once did
-            m = _HUGETLB.match(name)
+            m = _HUGETLB.fullmatch(name)
             if m:
                 value = _read_int(os.path.join(str(hugetlb_dir), name))
                 if value is not None:

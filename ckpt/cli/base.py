@@ -205,5 +205,7 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
-        sys.stderr.write(f"error: {exc}\n")
+        from ckpt.cli.output import error_line
+
+        sys.stderr.write(error_line(exc) + "\n")
         sys.exit(exc.exit_code)

@@ -93,9 +93,17 @@ def serve_cmd(
         _detach(sandbox_root.path)
         return
     from ckpt.cli.base import Globals
+    from ckpt.cli.output import log_line
 
     serve(
-        sandbox_root, host, port, secret, tls=tls, on_ready=ready_line_writer(), debug=Globals.debug
+        sandbox_root,
+        host,
+        port,
+        secret,
+        tls=tls,
+        say=log_line,  # its lines carry peers' words: escaped
+        on_ready=ready_line_writer(),
+        debug=Globals.debug,
     )
 
 
@@ -133,7 +141,9 @@ def _detach(root_dir: Path) -> None:
             proc.terminate()
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise CkptError(f"ckpt serve did not start ({tail[0]}); see {log}")
-    print(f"{proc.pid} listening on {line}", flush=True)
+    from ckpt.cli.output import say
+
+    say(f"{proc.pid} listening on {line}")
 
 
 def migrate_cmd(

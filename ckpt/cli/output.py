@@ -4,6 +4,10 @@ rich tables, and the result of a checkpoint or restore with its timings and stat
 One place, so every command says things the same way: user data is written as is
 (no markup, no wrapping), a JSON document is one indented document on stdout, and
 rich (~35 ms to import) is loaded only when a table is actually drawn.
+
+Strings printed here may come from a file, a record, a manifest or a peer: every one
+goes through ``printable``, so a control character (an ESC or C1 CSI that would clear
+the screen or move the cursor) reaches the terminal as a visible escape, never raw.
 """
 
 from __future__ import annotations
@@ -34,6 +38,27 @@ class _LazyConsole:
         return getattr(self.real(), name)
 
 
+# C0, DEL and C1: every character a terminal may act on rather than show
+_CONTROLS = (*range(0x20), 0x7F, *range(0x80, 0xA0))
+_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROLS} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+# A line of output keeps its tabs (Go benchmark lines are tab-separated) and the
+# newlines between its lines; neither is an escape sequence.
+_LINE_ESCAPES = {c: e for c, e in _ESCAPES.items() if c not in (0x09, 0x0A)}
+# In a JSON document C0 is already escaped by json; DEL and C1 as JSON escapes
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in _CONTROLS if c >= 0x7F}
+
+
+def printable(text: object) -> str:
+    """``text`` with every control character (C0, DEL, C1) shown as an escape such as
+    ``\\x1b``: what came from a file or a peer is shown, never acted on."""
+    return str(text).translate(_ESCAPES)
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line that renders a ``CkptError``: ``error: MESSAGE``, escaped."""
+    return f"error: {printable(exc)}"
+
+
 out: Any = _LazyConsole(highlight=False)
 err: Any = _LazyConsole(stderr=True, highlight=False)
 
@@ -41,18 +66,27 @@ err: Any = _LazyConsole(stderr=True, highlight=False)
 def say(text: str) -> None:
     """One line of user data on stdout, as is (no markup, no wrapping), flushed: a
     line a command prints before a long wait (``migrate --forward``) must show now."""
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(text.translate(_LINE_ESCAPES) + "\n")
     sys.stdout.flush()
 
 
 def note(text: str) -> None:
     """A remark about how a command ran, on stderr so stdout stays data."""
-    sys.stderr.write(f"note: {text}\n")
+    sys.stderr.write(f"note: {printable(text)}\n")
+
+
+def log_line(text: str) -> None:
+    """One line of a long-running command's log (``ckpt serve``) on stderr, flushed:
+    it may carry what a peer sent, so it is ``printable``."""
+    sys.stderr.write(printable(text) + "\n")
+    sys.stderr.flush()
 
 
 def emit_json(document: object) -> None:
-    """One JSON document on stdout, indented; non-ASCII text stays readable."""
-    say(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+    """One JSON document on stdout, indented; non-ASCII text stays readable, control
+    characters are JSON escapes."""
+    text = json.dumps(document, indent=2, ensure_ascii=False, default=str)
+    say(text.translate(_JSON_ESCAPES))
 
 
 def tables(
@@ -93,18 +127,33 @@ def suite_report(suite: Suite, report: Any, json_out: bool, *, width: int | None
 
 def _folding(renderable: Any) -> Any:
     """``renderable``, with every column of every table in it that would cut its text
-    (rich's default overflow) folding it instead."""
+    (rich's default overflow) folding it instead, and every string in it ``printable``
+    (rich passes an ESC or a C1 character through to the terminal)."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     if isinstance(renderable, Table):
+        for attr in ("title", "caption"):
+            setattr(renderable, attr, _printable_cell(getattr(renderable, attr), Text))
         for column in renderable.columns:
             if column.overflow == "ellipsis" and not column.no_wrap:
                 column.overflow = "fold"
+            column.header = _printable_cell(column.header, Text)
+            column._cells[:] = [_folding(_printable_cell(c, Text)) for c in column._cells]
     elif isinstance(renderable, Group):
-        for inner in renderable.renderables:
-            _folding(inner)
+        for i, inner in enumerate(renderable.renderables):
+            renderable.renderables[i] = _folding(_printable_cell(inner, Text))
     return renderable
+
+
+def _printable_cell(cell: Any, text_type: type) -> Any:
+    """A table cell (a string or a rich ``Text``) with its control characters escaped."""
+    if isinstance(cell, str):
+        return printable(cell)
+    if isinstance(cell, text_type) and cell.plain != printable(cell.plain):
+        cell.plain = printable(cell.plain)
+    return cell
 
 
 class Result(Protocol):

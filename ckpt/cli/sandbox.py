@@ -149,6 +149,14 @@ def checkpoint_cmd(
     stats: StatsOpt = False,
     key_file: KeyOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing image.")] = False,
+    force_children: Annotated[
+        bool,
+        typer.Option(
+            "--force-children",
+            help="With --force, replace an image even if images beside it name it as "
+            "their parent (they stop restoring).",
+        ),
+    ] = False,
     drain_timeout: Annotated[
         float,
         typer.Option(
@@ -203,6 +211,7 @@ def checkpoint_cmd(
         force=force,
         drain_timeout=drain_timeout,
         options=options,
+        force_children=force_children,
     )
     if json_out:
         emit_json(

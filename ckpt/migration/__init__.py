@@ -15,6 +15,7 @@ Messages: ``Hello``, ``Offer``, ``PageRuns``, ``StateChunk``, ``RoundEnd``, ``Ac
 failure is a ``MigrationError``; see ``channel.py`` for what the HMAC and TLS modes protect.
 """
 
+from ckpt.keyfile import read_key_file
 from ckpt.migration.channel import Channel, ClientTLS, Listener, ServerTLS, connect
 from ckpt.migration.errors import (
     AuthenticationError,
@@ -27,7 +28,6 @@ from ckpt.migration.errors import (
     PeerClosed,
     PeerError,
 )
-from ckpt.migration.keyfile import read_key_file
 from ckpt.migration.messages import (
     Ack,
     Done,

@@ -7,14 +7,11 @@ are ``CkptError`` subclasses, so the CLI renders them as one line like every oth
 from __future__ import annotations
 
 from ckpt.errors import CkptError
+from ckpt.errors import KeyFileError as KeyFileError  # raised by ckpt.keyfile
 
 
 class MigrationError(CkptError):
     """A migration cannot proceed: bad peer, bad key, broken link or deadline passed."""
-
-
-class KeyFileError(MigrationError):
-    """The key file is missing, unsafe (group/other-readable, a symlink) or too short."""
 
 
 class HandshakeError(MigrationError):

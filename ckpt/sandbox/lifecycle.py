@@ -367,6 +367,7 @@ def checkpoint(
     force: bool = False,
     drain_timeout: float | None = None,
     options: dict[str, Any] | None = None,
+    force_children: bool = False,
 ) -> CheckpointResult:
     """Have the sandbox write its image; it stops afterwards unless ``leave_running``.
 
@@ -378,6 +379,8 @@ def checkpoint(
     from ckpt.sandbox.remote_image import attach, remote_before, request_fields  # s3://
 
     remote = request_fields(image)
+    if force and not force_children and not remote:
+        _refuse_parent_of_others(image)
     t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
     engine = engine or st.engine
@@ -436,7 +439,8 @@ def checkpoint(
     timings.counters["checkpoint_in_sandbox_ms"] = round(reply.checkpoint_ns / 1e6, 3)
     if reply.handover is not None:
         timings.counters["handover"] = said(reply.handover.value, reply.handover_detail)
-    st.extra["last_checkpoint"] = request.image
+    if (lasting := _lasting(root, request.image, remote)) is not None:
+        st.extra["last_checkpoint"] = lasting  # a working copy leaves the last real one
     st.extra["handover"] = "template" if reply.handover is Handover.TEMPLATE else ""
     st.extra.pop("checkpointing_to", None)
     try:
@@ -447,6 +451,31 @@ def checkpoint(
             f"{st.status}), but its record was not updated: {exc}"
         ) from exc
     return CheckpointResult(st, image, timings, reply.stats, reply.stats_text, reply.rounds)
+
+
+def _refuse_parent_of_others(image: Path | str) -> None:
+    """Refuse to ``--force`` over an image that another image beside it names as its
+    parent: that child would be broken, and it would be found out only at its restore."""
+    from ckpt.statefile.chain import children
+
+    kids = children(image)
+    if kids:
+        more = f" and {len(kids) - 1} more" if len(kids) > 1 else ""
+        raise SandboxError(
+            f"{Path(image).absolute()} is the parent of the image {kids[0]}{more}; replacing it "
+            "would break that chain: write to another path, or pass --force-children"
+        )
+
+
+def _lasting(root: Root, image: str, remote: dict[str, Any]) -> str | None:
+    """``image`` as a sandbox's record keeps it: its final location, or None for a
+    working copy inside the root (a migration's rounds, sent or received), which is
+    removed when the migration ends and must not be named afterwards."""
+    if remote:
+        return image
+    path = os.path.realpath(image)
+    top = os.path.realpath(root.path)
+    return None if os.path.commonpath([path, top]) == top else path
 
 
 def _checkpoint_failed(
@@ -566,7 +595,7 @@ def restore(
     st.workload = reply.workload or _image_workload(image) or "unknown"
     st.address = reply.address
     st.status = RUNNING
-    st.restored_from = request.image
+    st.restored_from = _lasting(root, request.image, remote)
     finish(root, st, "restore")
     note_start(timings, root, spawned)
     if reply.held_for == sandbox_id:  # on the handed-over sockets: the template lets go

@@ -39,12 +39,12 @@ STOPPED = "stopped"
 CREATING = "creating"
 UNREADABLE = "unreadable"  # listed for a record that cannot be read
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # fullmatch: "$" takes a "\n"
 
 
 def check_id(sandbox_id: str) -> str:
     """Refuse IDs that could escape the root or make odd cgroup names."""
-    if not _ID_RE.match(sandbox_id):
+    if not isinstance(sandbox_id, str) or not _ID_RE.fullmatch(sandbox_id):
         raise SandboxError(
             f"invalid sandbox ID {sandbox_id!r}: use 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"
@@ -140,7 +140,7 @@ class Root:
         return sorted(
             p.name
             for p in self.path.iterdir()
-            if (p / STATE_FILE).is_file() and _ID_RE.match(p.name)
+            if (p / STATE_FILE).is_file() and _ID_RE.fullmatch(p.name)
         )
 
     def socket_path(self, sandbox_id: str) -> Path:

@@ -255,6 +255,10 @@ def cli_options(
         parent = str(parent)
         if image is not None:
             check_chain_urls(str(image), parent)
+            if not is_remote(parent):
+                from ckpt.statefile.chain import sibling_link
+
+                sibling_link(str(image), parent)  # refused now, not after the freeze
         options["parent"] = parent if is_remote(parent) else os.path.abspath(parent)
     if pre_copy:
         options["pre_copy"] = True

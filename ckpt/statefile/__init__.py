@@ -14,6 +14,7 @@ Public API (see ``format.py`` for the byte layout)::
 """
 
 from ckpt.errors import ImageExistsError, IntegrityError, StatefileError
+from ckpt.keyfile import read_key_file
 from ckpt.statefile.format import (
     DEFAULT_COMPRESSION,
     DEFAULT_LEVEL,
@@ -29,20 +30,6 @@ from ckpt.statefile.image import (
 from ckpt.statefile.pages import LoadedPages, PageSummary
 
 COMPRESSIONS = ("none", "zstd")
-
-
-def read_key_file(path: str) -> bytes:
-    """The integrity key stored in ``path`` (raw bytes; a trailing newline is kept)."""
-    try:
-        with open(path, "rb") as f:
-            key = f.read(4097)
-    except OSError as exc:
-        raise StatefileError(f"{path}: cannot read the key file: {exc.strerror}") from exc
-    if not key:
-        raise StatefileError(f"{path}: the key file is empty")
-    if len(key) > 4096:
-        raise StatefileError(f"{path}: the key file is larger than 4096 bytes")
-    return key
 
 
 def inspect_image(*args, **kwargs):  # type: ignore[no-untyped-def]

@@ -3,8 +3,15 @@
 A pre-dump image (``kind: pre-dump``) holds memory pages and no kernel state; a final
 image holds the kernel state.  Either may name a parent in its metadata::
 
-    "parent": {"image_id": "<hex>", "path": "<the parent's directory, relative to ours>"},
+    "parent": {"image_id": "<hex>", "path": "../NAME" or "rounds/rN"},
     "chain_depth": <the parent's depth + 1>
+
+A parent link stays inside the child's repository (the directory holding the child):
+``../NAME`` names an image beside the child, ``rounds/rN`` a pre-copy round inside it
+(``sandbox/precopy.py``).  Nothing else is followed, not an absolute path, not a
+``..`` further up, not a symbolic link: a user who can write one image directory must
+not be able to make a restore read an image elsewhere (another root's memory).  An
+error about a link never prints the image id it found there.
 
 The metadata sits in checkpoint.img's trailer, so the link is covered by the image's
 integrity tag (CRC32C, or HMAC-SHA256 with a key): a parent replaced by any other image,
@@ -27,7 +34,14 @@ from typing import Any
 
 from ckpt.errors import CkptError, IntegrityError, StatefileError
 from ckpt.statefile.format import MAX_PAGES
-from ckpt.statefile.image import Image, open_image, open_image_unverified
+from ckpt.statefile.image import (
+    ROUND_NAME,
+    ROUNDS_DIR,
+    Image,
+    is_real_dir,
+    open_image,
+    open_image_unverified,
+)
 from ckpt.statefile.pages import LoadedPages
 
 MAX_CHAIN = 16  # images in one chain, the final one included
@@ -63,31 +77,123 @@ def depth(image: Image) -> int:
 def link_metadata(
     child_dir: str | os.PathLike[str], parent: Image, *, where: str | None = None
 ) -> dict[str, Any]:
-    """The metadata a new image at ``child_dir`` records to name ``parent``.
+    """The metadata a new image at ``child_dir`` records to name ``parent``, which must
+    sit beside it (in the same directory): the link is ``../NAME``.
 
     ``where`` names the parent in messages when its ``dir`` is a local copy (an image
     in a store, fetched to be checked)."""
+    return _link(parent, sibling_link(child_dir, parent.dir), where or parent.dir)
+
+
+def sibling_link(child_dir: str | os.PathLike[str], parent_dir: str | os.PathLike[str]) -> str:
+    """``../NAME``: how an image at ``child_dir`` names its parent at ``parent_dir``;
+    refused unless the two sit in one directory (a link never leaves its repository)."""
+    child = os.path.abspath(child_dir)
+    parent = os.path.abspath(parent_dir)
+    name = os.path.basename(parent)
+    same_dir = os.path.realpath(os.path.dirname(child)) == os.path.realpath(os.path.dirname(parent))
+    if not same_dir or not _is_name(name) or name == os.path.basename(child):
+        raise StatefileError(
+            f"the parent image {parent} is not beside the new image {child}: a chain's "
+            "images sit in one directory; write the new image next to its parent, e.g. "
+            f"{os.path.join(os.path.dirname(parent), os.path.basename(child))}"
+        )
+    return f"../{name}"
+
+
+def _link(parent: Image, path: str, where: object) -> dict[str, Any]:
     d = depth(parent) + 1
     if d >= MAX_CHAIN:
         raise StatefileError(
-            f"{where or parent.dir}: already the {d}th image of its chain (the limit is "
+            f"{where}: already the {d}th image of its chain (the limit is "
             f"{MAX_CHAIN}); take a full checkpoint or a pre-dump without --parent-path"
         )
-    rel = os.path.relpath(os.path.abspath(parent.dir), os.path.abspath(child_dir))
-    return {"parent": {"image_id": parent.header.image_id.hex(), "path": rel}, "chain_depth": d}
+    return {"parent": {"image_id": parent.header.image_id.hex(), "path": path}, "chain_depth": d}
 
 
 def store_link_metadata(parent: Image, parent_name: str, parent_url: str) -> dict[str, Any]:
     """The link a new image in a store records to ``parent`` (``parent_name`` in the same
     repository, fetched into ``parent.dir``): the path ``../NAME``, which is where a
     restore stages the parent beside its child (ckpt/sandbox/remote_image.py)."""
-    link = link_metadata(parent.dir, parent, where=parent_url)
-    link["parent"]["path"] = f"../{parent_name}"
-    return link
+    if not _is_name(parent_name):
+        raise StatefileError(f"{parent_url}: not an image name a link can hold")
+    return _link(parent, f"../{parent_name}", parent_url)
+
+
+def _is_name(name: str) -> bool:
+    """One path component naming an entry of a directory (not itself, not its parent)."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
 def _parent_dir(image: Image) -> Path:
-    return (image.dir / image.metadata["parent"]["path"]).resolve()
+    """Where ``image``'s parent link points, refused unless it stays inside the image's
+    repository: ``../NAME`` beside it, or ``rounds/rN`` inside it, through no link."""
+    path = image.metadata["parent"]["path"]
+    here = Path(os.path.abspath(image.dir))
+    up, _, name = path.partition("/")
+    if up == ".." and _is_name(name):
+        return here.parent / name
+    if up == ROUNDS_DIR and ROUND_NAME.fullmatch(name):
+        rounds = here / ROUNDS_DIR
+        if not is_real_dir(rounds):
+            raise StatefileError(
+                f"{image.dir}: its {ROUNDS_DIR} is missing or not a directory (a link?); "
+                "the chain is broken"
+            )
+        return rounds / name
+    raise StatefileError(
+        f"{image.dir}: its parent link {path!r} leaves the image's directory, and ckpt "
+        f"follows a link only to an image beside its child (../NAME) or in its own "
+        f"{ROUNDS_DIR}/: take a new checkpoint, a full one or a chain in one directory"
+    )
+
+
+MAX_SIBLINGS = 4096  # entries of a repository looked at for an image's children
+
+
+def children(image_dir: str | os.PathLike[str]) -> list[Path]:
+    """The images beside ``image_dir`` whose parent link names it, as it is now (its
+    image id): what replacing it would break.  An entry that is not a readable image is
+    skipped; a repository of over ``MAX_SIBLINGS`` entries is refused, as it cannot be
+    checked in bounded time."""
+    target = Path(os.path.abspath(image_dir))
+    try:
+        own = open_image_unverified(target).header.image_id.hex()
+    except CkptError:
+        return []  # not an image: no link can name it
+    link = f"../{target.name}"
+    found: list[Path] = []
+    try:
+        entries = os.scandir(target.parent)
+    except OSError as exc:
+        raise StatefileError(
+            f"{target.parent}: cannot list it to check which images name {target} as "
+            f"their parent ({exc.strerror}); pass --force-children to replace it anyway"
+        ) from exc
+    with entries:
+        for n, entry in enumerate(entries):
+            if n >= MAX_SIBLINGS:
+                raise StatefileError(
+                    f"{target.parent}: over {MAX_SIBLINGS} entries, too many to check which "
+                    f"images name {target} as their parent; pass --force-children to "
+                    "replace it anyway"
+                )
+            if entry.name == target.name or entry.name.startswith("."):
+                continue  # itself, or a writer's temporary directory
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                meta = open_image_unverified(entry.path).metadata
+            except CkptError:
+                continue
+            parent = meta.get("parent")
+            if (
+                isinstance(parent, dict)
+                and parent.get("path") == link
+                and parent.get("image_id") == own
+            ):
+                found.append(Path(entry.path))
+    return sorted(found)
 
 
 def open_parent(child: Image, key: bytes | None, *, verify: bool = True) -> Image:
@@ -100,9 +206,8 @@ def open_parent(child: Image, key: bytes | None, *, verify: bool = True) -> Imag
     except CkptError as exc:
         raise type(exc)(f"{what} cannot be used: {exc}; the chain is broken") from exc
     if parent.header.image_id.hex() != link["image_id"]:
-        raise IntegrityError(
-            f"{what} is another image (id {parent.header.image_id.hex()}, "
-            f"want {link['image_id']}); the chain is broken"
+        raise IntegrityError(  # no id printed: either may have come from a stranger
+            f"{what} is another image than the one its child recorded; the chain is broken"
         )
     if parent.metadata.get("sandbox_id") != child.metadata.get("sandbox_id"):
         raise IntegrityError(f"{what} belongs to another sandbox; the chain is broken")

@@ -67,10 +67,10 @@ from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_head
 
 # "rounds": the pre-copy rounds a final image keeps inside (sandbox/precopy.py)
 ROUNDS_DIR = "rounds"
-_ROUND = re.compile(r"^r[0-9]{1,3}$")
+ROUND_NAME = re.compile(r"r[0-9]{1,3}")  # a round inside ROUNDS_DIR; fullmatch ("$" takes a "\n")
 IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON, ROUNDS_DIR))
 WRITE_BUFFER = 1 << 20  # small frame headers and tags coalesce; big chunks go straight out
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)-[A-Za-z0-9_]+")
 
 
 def _fsync_dir(path: str) -> None:
@@ -224,7 +224,7 @@ def _empty_image_dir(dfd: int, entry: str, level: int) -> list[str]:
     left: list[str] = []
     for file in os.listdir(dfd):
         path = os.path.join(entry, file)
-        if (level == 0 and file == ROUNDS_DIR) or (level == 1 and _ROUND.match(file)):
+        if (level == 0 and file == ROUNDS_DIR) or (level == 1 and ROUND_NAME.fullmatch(file)):
             left += _remove_dir_at(dfd, file, path, level + 1)
             continue
         if level == 1 or file not in IMAGE_FILES:
@@ -295,7 +295,7 @@ def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
     return [Path(p) for p in removed]
 
 
-def _is_real_dir(path: str) -> bool:
+def is_real_dir(path: str) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
@@ -312,11 +312,11 @@ def _clean_stale(t: _Target) -> tuple[list[str], list[str]]:
         return removed, left
     ours = f".{t.name}."  # every leftover of this target's writers starts so
     for name in names:
-        m = _LEFTOVER.match(name) if name.startswith(ours) else None
+        m = _LEFTOVER.fullmatch(name) if name.startswith(ours) else None
         if not m or m["name"] != t.name or _pid_alive(int(m["pid"])):
             continue
         entry = os.path.join(t.parent, name)
-        if m["kind"] == "old" and not os.path.lexists(t.target) and _is_real_dir(entry):
+        if m["kind"] == "old" and not os.path.lexists(t.target) and is_real_dir(entry):
             # rename(2) moves the entry itself, never what a link points to.
             os.rename(entry, t.target)
             continue

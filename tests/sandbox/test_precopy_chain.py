@@ -189,6 +189,7 @@ BREAKS = ["removed", "other-sandbox", "replaced", "truncated", "bit-flipped", "k
 def test_a_broken_chain_is_refused_and_nothing_is_left(cli: Cli, tmp_path: Path, how: str) -> None:
     key_file = tmp_path / "key"
     key_file.write_bytes(b"k" * 32)
+    key_file.chmod(0o600)
     key = ["--key-file", str(key_file)]
     final = _chain(cli, tmp_path, *key)
     p0 = tmp_path / "p0"

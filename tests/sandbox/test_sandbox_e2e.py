@@ -213,7 +213,9 @@ def test_restore_from_missing_image(cli: Cli, tmp_path: Path) -> None:
 def test_restore_with_wrong_key_is_refused(cli: Cli, tmp_path: Path) -> None:
     key, wrong = tmp_path / "key", tmp_path / "wrong"
     key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
     wrong.write_bytes(os.urandom(32))
+    wrong.chmod(0o600)
     _run_http(cli)
     image = tmp_path / "img"
     cli("checkpoint", WEB, "--image-path", str(image), "--key-file", str(key))

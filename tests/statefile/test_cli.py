@@ -75,6 +75,7 @@ def test_inspect_signed_image(tmp_path: Path) -> None:
         state.save(SfInspectNode("x"), img.state_file)
     key_file = tmp_path / "key"
     key_file.write_bytes(KEY)
+    key_file.chmod(0o600)
     res = runner.invoke(app, ["inspect", "statefile", str(tmp_path / "img"), "--json"])
     assert res.exit_code == 0
     assert json.loads(res.output)["integrity"]["ok"] is None  # not verifiable without key
@@ -89,6 +90,7 @@ def test_inspect_signed_image(tmp_path: Path) -> None:
         "detail": "header, metadata and 1 chunks",
     }
     key_file.write_bytes(b"x" * 32)
+    key_file.chmod(0o600)
     res = runner.invoke(app, args)
     assert res.exit_code == 1
     assert "integrity: FAILED" in res.output

@@ -95,6 +95,7 @@ def test_verify_without_the_key_is_not_reported_verified(tmp_path: Path) -> None
     assert doc["pages"]["verified"] is False
     key_file = tmp_path / "key"
     key_file.write_bytes(KEY)
+    key_file.chmod(0o600)
     res = runner.invoke(app, [*args, "--key-file", str(key_file)])
     assert res.exit_code == 0
     doc = json.loads(res.output)

@@ -78,6 +78,7 @@ def test_background_restore_serves_the_right_memory_and_reuses_the_cache(
 ) -> None:
     key = tmp_path / "key"
     key.write_bytes(secrets.token_bytes(32))
+    key.chmod(0o600)
     url = f"{s3_url}/img"
     digest = _checkpointed(tcli, url, s3_env, "memory:8", key)
     env = {**s3_env, "CKPT_CHUNK_CACHE_DIR": str(tmp_path / "chunks"), "CKPT_FAULT": SLOW_FILL}
@@ -115,6 +116,7 @@ def test_store_killed_mid_load_stops_the_sandbox_with_one_line(
     try:
         key = tmp_path / "key"
         key.write_bytes(secrets.token_bytes(32))
+        key.chmod(0o600)
         url = f"s3://{FAULT_BUCKET}/t/img"
         env = {**server.env(), "CKPT_TEMPLATE": "0"}
         digest = _checkpointed(cli, url, env, "memory:32", key)
@@ -134,6 +136,7 @@ def test_tampered_chunk_is_refused_during_background_load(
 ) -> None:
     key = tmp_path / "key"
     key.write_bytes(secrets.token_bytes(32))
+    key.chmod(0o600)
     url = f"{s3_url}/img"
     digest = _checkpointed(tcli, url, s3_env, "memory:8", key)
     repo = Repository.open(s3_url, key.read_bytes())

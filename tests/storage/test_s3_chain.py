@@ -52,6 +52,7 @@ def _one_error_line(proc: object) -> str:
 def _key(tmp_path: Path) -> str:
     key = tmp_path / "key"
     key.write_bytes(secrets.token_bytes(32))
+    key.chmod(0o600)
     return str(key)
 
 

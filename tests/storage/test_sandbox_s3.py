@@ -55,6 +55,7 @@ def test_round_trip_through_s3_keeps_memory(
     url = f"{s3_url}/img1"
     key = tmp_path / "key"
     key.write_bytes(secrets.token_bytes(32))
+    key.chmod(0o600)
     ck = ("checkpoint", MEM, "--image-path", url, "--key-file", str(key))
     res = run(*ck, env=s3_env, timeout=50)
     assert url in res.stdout
