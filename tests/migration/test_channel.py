@@ -345,6 +345,7 @@ def test_a_peer_that_echoes_the_opening_is_refused(watchdog) -> None:
 
     from ckpt.migration import connect
 
+    received = bytearray()
     with socket.create_server(("127.0.0.1", 0)) as srv:
 
         def echo() -> None:
@@ -353,15 +354,20 @@ def test_a_peer_that_echoes_the_opening_is_refused(watchdog) -> None:
                 conn.settimeout(10)
                 try:
                     while data := conn.recv(65536):
+                        received.extend(data)
                         conn.sendall(data)
                 except OSError:
                     pass
 
         t = threading.Thread(target=echo)
         t.start()
-        with pytest.raises(HandshakeError, match="reflected"):
+        with pytest.raises(HandshakeError) as info:
             connect(*srv.getsockname()[:2], SECRET)
         t.join(15)
+    # Refused on the opening itself: no key was derived, no sealed Hello went out (a
+    # Hello reflected back would fail its MAC too, but only after it was sent).
+    assert not isinstance(info.value, KeyMismatch), info.value
+    assert len(received) == OPENING.size
 
 
 def test_peer_that_stops_reading_makes_send_hit_the_deadline(pair_factory) -> None:
@@ -370,3 +376,51 @@ def test_peer_that_stops_reading_makes_send_hit_the_deadline(pair_factory) -> No
     with pytest.raises(DeadlineExceeded):
         for _ in range(256):  # far more than the socket buffers hold
             client.send(chunk)
+
+
+def test_frames_over_the_pre_authentication_limit_pass_after_the_handshake(pair) -> None:
+    """The handshake reads at most a Hello's size; once both keys are proven the
+    connection's own limit applies, or no page batch could ever cross."""
+    client, server = pair
+    big = StateChunk(offset=0, data=os.urandom(64 << 10))
+    client.send(big)
+    assert server.recv() == big
+    server.send(big)
+    assert client.recv() == big
+
+
+def _pre_auth_peer(frame_header: bytes) -> BaseException:
+    """A peer that sends a valid opening, then ``frame_header`` as its frame 0 and
+    nothing more; returns what the listener's accept raised."""
+    import socket
+
+    from ckpt.migration import Listener
+    from ckpt.migration.framing import Deadline, Wire
+    from ckpt.migration.handshake import exchange_openings
+
+    errors: list[BaseException] = []
+    with Listener("127.0.0.1", 0, SECRET, handshake_timeout=5.0) as lst:
+
+        def serve() -> None:
+            try:
+                lst.accept(timeout=10)
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        with socket.create_connection(lst.address, timeout=10) as s:
+            wire = Wire(s)
+            exchange_openings(wire, Deadline(10))
+            wire.write(frame_header, Deadline(10), "a header")
+            t.join(15)
+    assert len(errors) == 1
+    return errors[0]
+
+
+def test_a_frame_over_the_pre_authentication_limit_is_refused_by_its_header(watchdog) -> None:
+    """Before the peer's Hello verifies, a header announcing more than a Hello can need
+    is refused at once: its payload is never waited for (nor allocated)."""
+    exc = _pre_auth_peer(HEADER.pack(4 * 1024 + 1, Kind.HELLO))
+    assert isinstance(exc, FrameError), exc
+    assert "over the 4096-byte limit" in str(exc)
