@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 import tracemalloc
 
 import pytest
@@ -424,3 +426,64 @@ def test_a_frame_over_the_pre_authentication_limit_is_refused_by_its_header(watc
     exc = _pre_auth_peer(HEADER.pack(4 * 1024 + 1, Kind.HELLO))
     assert isinstance(exc, FrameError), exc
     assert "over the 4096-byte limit" in str(exc)
+
+
+def _paced(client, frames: int, size: int, every: float) -> threading.Thread:  # type: ignore[no-untyped-def]
+    """Send ``frames`` state chunks of ``size`` bytes, one every ``every`` seconds."""
+
+    def run() -> None:
+        with contextlib.suppress(MigrationError):
+            for i in range(frames):
+                time.sleep(every)
+                client.send(StateChunk(offset=i * size, data=bytes(size)))
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_a_step_that_brings_too_little_is_cut_by_the_step_deadline(pair_factory) -> None:
+    """Each frame comes well within ``io_timeout``; the step as a whole does not."""
+    client, server = pair_factory(server_options={"io_timeout": 30.0, "phase_timeout": 1.0})
+    t = _paced(client, 8, 100, 0.4)
+    try:
+        with pytest.raises(DeadlineExceeded, match="a step of the migration"):
+            for _ in range(8):
+                server.recv()
+    finally:
+        client.close()
+        t.join(15)
+
+
+def test_the_step_deadline_restarts_when_this_side_answers(pair_factory) -> None:
+    client, server = pair_factory(server_options={"io_timeout": 30.0, "phase_timeout": 1.5})
+    t = _paced(client, 6, 100, 0.4)  # 2.4 s in all, 0.4 s a step
+    try:
+        for _ in range(6):
+            assert isinstance(server.recv(), StateChunk)
+            server.send(Ack(seq=server.frames_received))  # a step ends
+    finally:
+        t.join(15)
+
+
+def test_the_step_deadline_grows_with_the_bytes_the_step_brings(pair_factory) -> None:
+    client, server = pair_factory(
+        server_options={"io_timeout": 30.0, "phase_timeout": 1.5, "phase_min_rate": 65536.0}
+    )
+    t = _paced(client, 6, 65536, 0.4)  # each frame buys 1 s more than it took
+    try:
+        for _ in range(6):
+            assert isinstance(server.recv(), StateChunk)
+    finally:
+        t.join(15)
+
+
+def test_a_peer_that_misses_a_deadline_is_still_told_why(pair_factory) -> None:
+    client, server = pair_factory(server_options={"io_timeout": 0.3})
+    with pytest.raises(DeadlineExceeded) as info:
+        server.recv()
+    server.send_error(ErrorCode.PROTOCOL, str(info.value))
+    with pytest.raises(PeerError, match="before the deadline"):
+        client.recv()
+    with pytest.raises(PeerClosed):
+        server.recv()
