@@ -215,7 +215,6 @@ class Server:
         from ckpt.migration.channel import NoPeer
 
         while not self._stop.is_set():
-            self._reap()
             try:
                 sock, address = self.listener.accept_socket(timeout=POLL_S)
             except NoPeer:
@@ -266,15 +265,6 @@ class Server:
         if most < holds + 1:
             return None
         return min((v[0] for v in self._pending.values() if len(v) == most), key=_since)
-
-    def _reap(self) -> None:
-        """Cut connections past the handshake deadline however they stretched it (a TLS
-        handshake trickled a byte at a time times out per read, not in all)."""
-        late = time.monotonic() - self.limits.handshake_s - 2 * POLL_S
-        with self._lock:
-            for entries in self._pending.values():
-                while entries and entries[0].since < late:
-                    entries.pop(0).cut()
 
     def _forget(self, entry: _Pending) -> None:
         with self._lock:

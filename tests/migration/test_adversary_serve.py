@@ -10,6 +10,8 @@ other loopback addresses (127.0.0.2 ...), each an address of its own to the serv
 from __future__ import annotations
 
 import contextlib
+import select
+import shutil
 import socket
 import threading
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from ckpt.migration import (
     Offer,
     PeerClosed,
     PeerError,
+    ServerTLS,
     connect,
     pack_pages,
 )
@@ -35,6 +38,7 @@ from ckpt.sandbox.paths import Root
 from tests.sandbox.conftest import sandbox_processes
 
 from .conftest import SECRET
+from .test_tls import _cert_with_openssl
 
 PAGE = b"\x02" * 4096
 
@@ -48,12 +52,14 @@ def no_template(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Non
 
 
 @contextlib.contextmanager
-def running(tmp_path: Path, limits: Limits) -> Iterator[tuple[Server, tuple[str, int], list]]:
+def running(
+    tmp_path: Path, limits: Limits, tls: ServerTLS | None = None
+) -> Iterator[tuple[Server, tuple[str, int], list]]:
     """A ``Server`` on 127.0.0.1 in a thread; yields it, its address, its log lines."""
     root = Root(tmp_path / "root")
     root.ensure()
     lines: list[str] = []
-    with listen("127.0.0.1", 0, SECRET, limits=limits) as lst:
+    with listen("127.0.0.1", 0, SECRET, tls=tls, limits=limits) as lst:
         server = Server(root, lst, limits=limits, say=lines.append)
         t = threading.Thread(target=server.run, daemon=True)
         t.start()
@@ -198,3 +204,46 @@ def test_a_second_key_holder_is_told_the_server_is_busy(tmp_path: Path, watchdog
         assert isinstance(first.recv(), Ack)  # it holds the slot, silent
         got = refused_offer(address)
         assert got.code == ErrorCode.BUSY and "another migration" in str(got)
+
+
+def test_a_tls_handshake_trickled_a_byte_at_a_time_is_cut_at_the_deadline(
+    tmp_path: Path, watchdog
+) -> None:
+    """A byte every 0.3 s keeps each read of the TLS handshake short; the handshake
+    deadline (``handshake_s``) covers TLS as a whole and cuts it."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    _cert_with_openssl(cert, key)
+    with (
+        running(tmp_path, Limits(handshake_s=1.0), tls=ServerTLS(cert, key)) as (
+            _server,
+            address,
+            _lines,
+        ),
+        stranger(address, "127.0.0.2") as sock,
+    ):
+        hello = _client_hello()  # a real one, sent but for its last byte
+        cut = False
+        for i in range(min(100, len(hello) - 1)):  # 30 s at most
+            try:
+                sock.sendall(hello[i : i + 1])
+            except OSError:
+                cut = True  # reset
+                break
+            # anything to read (an alert, the end of the connection) means it was cut
+            if select.select([sock], [], [], 0.3)[0]:
+                cut = True
+                break
+        assert cut, "a trickled TLS handshake kept its connection past the deadline"
+
+
+def _client_hello() -> bytes:
+    """The first flight of a TLS client, made by ``ssl`` in memory."""
+    import ssl
+
+    ctx = ssl.create_default_context()
+    tls = ctx.wrap_bio(ssl.MemoryBIO(), out := ssl.MemoryBIO(), server_hostname="ckpt")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return out.read()
