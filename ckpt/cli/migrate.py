@@ -177,6 +177,7 @@ def migrate_cmd(
     from ckpt.sandbox import lifecycle
 
     old_address = lifecycle.state(sandbox_root, sandbox_id).address
+    old = _forward_from(sandbox_id, old_address, host, port) if forward > 0 else None
     opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
     report = Migration(sandbox_root, sandbox_id, host, dport, secret, opts).run()
     from ckpt.cli.output import emit_json, say
@@ -185,14 +186,33 @@ def migrate_cmd(
         emit_json(report.to_json())
     else:
         say(report.line())
-    if forward > 0 and old_address and report.address:
+    if old is not None and report.address:
         from ckpt.migration.forward import relay
 
         new_host, new_port = parse_address(report.address, "the new address")
         if new_host in ("0.0.0.0", "::"):
             new_host = host
-        old = parse_address(old_address, "the old address")
-        relay(old, (new_host, new_port), seconds=forward, deadline=time.monotonic() + forward)
+        relay(
+            old,
+            (new_host, new_port),
+            seconds=forward,
+            deadline=time.monotonic() + forward,
+            destination=host,
+        )
+
+
+def _forward_from(
+    sandbox_id: str, old_address: str | None, destination: str, port: int | None
+) -> tuple[str, int]:
+    """The address ``--forward`` relays from, checked before anything moves."""
+    from ckpt.migration.forward import check_plan
+    from ckpt.migration.serve import parse_address
+
+    if not old_address:
+        raise UsageError(f"--forward: sandbox {sandbox_id} has no address to relay from")
+    old = parse_address(old_address, "the old address")
+    check_plan(old, destination, port)
+    return old
 
 
 def bench_migrate_cmd(
