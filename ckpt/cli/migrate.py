@@ -79,7 +79,15 @@ def serve_cmd(
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
 ) -> None:
-    """Accept migrations into the root until SIGTERM or SIGINT."""
+    """Accept migrations into the root until SIGTERM or SIGINT.
+
+    One migration at a time. Before it proves the key, a connection has 5 s (TLS
+    included); at most 4 such connections come from one address and 32 in all (when
+    all are taken, a newcomer replaces the oldest of the address holding the most).
+    A key holder keeps the slot while each step (an image, an answer) moves: 120 s plus
+    1 s per 256 KiB it brings. Another key holder waits up to 10 s for the slot, then is
+    told the server is busy.
+    """
     from ckpt.migration import ServerTLS
     from ckpt.migration.serve import parse_address, ready_line_writer, serve
 

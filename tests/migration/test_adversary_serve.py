@@ -247,3 +247,24 @@ def _client_hello() -> bytes:
     with contextlib.suppress(ssl.SSLWantReadError):
         tls.do_handshake()
     return out.read()
+
+
+def test_serve_help_states_the_limits_it_enforces() -> None:
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt", "serve", "--help"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    text = " ".join(proc.stdout.split())
+    lim = Limits()
+    for said in (
+        f"a connection has {lim.handshake_s:g} s",
+        f"at most {lim.per_address} such connections come from one address",
+        f"and {lim.pending} in all",
+        f"{lim.phase_s:g} s plus 1 s per {int(lim.phase_min_rate) >> 10} KiB",
+        f"waits up to {lim.slot_wait_s:g} s",
+    ):
+        assert said in text, f"ckpt serve --help does not say {said!r}"
