@@ -36,6 +36,7 @@ from ckpt.migration.handshake import MAGIC, OPENING
 from ckpt.migration.serve import Limits, Server, listen
 from ckpt.sandbox.paths import Root
 from tests.sandbox.conftest import sandbox_processes
+from tests.sandbox.waiting import wait_for
 
 from .conftest import SECRET
 from .test_tls import _cert_with_openssl
@@ -268,3 +269,67 @@ def test_serve_help_states_the_limits_it_enforces() -> None:
         f"waits up to {lim.slot_wait_s:g} s",
     ):
         assert said in text, f"ckpt serve --help does not say {said!r}"
+
+
+class Flood:
+    """Idle connections from ``sources`` (``per`` each) to a real ``ckpt serve``, each
+    reopened as soon as the server closes it, until ``stop``; plus slowloris openings."""
+
+    def __init__(self, address: tuple[str, int], sources: list[str], per: int) -> None:
+        self.address, self.sources, self.per = address, sources, per
+        self.stop = threading.Event()
+        self.reopened = 0
+        self.threads = [threading.Thread(target=self._idle)] + [
+            threading.Thread(target=slowloris, args=(address, f"127.0.1.{i}", self.stop))
+            for i in range(1, 3)
+        ]
+
+    def _idle(self) -> None:
+        conns = {stranger(self.address, src): src for src in self.sources for _ in range(self.per)}
+        try:
+            for _ in range(1000):  # 0.2 s each: bounded however long the migration is
+                if self.stop.is_set():
+                    return
+                readable = select.select(list(conns), [], [], 0.2)[0]
+                for sock in readable:
+                    with contextlib.suppress(OSError):
+                        if sock.recv(4096):
+                            continue  # the server's opening: it waits for ours
+                    src = conns.pop(sock)
+                    sock.close()
+                    with contextlib.suppress(OSError):
+                        conns[stranger(self.address, src)] = src
+                        self.reopened += 1
+        finally:
+            for sock in conns:
+                sock.close()
+
+    def __enter__(self) -> Flood:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+@pytest.mark.slow
+def test_a_migration_completes_through_a_flood_on_a_real_server(hosts) -> None:  # type: ignore[no-untyped-def]
+    """Twelve addresses, five idle connections each, reopened as soon as they are cut,
+    and two slowloris openings: past the backlog, the per-address cap and the total.
+    A real migration into the same ``ckpt serve`` still goes through."""
+    from .migrate_kit import running as running_ids
+
+    sid = "flooded"
+    hosts.src("run", sid, "--workload", "kv:8", "--port", "0", timeout=120)
+    serve = hosts.serve()
+    host, _, port = serve.address.rpartition(":")
+    sources = [f"127.0.0.{i}" for i in range(2, 14)]
+    with Flood((host, int(port)), sources, per=5) as flood:
+        wait_for(lambda: flood.reopened > 0, "the server to cut a flood connection", 60)
+        proc = hosts.migrate(sid, serve)
+    assert proc.returncode == 0, proc.stderr
+    assert running_ids(hosts.dst) == [sid] and running_ids(hosts.src) == []
+    assert any(line.startswith(f"received {sid}") for line in serve.lines())
