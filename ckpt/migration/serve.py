@@ -192,8 +192,8 @@ class Server:
                     for entry in entries:
                         entry.cut()
                 self._pending.clear()
-            with contextlib.suppress(queue.Empty):
-                self._handoff.get_nowait().close()
+                with contextlib.suppress(queue.Empty):
+                    self._handoff.get_nowait().close()
 
     def _session(self, ch: Any) -> None:
         from ckpt.migration.session import receive
@@ -225,7 +225,11 @@ class Server:
                 self._refused(f"refused a peer: {exc}")
                 self._stop.wait(POLL_S)  # out of descriptors: do not spin
                 continue
-            self._admit(sock, address)
+            try:
+                self._admit(sock, address)
+            except Exception as exc:  # out of descriptors or threads: refuse this one only
+                sock.close()
+                self._refused(f"refused a peer from {address}: {exc}")
 
     def _admit(self, sock: socket.socket, address: str) -> None:
         """Start the handshake of ``sock`` within the caps, or close it at once."""
@@ -256,7 +260,13 @@ class Server:
             return
         t = threading.Thread(target=self._handshake, args=(entry,), name="ckpt-serve-handshake")
         t.daemon = True
-        t.start()
+        try:
+            t.start()
+        except BaseException:
+            self._forget(entry)
+            with self._lock:
+                self._threads -= 1
+            raise
 
     def _victim(self, holds: int) -> _Pending | None:
         """The connection a newcomer replaces when all are taken: the oldest of the
@@ -293,11 +303,10 @@ class Server:
                     if not self._idle.wait(until - time.monotonic()):
                         break
                 take = not self._busy and not self._stop.is_set()
-                if take:
+                if take:  # under the lock: ``run`` drains the queue under it on its way out
                     self._busy = True
-            if take:
-                self._handoff.put(ch)
-            else:
+                    self._handoff.put_nowait(ch)
+            if not take:
                 ch.send_error(
                     m.ErrorCode.BUSY,
                     "the destination is receiving another migration: try again when it ends",
