@@ -79,7 +79,15 @@ def serve_cmd(
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
 ) -> None:
-    """Accept migrations into the root until SIGTERM or SIGINT."""
+    """Accept migrations into the root until SIGTERM or SIGINT.
+
+    One migration at a time. Before it proves the key, a connection has 5 s (TLS
+    included); at most 4 such connections come from one address and 32 in all (when
+    all are taken, a newcomer replaces the oldest of the address holding the most).
+    A key holder keeps the slot while each step (an image, an answer) moves: 120 s plus
+    1 s per 256 KiB it brings. Another key holder waits up to 10 s for the slot, then is
+    told the server is busy.
+    """
     from ckpt.migration import ServerTLS
     from ckpt.migration.serve import parse_address, ready_line_writer, serve
 
@@ -187,6 +195,7 @@ def migrate_cmd(
     from ckpt.sandbox import lifecycle
 
     old_address = lifecycle.state(sandbox_root, sandbox_id).address
+    old = _forward_from(sandbox_id, old_address, host, port) if forward > 0 else None
     opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
     report = Migration(sandbox_root, sandbox_id, host, dport, secret, opts).run()
     from ckpt.cli.output import emit_json, say
@@ -195,14 +204,33 @@ def migrate_cmd(
         emit_json(report.to_json())
     else:
         say(report.line())
-    if forward > 0 and old_address and report.address:
+    if old is not None and report.address:
         from ckpt.migration.forward import relay
 
         new_host, new_port = parse_address(report.address, "the new address")
         if new_host in ("0.0.0.0", "::"):
             new_host = host
-        old = parse_address(old_address, "the old address")
-        relay(old, (new_host, new_port), seconds=forward, deadline=time.monotonic() + forward)
+        relay(
+            old,
+            (new_host, new_port),
+            seconds=forward,
+            deadline=time.monotonic() + forward,
+            destination=host,
+        )
+
+
+def _forward_from(
+    sandbox_id: str, old_address: str | None, destination: str, port: int | None
+) -> tuple[str, int]:
+    """The address ``--forward`` relays from, checked before anything moves."""
+    from ckpt.migration.forward import check_plan
+    from ckpt.migration.serve import parse_address
+
+    if not old_address:
+        raise UsageError(f"--forward: sandbox {sandbox_id} has no address to relay from")
+    old = parse_address(old_address, "the old address")
+    check_plan(old, destination, port)
+    return old
 
 
 def bench_migrate_cmd(

@@ -14,10 +14,14 @@ What each mode protects:
   checks the server's certificate against a CA.  The key file still decides who may
   migrate; the certificate only proves which host the client reached.
 
-Every receive has two deadlines: ``io_timeout`` seconds for one frame (a peer that
-trickles bytes cannot stretch a frame past it) and an optional overall ``deadline`` for
-the whole connection.  Any error closes the connection and raises a one-line
-``MigrationError``.
+Every receive has up to three deadlines: ``io_timeout`` seconds for one frame (a peer
+that trickles bytes cannot stretch a frame past it), an optional overall ``deadline``
+for the whole connection and an optional step deadline (``phase_timeout``): from each
+frame this side sends, the peer has ``phase_timeout`` seconds, plus one second for each
+``phase_min_rate`` bytes it delivers, to bring what this side waits for next (an image,
+an answer).  A peer that sends a small valid frame just within each ``io_timeout`` can
+stretch a step past neither.  The handshake has its own ``handshake_timeout``.  Any
+error closes the connection and raises a one-line ``MigrationError``.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ckpt.migration import messages
-from ckpt.migration.errors import MigrationError, PeerClosed, PeerError
+from ckpt.migration.errors import DeadlineExceeded, MigrationError, PeerClosed, PeerError
 from ckpt.migration.framing import DEFAULT_MAX_PAYLOAD, Deadline, Wire
 from ckpt.migration.handshake import handshake
 
@@ -101,14 +106,21 @@ class Channel:
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         deadline: float | None = None,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
+        phase_timeout: float | None = None,
+        phase_min_rate: float = 0.0,
     ) -> None:
         """Take ``sock`` (already TLS-wrapped if wanted) and run the handshake on it."""
         self._wire = Wire(sock)
         self.io_timeout = io_timeout
         self.deadline = Deadline(deadline)
+        self.phase_timeout = phase_timeout
+        self.phase_min_rate = phase_min_rate
+        self._phase_start = time.monotonic()
+        self._phase_bytes = 0
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
         self._closed = False
+        self._recv_broken = False
         self.frames_sent = self.frames_received = 0
         self.bytes_sent = self.bytes_received = 0
         try:
@@ -122,9 +134,25 @@ class Channel:
         except BaseException:
             self.close()
             raise
+        self._phase_start = time.monotonic()
 
     def _frame_deadline(self) -> Deadline:
         return Deadline(self.io_timeout).earlier(self.deadline)
+
+    def _recv_deadline(self) -> Deadline:
+        """The frame's deadline, or the step's if that comes first."""
+        frame = self._frame_deadline()
+        if self.phase_timeout is None:
+            return frame
+        budget = self.phase_timeout
+        if self.phase_min_rate > 0:
+            budget += self._phase_bytes / self.phase_min_rate
+        step = Deadline.until(
+            self._phase_start + budget,
+            f"in time: a step of the migration may take {self.phase_timeout:g} s plus "
+            f"1 s per {self.phase_min_rate:g} bytes it brings",
+        )
+        return frame.earlier(step)
 
     def send(self, msg: messages.Message) -> None:
         """Seal and send ``msg``; a failure closes the channel."""
@@ -144,19 +172,29 @@ class Channel:
                 raise
             self.frames_sent += 1
             self.bytes_sent += len(frame)
+            self._phase_start = time.monotonic()  # this side answered: the next step begins
+            self._phase_bytes = 0
 
     def recv(self) -> messages.Message:
         """The next message; an ``Error`` from the peer is raised as ``PeerError``."""
         with self._recv_lock:
             self._check_open()
+            if self._recv_broken:
+                raise PeerClosed("the migration channel stopped receiving after a deadline")
             try:
-                kind, payload = self._opener.read(self._wire, self._frame_deadline())
+                kind, payload = self._opener.read(self._wire, self._recv_deadline())
                 msg = messages.decode(kind, payload)
+            except DeadlineExceeded:
+                # the frame stream is cut mid-frame, but sending still works: this side
+                # can tell the peer which deadline it missed (``send_error``)
+                self._recv_broken = True
+                raise
             except MigrationError:
                 self.close()
                 raise
             self.frames_received += 1
             self.bytes_received += len(payload)
+            self._phase_bytes += len(payload)
         if isinstance(msg, messages.Error):
             self.close()
             raise PeerError(msg.code, f"the peer gave up: {msg.message}")
@@ -260,23 +298,36 @@ class Listener:
 
     def accept(self, timeout: float | None = None) -> Channel:
         """Wait up to ``timeout`` seconds for a peer, then handshake with it."""
+        return self.open(self.accept_socket(timeout)[0])
+
+    def accept_socket(self, timeout: float | None = None) -> tuple[socket.socket, str]:
+        """The next connection and its peer's address, before any byte is exchanged."""
         self._sock.settimeout(timeout)
         try:
-            sock, _ = self._sock.accept()
+            sock, peer = self._sock.accept()
         except TimeoutError as exc:
             raise NoPeer("no peer connected before the deadline") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._ctx is not None:
-            try:
+        except OSError as exc:  # out of descriptors, a connection reset while queued
+            raise MigrationError(f"cannot accept a connection: {exc.strerror or exc}") from exc
+        return sock, str(peer[0])
+
+    def open(self, sock: socket.socket) -> Channel:
+        """TLS (if configured) and the handshake on an accepted ``sock``, both within one
+        ``handshake_timeout``; ``sock`` is closed if either fails."""
+        pre_auth = Deadline(
+            float(self._options.get("handshake_timeout") or DEFAULT_HANDSHAKE_TIMEOUT)
+        )
+        options = dict(self._options)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ctx is not None:
                 sock = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-                _tls_handshake(
-                    sock,
-                    float(self._options.get("handshake_timeout") or DEFAULT_HANDSHAKE_TIMEOUT),
-                )
-            except BaseException:
-                sock.close()
-                raise
-        return Channel(sock, self._secret, client=False, **self._options)  # type: ignore[arg-type]
+                _tls_handshake(sock, pre_auth.remaining("the TLS handshake") or 0.0)
+            options["handshake_timeout"] = pre_auth.remaining("the handshake")
+        except BaseException:
+            sock.close()
+            raise
+        return Channel(sock, self._secret, client=False, **options)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self._sock.close()

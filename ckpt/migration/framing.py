@@ -46,17 +46,26 @@ TO_CLIENT = 2
 
 
 class Deadline:
-    """An absolute monotonic deadline; ``None`` seconds means none."""
+    """An absolute monotonic deadline; ``None`` seconds means none.  ``says`` ends the
+    message of the ``DeadlineExceeded`` it raises: which deadline the peer missed."""
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, says: str = "before the deadline") -> None:
         self.at = None if seconds is None else time.monotonic() + seconds
+        self.says = says
+
+    @classmethod
+    def until(cls, at: float, says: str) -> Deadline:
+        """The deadline at monotonic time ``at``."""
+        deadline = cls(None, says)
+        deadline.at = at
+        return deadline
 
     def remaining(self, what: str) -> float | None:
         if self.at is None:
             return None
         left = self.at - time.monotonic()
         if left <= 0:
-            raise DeadlineExceeded(f"the peer did not finish {what} before the deadline")
+            raise DeadlineExceeded(f"the peer did not finish {what} {self.says}")
         return left
 
     def earlier(self, other: Deadline) -> Deadline:
@@ -81,9 +90,7 @@ class Wire:
             try:
                 k = self.sock.recv_into(view[got:], n - got)
             except TimeoutError as exc:
-                raise DeadlineExceeded(
-                    f"the peer did not finish {what} before the deadline"
-                ) from exc
+                raise DeadlineExceeded(f"the peer did not finish {what} {deadline.says}") from exc
             except (ssl.SSLError, OSError) as exc:
                 raise PeerClosed(f"the connection failed while reading {what}: {exc}") from exc
             if k == 0:

@@ -54,8 +54,10 @@ def storage_error(exc: BaseException) -> MigrationError:
 class Incoming:
     """One migration's images on the destination, written as they arrive."""
 
-    def __init__(self, root_dir: Path, offer: m.Offer) -> None:
+    def __init__(self, root_dir: Path, offer: m.Offer, *, max_state_bytes: int = 0) -> None:
+        """``max_state_bytes`` (0: ``MAX_STATE_BYTES``) bounds each image's state stream."""
         self.offer = offer
+        self.max_state_bytes = max_state_bytes or MAX_STATE_BYTES
         base = Path(root_dir) / INCOMING_DIR
         base.mkdir(mode=0o700, exist_ok=True)
         if base.is_symlink() or not base.is_dir():
@@ -78,7 +80,7 @@ class Incoming:
         metadata: dict[str, Any] = {"sandbox_id": self.offer.sandbox_id}
         if self.images:
             metadata.update(chain.link_metadata(path, statefile.open_image(self.images[-1])))
-        state = _StateIn()
+        state = _StateIn(self.max_state_bytes)
         pages = _PagesIn(ch, n, self.offer.pages)
         try:
             # no fsync: it lives only as long as this migration and the sandbox that reads
@@ -170,7 +172,8 @@ def _kept(meta: dict[str, Any]) -> dict[str, Any]:
 class _StateIn:
     """The state stream's chunks, checked for continuity and size as they are written."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.length = 0
         self.ended = False
         self.sha256 = hashlib.sha256()
@@ -178,8 +181,8 @@ class _StateIn:
     def add(self, msg: m.StateChunk, out: Any) -> None:
         if self.ended or msg.offset != self.length:
             raise FrameError("the peer sent state chunks out of order")
-        if self.length + len(msg.data) > MAX_STATE_BYTES:
-            raise FrameError(f"the peer's state stream exceeds {MAX_STATE_BYTES} bytes")
+        if self.length + len(msg.data) > self.limit:
+            raise FrameError(f"the peer's state stream exceeds {self.limit} bytes")
         out.write(msg.data)
         self.sha256.update(msg.data)
         self.length += len(msg.data)

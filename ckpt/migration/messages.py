@@ -53,6 +53,7 @@ class ErrorCode(enum.IntEnum):
     RESTORE_FAILED = 4
     CANCELLED = 5
     REFUSED = 6  # the offer is not acceptable (bad ID, limits)
+    BUSY = 7  # the destination is receiving another migration
 
 
 class Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True):

@@ -92,9 +92,13 @@ def receive(ch: Any, root: Any) -> Received:
     from ckpt.sandbox import lifecycle
 
     offer = ch.recv()
-    if not isinstance(offer, m.Offer):
-        raise FrameError(f"the peer began with a {type(offer).__name__}, not an Offer")
-    check_offer(offer)
+    try:
+        if not isinstance(offer, m.Offer):
+            raise FrameError(f"the peer began with a {type(offer).__name__}, not an Offer")
+        check_offer(offer)
+    except FrameError as exc:  # told, so the source's error says why, not "closed"
+        ch.send_error(m.ErrorCode.REFUSED, f"refused the offer: {exc}")
+        raise
     sid = offer.sandbox_id
     if root.exists(sid):
         ch.send_error(m.ErrorCode.EXISTS, f"sandbox {sid} already exists on the destination")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 import tracemalloc
 
 import pytest
@@ -345,6 +347,7 @@ def test_a_peer_that_echoes_the_opening_is_refused(watchdog) -> None:
 
     from ckpt.migration import connect
 
+    received = bytearray()
     with socket.create_server(("127.0.0.1", 0)) as srv:
 
         def echo() -> None:
@@ -353,15 +356,20 @@ def test_a_peer_that_echoes_the_opening_is_refused(watchdog) -> None:
                 conn.settimeout(10)
                 try:
                     while data := conn.recv(65536):
+                        received.extend(data)
                         conn.sendall(data)
                 except OSError:
                     pass
 
         t = threading.Thread(target=echo)
         t.start()
-        with pytest.raises(HandshakeError, match="reflected"):
+        with pytest.raises(HandshakeError) as info:
             connect(*srv.getsockname()[:2], SECRET)
         t.join(15)
+    # Refused on the opening itself: no key was derived, no sealed Hello went out (a
+    # Hello reflected back would fail its MAC too, but only after it was sent).
+    assert not isinstance(info.value, KeyMismatch), info.value
+    assert len(received) == OPENING.size
 
 
 def test_peer_that_stops_reading_makes_send_hit_the_deadline(pair_factory) -> None:
@@ -370,3 +378,112 @@ def test_peer_that_stops_reading_makes_send_hit_the_deadline(pair_factory) -> No
     with pytest.raises(DeadlineExceeded):
         for _ in range(256):  # far more than the socket buffers hold
             client.send(chunk)
+
+
+def test_frames_over_the_pre_authentication_limit_pass_after_the_handshake(pair) -> None:
+    """The handshake reads at most a Hello's size; once both keys are proven the
+    connection's own limit applies, or no page batch could ever cross."""
+    client, server = pair
+    big = StateChunk(offset=0, data=os.urandom(64 << 10))
+    client.send(big)
+    assert server.recv() == big
+    server.send(big)
+    assert client.recv() == big
+
+
+def _pre_auth_peer(frame_header: bytes) -> BaseException:
+    """A peer that sends a valid opening, then ``frame_header`` as its frame 0 and
+    nothing more; returns what the listener's accept raised."""
+    import socket
+
+    from ckpt.migration import Listener
+    from ckpt.migration.framing import Deadline, Wire
+    from ckpt.migration.handshake import exchange_openings
+
+    errors: list[BaseException] = []
+    with Listener("127.0.0.1", 0, SECRET, handshake_timeout=5.0) as lst:
+
+        def serve() -> None:
+            try:
+                lst.accept(timeout=10)
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        with socket.create_connection(lst.address, timeout=10) as s:
+            wire = Wire(s)
+            exchange_openings(wire, Deadline(10))
+            wire.write(frame_header, Deadline(10), "a header")
+            t.join(15)
+    assert len(errors) == 1
+    return errors[0]
+
+
+def test_a_frame_over_the_pre_authentication_limit_is_refused_by_its_header(watchdog) -> None:
+    """Before the peer's Hello verifies, a header announcing more than a Hello can need
+    is refused at once: its payload is never waited for (nor allocated)."""
+    exc = _pre_auth_peer(HEADER.pack(4 * 1024 + 1, Kind.HELLO))
+    assert isinstance(exc, FrameError), exc
+    assert "over the 4096-byte limit" in str(exc)
+
+
+def _paced(client, frames: int, size: int, every: float) -> threading.Thread:  # type: ignore[no-untyped-def]
+    """Send ``frames`` state chunks of ``size`` bytes, one every ``every`` seconds."""
+
+    def run() -> None:
+        with contextlib.suppress(MigrationError):
+            for i in range(frames):
+                time.sleep(every)
+                client.send(StateChunk(offset=i * size, data=bytes(size)))
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_a_step_that_brings_too_little_is_cut_by_the_step_deadline(pair_factory) -> None:
+    """Each frame comes well within ``io_timeout``; the step as a whole does not."""
+    client, server = pair_factory(server_options={"io_timeout": 30.0, "phase_timeout": 1.0})
+    t = _paced(client, 8, 100, 0.4)
+    try:
+        with pytest.raises(DeadlineExceeded, match="a step of the migration"):
+            for _ in range(8):
+                server.recv()
+    finally:
+        client.close()
+        t.join(15)
+
+
+def test_the_step_deadline_restarts_when_this_side_answers(pair_factory) -> None:
+    client, server = pair_factory(server_options={"io_timeout": 30.0, "phase_timeout": 1.5})
+    t = _paced(client, 6, 100, 0.4)  # 2.4 s in all, 0.4 s a step
+    try:
+        for _ in range(6):
+            assert isinstance(server.recv(), StateChunk)
+            server.send(Ack(seq=server.frames_received))  # a step ends
+    finally:
+        t.join(15)
+
+
+def test_the_step_deadline_grows_with_the_bytes_the_step_brings(pair_factory) -> None:
+    client, server = pair_factory(
+        server_options={"io_timeout": 30.0, "phase_timeout": 1.5, "phase_min_rate": 65536.0}
+    )
+    t = _paced(client, 6, 65536, 0.4)  # each frame buys 1 s more than it took
+    try:
+        for _ in range(6):
+            assert isinstance(server.recv(), StateChunk)
+    finally:
+        t.join(15)
+
+
+def test_a_peer_that_misses_a_deadline_is_still_told_why(pair_factory) -> None:
+    client, server = pair_factory(server_options={"io_timeout": 0.3})
+    with pytest.raises(DeadlineExceeded) as info:
+        server.recv()
+    server.send_error(ErrorCode.PROTOCOL, str(info.value))
+    with pytest.raises(PeerError, match="before the deadline"):
+        client.recv()
+    with pytest.raises(PeerClosed):
+        server.recv()

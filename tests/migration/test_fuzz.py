@@ -7,11 +7,12 @@ import contextlib
 import os
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt.migration import MigrationError, PageRuns, unpack_pages
-from ckpt.migration.framing import HEADER, TO_SERVER, Deadline, Opener, Sealer, Wire
+from ckpt.migration import AuthenticationError, MigrationError, PageRuns, unpack_pages
+from ckpt.migration.framing import HEADER, MAC_LEN, TO_SERVER, Deadline, Opener, Sealer, Wire
 from ckpt.migration.handshake import MAGIC, OPENING, exchange_openings
 from ckpt.migration.messages import MESSAGE_TYPES, Kind, decode
 
@@ -39,25 +40,39 @@ class BytesSocket:
         pass
 
 
-def read_all(data: bytes, max_payload: int = 1 << 16) -> None:
+def read_all(data: bytes, max_payload: int = 1 << 16) -> int:
+    """Read frames from ``data`` until one is refused; returns how many were accepted."""
     wire = Wire(BytesSocket(data))  # type: ignore[arg-type]
     opener = Opener(KEY, TO_SERVER, max_payload)
+    accepted = 0
     while True:
         try:
             kind, payload = opener.read(wire, Deadline(5))
             decode(kind, payload)
         except MigrationError:
-            return
+            return accepted
+        accepted += 1
 
 
 @given(st.binary(max_size=4096))
 def test_random_bytes_only_raise_migration_error(data: bytes) -> None:
-    read_all(data)
+    assert read_all(data) == 0  # no MAC under KEY comes out of random bytes
 
 
-@given(st.sampled_from(sorted(MESSAGE_TYPES)), st.binary(max_size=256), st.binary(max_size=64))
-def test_random_payload_behind_a_valid_header_is_refused(kind: int, payload: bytes, tail: bytes):
-    read_all(HEADER.pack(len(payload), kind) + payload + tail)
+@given(
+    st.sampled_from(sorted(MESSAGE_TYPES)),
+    st.binary(max_size=256),
+    st.binary(min_size=MAC_LEN, max_size=MAC_LEN),
+    st.binary(max_size=64),
+)
+def test_random_payload_behind_a_valid_header_is_refused(kind, payload, tag, tail) -> None:
+    """Without the key no tag is the payload's MAC: the frame is refused by its MAC,
+    before its payload is decoded, whatever the payload is."""
+    sock = BytesSocket(HEADER.pack(len(payload), kind) + payload + tag + tail)
+    opener = Opener(KEY, TO_SERVER, 1 << 16)
+    with pytest.raises(AuthenticationError):
+        opener.read(Wire(sock), Deadline(5))  # type: ignore[arg-type]
+    assert opener.seq == 0
 
 
 @given(st.sampled_from(sorted(MESSAGE_TYPES)), st.binary(max_size=512))

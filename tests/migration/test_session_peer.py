@@ -4,6 +4,7 @@ root.  No sandbox is started: each case fails before a restore would begin."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from ckpt.migration import (
     Ack,
+    ErrorCode,
     FrameError,
     MigrationError,
     Offer,
@@ -89,30 +91,93 @@ def _accepted(client, offer: Offer | None = None) -> None:  # type: ignore[no-un
 
 
 @pytest.mark.parametrize(
-    "offer",
+    ("offer", "reason"),
     [
-        _offer(sandbox_id="../etc"),
-        _offer(sandbox_id=""),
-        _offer(pages=0),
-        _offer(pages=1 << 40),
-        _offer(engine="pickle"),
-        _offer(cpus=float("nan")),
-        _offer(port=70000),
-        _offer(nonce=b""),
-        _offer(nonce=bytes(31)),
+        (_offer(sandbox_id="../etc"), "bad sandbox ID"),
+        (_offer(sandbox_id=""), "bad sandbox ID"),
+        (_offer(pages=0), "0 pages"),
+        (_offer(pages=1 << 40), f"{1 << 40} pages"),
+        (_offer(engine="pickle"), "unknown engine"),
+        (_offer(cpus=float("nan")), "CPU quota of nan"),
+        (_offer(port=70000), "port 70000"),
+        (_offer(nonce=b""), "0-byte nonce"),
+        (_offer(nonce=bytes(31)), "31-byte nonce"),
     ],
 )
-def test_a_bad_offer_is_refused(tmp_path: Path, offer: Offer, watchdog) -> None:
+def test_a_bad_offer_is_refused(tmp_path: Path, offer: Offer, reason: str, watchdog) -> None:
+    """Refused with an Error that says why: the source does not see only a closed link."""
+    told: list[PeerError] = []
+
     def script(client) -> None:  # type: ignore[no-untyped-def]
         client.send(offer)
-        client.recv()
+        try:
+            client.recv()
+        except PeerError as exc:
+            told.append(exc)
 
     assert isinstance(_run(tmp_path, script), FrameError)
+    assert len(told) == 1 and told[0].code == ErrorCode.REFUSED
+    assert reason in str(told[0]) and "refused the offer" in str(told[0])
 
 
 def test_a_session_must_begin_with_an_offer(tmp_path: Path, watchdog) -> None:
-    exc = _run(tmp_path, lambda c: (c.send(pack_pages(0, [(0, PAGE)])), c.recv()))
-    assert isinstance(exc, FrameError)
+    told: list[PeerError] = []
+
+    def script(client) -> None:  # type: ignore[no-untyped-def]
+        client.send(pack_pages(0, [(0, PAGE)]))
+        try:
+            client.recv()
+        except PeerError as exc:
+            told.append(exc)
+
+    assert isinstance(_run(tmp_path, script), FrameError)
+    assert len(told) == 1 and "began with a PageRuns" in str(told[0])
+
+
+def test_a_state_stream_past_the_bound_is_refused_where_it_crosses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watchdog
+) -> None:
+    """The destination refuses the chunk that crosses its state bound, says so, and
+    reads no further: a peer cannot make it write (or hold) state without end."""
+    from ckpt.migration import incoming
+
+    bound, chunk = 64 << 10, 16 << 10
+    monkeypatch.setattr(incoming, "MAX_STATE_BYTES", bound)
+    root = Root(tmp_path / "root")
+    root.ensure()
+    client, server = open_pair(server_options={"io_timeout": 5})
+    got: dict[str, BaseException] = {}
+
+    def dest() -> None:
+        try:
+            receive(server, root)
+        except BaseException as exc:
+            got["exc"] = exc
+
+    t = threading.Thread(target=dest, daemon=True)
+    t.start()
+    told: list[PeerError] = []
+    try:
+        _accepted(client)
+        sent = 0
+        with contextlib.suppress(MigrationError):  # refused mid-stream: sends may fail
+            for _ in range(2 * bound // chunk):
+                client.send(StateChunk(offset=sent, data=os.urandom(chunk)))
+                sent += chunk
+            client.send(RoundEnd(round=0, pages=0, state_bytes=sent))
+        try:
+            client.recv()
+        except PeerError as exc:
+            told.append(exc)
+    finally:
+        t.join(30)
+        client.close()
+    assert not t.is_alive()
+    assert isinstance(got["exc"], FrameError)
+    assert len(told) == 1 and f"exceeds {bound} bytes" in str(told[0])
+    # what it read: the offer, the chunks up to the bound and the one that crossed it
+    assert server.bytes_received <= bound + chunk + 1024
+    assert root.ids() == [] and os.listdir(root.path / INCOMING_DIR) == []
 
 
 def test_an_existing_id_is_refused_with_its_code(tmp_path: Path, watchdog) -> None:
