@@ -104,7 +104,7 @@ def slowloris(address: tuple[str, int], source: str, stop: threading.Event) -> N
 
 
 def offer(sid: str = "adv1") -> Offer:
-    return Offer(sandbox_id=sid, workload="kv:1", engine="", pages=1 << 20)
+    return Offer(sandbox_id=sid, workload="kv:1", engine="", pages=1 << 20, nonce=bytes(32))
 
 
 def refused_offer(address: tuple[str, int]) -> PeerError:
