@@ -208,12 +208,12 @@ def delete_cmd(
 
     With --all: every stopped sandbox (and the others too with --force).
     """
+    sandbox_id = _one_id(sandbox_id, all_)
     if all_:
         from ckpt.sandbox import control
 
         _each(control.delete_all(sandbox_root(), force=force), "deleted", "delete")
         return
-    sandbox_id = _one_id(sandbox_id, all_)
     lifecycle().delete(sandbox_root(), sandbox_id, force=force)
     say(f"sandbox {sandbox_id} deleted")
 
