@@ -105,7 +105,14 @@ def test_checkpointed_killed_and_signalled_sandboxes_say_so(cli: Cli, tmp_path) 
 
 def test_all_kills_and_deletes_every_sandbox_and_says_which_failed(cli: Cli) -> None:
     cli("run", "all-x", "--workload", "empty")
-    cli("run", "all-y", "--workload", "empty")
+    cli("run", "all-y", "--workload", "empty", "--ignore-cgroups")
+    (event,) = lines(cli("events", "all-y", "--stats").stdout)  # no cgroup: its own CPU
+    assert event["data"]["cgroup"] is False and event["data"]["memory"] is None
+    assert event["data"]["cpu"]["source"] == "process"
+    assert event["data"]["cpu"]["usage_usec"] > 0
+    assert [t["comm"] for t in json.loads(cli("ps", "all-y", "--json").stdout)["tasks"]] == [
+        "pause"
+    ]
     cli("kill", "all-x")
     refused = cli("delete", "--all", check=False)  # y runs: kept, and said so
     assert refused.returncode == 1
