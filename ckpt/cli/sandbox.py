@@ -106,9 +106,7 @@ def list_cmd(
         return
     states = lifecycle().list_sandboxes(root)
     if json_out or fmt is ListFormat.JSON:
-        from ckpt.sandbox.status import state_json
-
-        emit_json([state_json(st) for st in states])
+        emit_json([st.to_json() for st in states])
     else:
         from ckpt.sandbox.render import sandboxes_table
 
@@ -117,10 +115,12 @@ def list_cmd(
 
 @commands.command("state")
 def state_cmd(sandbox_id: IdArg) -> None:
-    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address)."""
-    from ckpt.sandbox.status import state_json
+    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address).
 
-    emit_json(state_json(lifecycle().state(sandbox_root(), sandbox_id)))
+    A stopped sandbox's record says why in extra.stopped: its reason (checkpointed,
+    killed, exited) and exit code or signal.
+    """
+    emit_json(lifecycle().state(sandbox_root(), sandbox_id).to_json())
 
 
 @commands.command("pause")

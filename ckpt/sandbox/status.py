@@ -90,11 +90,6 @@ def status_text(st: SandboxState) -> str:
     return STOPPED
 
 
-def state_json(st: SandboxState) -> dict[str, object]:
-    """``ckpt state``'s document: the record and ``status_text``."""
-    return {**st.to_json(), "status_text": status_text(st)}
-
-
 def unreadable(sandbox_id: str) -> SandboxState:
     """A stand-in for a record that cannot be read: nothing in it is known."""
     return SandboxState(

@@ -76,7 +76,8 @@ def test_watching_a_running_sandbox_then_signalling_it(cli: Cli, watchdog: None)
     assert follow.returncode == 0, err
     assert out.rstrip().endswith(f"[{pid}] exit status 0")
     state = cli.state_cli("watched")
-    assert (state["status"], state["status_text"]) == ("stopped", "exited (code 0)")
+    assert state["status"] == "stopped"
+    assert state["extra"]["stopped"] == {"reason": "exited", "code": 0}
     refused = cli("kill", "watched", "TERM", check=False)
     assert refused.returncode == 1 and "it is exited (code 0)" in refused.stderr
 
@@ -94,10 +95,10 @@ def test_checkpointed_killed_and_signalled_sandboxes_say_so(cli: Cli, tmp_path) 
     cli("kill", "hupped", "HUP")  # Python's default for SIGHUP: die, saying nothing
     wait_for(lambda: gone(hup_pid), "the sandbox to die of SIGHUP")
     doc = json.loads(cli("list", "--format", "json").stdout)
-    assert {d["id"]: d["status_text"] for d in doc} == {
-        "ckpted": "checkpointed",
-        "hupped": "killed (HUP)",
-        "killed": "killed",
+    assert {d["id"]: d["extra"]["stopped"] for d in doc} == {
+        "ckpted": {"reason": "checkpointed"},
+        "hupped": {"reason": "killed", "signal": "HUP"},
+        "killed": {"reason": "killed", "signal": "KILL"},
     }
     table = cli("list").stdout
     assert "checkpointed" in table and "killed (HUP)" in table
