@@ -162,7 +162,8 @@ def events(
     root: Root, sandbox_id: str, *, interval: float, count: int | None = None
 ) -> Iterator[dict[str, Any]]:
     """A ``stats`` event every ``interval`` seconds until the sandbox stops (or
-    ``count`` events)."""
+    ``count`` events); the wait between two is on its process, so its exit ends the
+    stream then, not an interval later."""
     interval = max(MIN_INTERVAL_S, interval)
     sampler = Sampler(root, sandbox_id)
     sent = 0
@@ -176,7 +177,12 @@ def events(
         if count is not None and sent >= count:
             return
         next_at += interval
-        time.sleep(max(0.0, next_at - time.monotonic()))
+        left = max(0.0, next_at - time.monotonic())
+        st = sampler.st
+        if st.pid and st.pid_start and alive(st.pid, st.pid_start):
+            wait_dead(st.pid, st.pid_start, left)  # an exit ends the stream at once
+        else:
+            time.sleep(left)
 
 
 # -- wait ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -20,6 +21,16 @@ STREAM_WAIT_S = 60.0
 
 def lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
+
+
+def ended(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """What a stream printed once it ended by itself; killed (and failed) if it did not."""
+    try:
+        return proc.communicate(timeout=STREAM_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=STREAM_WAIT_S)
+        raise AssertionError(f"{proc.args[-4:]} did not end with the sandbox") from None
 
 
 @pytest.mark.watchdog_s(300)
@@ -55,26 +66,32 @@ def test_watching_a_running_sandbox_then_signalling_it(cli: Cli, watchdog: None)
     assert frozen["data"]["status"] == "paused"
     cli("resume", "watched")
 
-    stream = cli.popen("events", "watched", "--interval", "0.2")
-    first = json.loads(stream.stdout.readline())  # watching: now it may stop
+    stream = cli.popen("events", "watched", "--interval", "3600")  # its exit ends it
     follow = cli.popen("logs", "watched", "-f")
-    assert follow.stdout.readline().strip()  # following: it printed the log's first line
-    pid = cli.state("watched")["pid"]
-    assert cli("kill", "watched", "TERM").stdout == "sandbox watched sent TERM\n"
-    ended = json.loads(cli("wait", "watched", "--json", "--timeout", "60").stdout)
-    assert ended == {
-        "id": "watched",
-        "status": "exited (code 0)",
-        "reason": "exited",
-        "exit_code": 0,
-        "signal": None,
-    }
-    out, err = stream.communicate(timeout=STREAM_WAIT_S)  # ends with the sandbox
-    assert stream.returncode == 0, err
-    assert all(event["id"] == "watched" for event in [first, *lines(out)])
-    out, err = follow.communicate(timeout=STREAM_WAIT_S)
-    assert follow.returncode == 0, err
-    assert out.rstrip().endswith(f"[{pid}] exit status 0")
+    try:
+        first = json.loads(stream.stdout.readline())  # watching: now it may stop
+        assert follow.stdout.readline().strip()  # following: it printed the first line
+        pid = cli.state("watched")["pid"]
+        assert cli("kill", "watched", "TERM").stdout == "sandbox watched sent TERM\n"
+        how = json.loads(cli("wait", "watched", "--json", "--timeout", "60").stdout)
+        assert how == {
+            "id": "watched",
+            "status": "exited (code 0)",
+            "reason": "exited",
+            "exit_code": 0,
+            "signal": None,
+        }
+        out, err = ended(stream)
+        assert stream.returncode == 0, err
+        assert all(event["id"] == "watched" for event in [first, *lines(out)])
+        out, err = ended(follow)
+        assert follow.returncode == 0, err
+        assert out.rstrip().endswith(f"[{pid}] exit status 0")
+    finally:
+        for proc in (stream, follow):
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=STREAM_WAIT_S)
     state = cli.state_cli("watched")
     assert state["status"] == "stopped"
     assert state["extra"]["stopped"] == {"reason": "exited", "code": 0}
@@ -132,7 +149,6 @@ def test_all_kills_and_deletes_every_sandbox_and_says_which_failed(cli: Cli) -> 
 def test_a_signal_goes_only_to_the_verified_process(cli: Cli) -> None:
     """A record whose pid (and start time) were changed to another process's is
     refused, and that process gets nothing."""
-    import subprocess
     import sys
 
     import psutil
