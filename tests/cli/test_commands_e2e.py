@@ -172,3 +172,29 @@ def test_a_signal_goes_only_to_the_verified_process(cli: Cli) -> None:
         bystander.send_signal(signal.SIGKILL)
         bystander.wait(timeout=30)
     assert os.path.exists(cli.root / "verified")
+
+
+@pytest.mark.watchdog_s(300)
+def test_ps_and_events_answer_while_a_checkpoint_holds_the_sandbox(
+    cli: Cli, tmp_path, watchdog: None
+) -> None:
+    """The read-only verbs bypass the lock a checkpoint holds: they answer during it,
+    showing the kernel frozen, instead of being told the sandbox is busy."""
+    release = tmp_path / "release"
+    cli("run", "busy", "--workload", "http", env={"CKPT_FAULT": f"checkpoint-stall:60:{release}"})
+    log = cli.root / "busy" / "sandbox.log"
+    writer = cli.popen(
+        "checkpoint", "busy", "--image-path", str(tmp_path / "img"), "--leave-running"
+    )
+    try:
+        wait_for(lambda: "stalling" in log.read_text(), "the checkpoint to hold the sandbox")
+        tasks = json.loads(cli("ps", "busy", "--json").stdout)["tasks"]
+        assert [t["comm"] for t in tasks] == ["http-server"]
+        (event,) = lines(cli("events", "busy", "--stats").stdout)
+        assert event["data"]["kernel"]["frozen"] is True
+    finally:
+        release.touch()
+        _, err = ended(writer)
+    assert writer.returncode == 0, err
+    (event,) = lines(cli("events", "busy", "--stats").stdout)
+    assert event["data"]["kernel"]["frozen"] is False
