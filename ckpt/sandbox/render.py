@@ -36,7 +36,7 @@ def sandboxes_table(states: list[SandboxState]) -> Table:
         table.add_row(
             Text(st.id),
             str(st.pid),
-            status_text(st),
+            Text(status_text(st)),
             Text(st.workload),
             st.address or "-",
             "-" if st.cpu is None else f"{st.cpu:g}",

@@ -83,7 +83,11 @@ def status_text(st: SandboxState) -> str:
         return CHECKPOINTED
     if reason == KILLED:
         signal = why.get("signal")
-        return KILLED if signal in (None, "KILL") else f"{KILLED} ({signal})"
+        if signal in (None, "KILL"):
+            return KILLED
+        # a record can be edited: only a signal's name is shown, nothing else it holds
+        named = isinstance(signal, str) and signal.isalnum() and signal.isupper()
+        return f"{KILLED} ({signal if named and len(signal) <= 8 else '?'})"
     if reason == EXITED:
         code = why.get("code")
         return f"{EXITED} (code {code})" if isinstance(code, int) else f"{EXITED} (code unknown)"

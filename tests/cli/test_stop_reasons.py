@@ -94,6 +94,7 @@ def test_a_signalled_sandbox_that_exited_by_itself_exited(root: Root) -> None:
         ({"reason": "killed", "signal": "TERM"}, "killed (TERM)"),
         ({"reason": "exited", "code": 137}, "exited (code 137)"),
         ({"reason": "exited", "code": None}, "exited (code unknown)"),
+        ({"reason": "killed", "signal": "[red]\x1b]0;x"}, "killed (?)"),
         ({"reason": "something new"}, "stopped"),
         ("not a dict", "stopped"),
     ],
