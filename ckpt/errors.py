@@ -67,3 +67,10 @@ class SyscallError(KernelError):
 
 class SandboxGone(SandboxError):
     """The sandbox process went away in the middle of a request (killed or crashed)."""
+
+
+class WaitTimeout(SandboxError):
+    """``ckpt wait --timeout`` passed with the sandbox still running (exit 124, as
+    timeout(1))."""
+
+    exit_code = 124

@@ -9,6 +9,7 @@ One module per command group, each with ``register(app)``::
     output.py         the one place that prints: lines, JSON, tables, results
     sandbox.py        run, list, state, pause, resume, kill, delete, checkpoint,
                       restore, cycle
+    observe.py        ps, events, wait, logs, check
     demo.py           demo
     bench.py          bench: the commands of bench_engine.py and bench_sandbox.py
     inspect.py        inspect statefile
@@ -46,6 +47,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "restore",
         "cycle",
     ),
+    "observe": ("ps", "events", "wait", "logs", "check"),
     "demo": ("demo",),
     "bench": ("bench",),
     "inspect": ("inspect",),

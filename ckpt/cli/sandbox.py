@@ -7,6 +7,8 @@ prints through ``ckpt.cli.output``.
 
 from __future__ import annotations
 
+import enum
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -83,11 +85,27 @@ def run_cmd(
     say(f"sandbox {res.state.id} running (pid {res.state.pid}{where})")
 
 
+class ListFormat(enum.Enum):
+    TABLE = "table"
+    JSON = "json"
+
+
 @commands.command("list")
-def list_cmd(json_out: JsonOpt = False) -> None:
+def list_cmd(
+    json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print the IDs only.")] = False,
+    fmt: Annotated[
+        ListFormat, typer.Option("--format", help="Output format (--json: json).")
+    ] = ListFormat.TABLE,
+) -> None:
     """List sandboxes under the root."""
-    states = lifecycle().list_sandboxes(sandbox_root())
-    if json_out:
+    root = sandbox_root()
+    if quiet:
+        for sandbox_id in root.ids():
+            say(sandbox_id)
+        return
+    states = lifecycle().list_sandboxes(root)
+    if json_out or fmt is ListFormat.JSON:
         emit_json([st.to_json() for st in states])
     else:
         from ckpt.sandbox.render import sandboxes_table
@@ -97,7 +115,11 @@ def list_cmd(json_out: JsonOpt = False) -> None:
 
 @commands.command("state")
 def state_cmd(sandbox_id: IdArg) -> None:
-    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address)."""
+    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address).
+
+    A stopped sandbox's record says why in extra.stopped: its reason (checkpointed,
+    killed, exited) and exit code or signal.
+    """
     emit_json(lifecycle().state(sandbox_root(), sandbox_id).to_json())
 
 
@@ -115,19 +137,83 @@ def resume_cmd(sandbox_id: IdArg) -> None:
     say(f"sandbox {sandbox_id} running")
 
 
+OptIdArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="ID",
+        help="Sandbox ID: its name under the root (not with --all).",
+        show_default=False,
+    ),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every sandbox under the root.")]
+
+
+def _each(outcomes: list, done: str, verb: str) -> None:
+    """One line per sandbox of ``--all``, then one error for those that failed."""
+    from ckpt.sandbox import control
+
+    for o in outcomes:
+        if o.error is None:
+            say(f"sandbox {o.id} {done}")
+        else:
+            sys.stderr.write(f"error: {o.id}: {o.error}\n")
+    control.failed(outcomes, verb)
+
+
+def _one_id(sandbox_id: str | None, all_: bool) -> str:
+    if all_ == (sandbox_id is not None):
+        raise typer.BadParameter("give either a sandbox ID or --all", param_hint="ID")
+    return sandbox_id or ""
+
+
 @commands.command("kill")
-def kill_cmd(sandbox_id: IdArg) -> None:
-    """SIGKILL a sandbox and free its cgroup (its state stays, as stopped)."""
-    lifecycle().kill(sandbox_root(), sandbox_id)
-    say(f"sandbox {sandbox_id} stopped")
+def kill_cmd(
+    sandbox_id: OptIdArg = None,
+    signal_name: Annotated[
+        str | None,
+        typer.Argument(metavar="SIGNAL", help="TERM, SIGTERM, 15...", show_default="KILL"),
+    ] = None,
+    all_: AllOpt = False,
+) -> None:
+    """Send a signal to a sandbox (KILL unless told).
+
+    KILL stops every process of it and frees its cgroup; its state stays, as stopped.
+    Another signal goes to its process alone.  With --all: every sandbox not stopped,
+    and the one argument is the SIGNAL.
+    """
+    from ckpt.sandbox import control
+
+    if all_:  # the one argument is the SIGNAL
+        if sandbox_id is not None and signal_name is not None:
+            raise typer.BadParameter("with --all, give the SIGNAL only", param_hint="ID")
+        sandbox_id, signal_name = None, signal_name or sandbox_id
+    signo = control.parse_signal(signal_name or "KILL")
+    name = control.short_name(signo)
+    done = "stopped" if name == "KILL" else f"sent {name}"
+    if all_:
+        _each(control.kill_all(sandbox_root(), signo), done, f"kill {name}")
+        return
+    sandbox_id = _one_id(sandbox_id, all_)
+    control.kill(sandbox_root(), sandbox_id, signo)
+    say(f"sandbox {sandbox_id} {done}")
 
 
 @commands.command("delete")
 def delete_cmd(
-    sandbox_id: IdArg,
+    sandbox_id: OptIdArg = None,
     force: Annotated[bool, typer.Option("--force", help="Kill it first if running.")] = False,
+    all_: AllOpt = False,
 ) -> None:
-    """Remove a sandbox: its process (with --force), cgroup and files."""
+    """Remove a sandbox: its process (with --force), cgroup and files.
+
+    With --all: every stopped sandbox (and the others too with --force).
+    """
+    sandbox_id = _one_id(sandbox_id, all_)
+    if all_:
+        from ckpt.sandbox import control
+
+        _each(control.delete_all(sandbox_root(), force=force), "deleted", "delete")
+        return
     lifecycle().delete(sandbox_root(), sandbox_id, force=force)
     say(f"sandbox {sandbox_id} deleted")
 

@@ -55,7 +55,7 @@ from ckpt.sandbox.pids import (
     wait_reaped,
 )
 from ckpt.sandbox.spawn import discard, finish, make_sandbox, note_start, remove_files
-from ckpt.sandbox.status import refresh, unreadable
+from ckpt.sandbox.status import CHECKPOINTED, KILLED, STOPPED_KEY, refresh, unreadable
 from ckpt.sandbox.testhooks import pause_point
 from ckpt.sandbox.timings import (
     CHECKPOINT,
@@ -278,6 +278,8 @@ def kill(root: Root, sandbox_id: str) -> SandboxState:
     st = refresh(root, sandbox_id)
     group = own_group(root, st, strict=True)
     _release_held(root, sandbox_id)
+    if st.status != STOPPED:  # one that had already stopped keeps its reason
+        st.extra[STOPPED_KEY] = {"reason": KILLED, "signal": "KILL"}
     stop_all(root, st, group)
     _clean_checkpoint(st)
     st.extra.pop("checkpointing_to", None)
@@ -430,6 +432,7 @@ def checkpoint(
         remove_cgroup(root.cgroup_name(sandbox_id))
         st.status = STOPPED
         st.address = None
+        st.extra[STOPPED_KEY] = {"reason": CHECKPOINTED}
     else:
         cpu1 = cpu_usec(mgr)
         if refreeze is not None:

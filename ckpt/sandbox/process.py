@@ -27,10 +27,10 @@ Stdlib and ``ckpt`` only; no typer, rich, argparse or typing, so start-up stays 
 Why one file: ``Host`` is one state machine.  Its RPC handlers, the HTTP responder and
 the ticker share one lock (``Host.cond``), the frozen flag and the listener, and each
 handler's failure path undoes the others' steps (a failed restore drops the kernel it
-loaded, a failed checkpoint thaws and accepts again).  What stands apart already has its
-module: writing the image (``dump.py``), pre-copy (``precopy.py``), handing sockets to
-the template (``handover.py``), HTTP (``http.py``).  The argument parsing stays here, as
-the cold start's entry point, where one module fewer to import is start-up saved.
+loaded, a failed checkpoint thaws and accepts again).  What stands apart has its module:
+the image (``dump.py``), pre-copy (``precopy.py``), the template's sockets
+(``handover.py``), HTTP (``http.py``), read-only views (``introspect.py``).  Argument
+parsing stays here, in the cold start's entry point: one module fewer to import.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ import threading
 import time
 
 from ckpt.errors import KernelError, SandboxError, StatefileError
-from ckpt.sandbox import rpc
+from ckpt.sandbox import introspect, rpc
 from ckpt.sandbox.http import HttpServer, bind
-from ckpt.sandbox.sandboxlog import log
+from ckpt.sandbox.sandboxlog import exit_now, log
 
 # Annotations are strings; importing ``typing`` (or ``argparse``, which brings ``re``
 # and ``gettext``) would be a large share of the time before the process is ready.
@@ -199,8 +199,9 @@ class Host:
                 "resume": self.resume,
                 "fingerprint": self.fingerprint,
                 "stop": self.stop,
+                **introspect.handlers(self),
             },
-            concurrent=frozenset({"ping", "fingerprint"}),
+            concurrent=frozenset({"ping", "fingerprint", *introspect.VERBS}),
             on_error=lambda method, exc: log(f"internal error in {method}: {exc!r}"),
         )
 
@@ -435,8 +436,7 @@ class Host:
             "stopping the sandbox rather than run with wrong memory"
         )
         self.exiting.set()
-        sys.stderr.flush()
-        os._exit(70)  # EX_SOFTWARE
+        exit_now(70)  # EX_SOFTWARE
 
     def _freeze(self) -> None:
         with self.cond:
@@ -719,8 +719,7 @@ class Host:
         # only now: the main thread, woken, finalizes the interpreter, which ends this
         # thread at its next switch, before the sockets above were shut down
         self.exiting.set()
-        sys.stderr.flush()
-        os._exit(0)
+        exit_now(0)
 
     def serve_forever(self, ready_fd: int | None) -> None:
         self.server.start()

@@ -39,6 +39,8 @@ class Verb(enum.Enum):
     RESUME = "resume"
     FINGERPRINT = "fingerprint"
     STOP = "stop"
+    TASKS = "tasks"
+    COUNTERS = "counters"
 
 
 class Listener(enum.Enum):
@@ -144,6 +146,16 @@ class StopRequest(Request, tag="stop"):
     pass
 
 
+class TasksRequest(Request, tag="tasks"):
+    """The simulated kernel's tasks (``ckpt ps``); read-only."""
+
+    limit: int = 4096  # at most this many rows; the reply says how many were left out
+
+
+class CountersRequest(Request, tag="counters"):
+    """The simulated kernel's counters (``ckpt events``); read-only."""
+
+
 AnyRequest = (
     PingRequest
     | BootRequest
@@ -153,6 +165,8 @@ AnyRequest = (
     | ResumeRequest
     | FingerprintRequest
     | StopRequest
+    | TasksRequest
+    | CountersRequest
 )
 
 # -- replies --------------------------------------------------------------------------
@@ -212,6 +226,44 @@ class StopReply(_Message):
     stopping: bool = True
 
 
+class TaskInfo(_Message):
+    """One task (thread) as ``ps`` shows it."""
+
+    tid: int
+    tgid: int
+    ppid: int  # the parent task's tid; 0 for init
+    comm: str
+    state: str  # R, S, T or Z, as /proc/PID/stat
+    threads: int  # live threads of its thread group
+    cpu_ns: int  # its thread group's user + system time
+    exit_code: int | None = None
+
+
+class TasksReply(_Message):
+    tasks: list[TaskInfo]
+    omitted: int = 0  # tasks past the request's limit
+
+
+class CountersReply(_Message):
+    """The kernel's figures at one moment (``booted`` False: none yet)."""
+
+    booted: bool
+    frozen: bool
+    cpu_usec: int  # the sandbox process's own CPU (user + system)
+    uptime_ns: int = 0  # the kernel's monotonic clock
+    tasks: int = 0
+    processes: int = 0
+    zombies: int = 0
+    pages_allocated: int = 0
+    pages_dirty: int = 0
+    pages_unfetched: int = 0
+    sockets: int = 0
+    open_files: int = 0
+    timers: int = 0
+    http_requests: int = 0
+    restores: int = 0
+
+
 REPLIES: dict[type[Request], type[_Message]] = {
     PingRequest: PingReply,
     BootRequest: BootReply,
@@ -221,6 +273,8 @@ REPLIES: dict[type[Request], type[_Message]] = {
     ResumeRequest: FrozenReply,
     FingerprintRequest: FingerprintReply,
     StopRequest: StopReply,
+    TasksRequest: TasksReply,
+    CountersRequest: CountersReply,
 }
 """The reply type of each request type: the client decodes ``result`` as this."""
 

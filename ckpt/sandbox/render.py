@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt.sandbox.paths import SandboxState
+from ckpt.sandbox.status import status_text
 from ckpt.sandbox.timings import Timings
 
 
@@ -35,7 +36,7 @@ def sandboxes_table(states: list[SandboxState]) -> Table:
         table.add_row(
             Text(st.id),
             str(st.pid),
-            st.status,
+            Text(status_text(st)),
             Text(st.workload),
             st.address or "-",
             "-" if st.cpu is None else f"{st.cpu:g}",
@@ -96,4 +97,43 @@ def stats_renderable(
             f"{total / 1e6:.3f} ms",
             "",
         )
+    return table
+
+
+def tasks_table(reply: Any) -> Table:
+    """``ckpt ps``: one row per task (a ``protocol.TasksReply``), as ps -eLf orders
+    them; the name folds rather than being cut."""
+    from rich import box
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("TID", "PID", "PPID", "STAT", "THREADS", "CPU (ms)", "COMMAND"):
+        right = col not in ("STAT", "COMMAND")
+        table.add_column(
+            col, justify="right" if right else "left", no_wrap=col != "COMMAND", overflow="fold"
+        )
+    for t in reply.tasks:
+        table.add_row(
+            str(t.tid),
+            str(t.tgid),
+            str(t.ppid),
+            t.state,
+            str(t.threads),
+            f"{t.cpu_ns / 1e6:.1f}",
+            Text(t.comm),
+        )
+    if reply.omitted:
+        table.caption = f"... and {reply.omitted} more tasks"
+    return table
+
+
+def check_table(items: list[Any]) -> Table:
+    """``ckpt check``: one row per capability (``hostcheck.Item``)."""
+    from rich import box
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("ITEM", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("DETAIL", overflow="fold")
+    for item in items:
+        table.add_row(item.name, "ok" if item.ok else "missing", Text(item.detail))
     return table

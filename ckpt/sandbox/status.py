@@ -4,6 +4,12 @@ A record says ``running`` until something writes otherwise; a sandbox killed fro
 writes nothing.  ``refresh`` believes the record only while one of the sandbox's verified
 processes (``pids.py``), its cgroup's members or the peer of its socket is left, and
 writes nothing itself, so ``list`` and ``state`` stay read-only.
+
+Why a sandbox stopped is kept in its record's ``extra["stopped"]``: ``checkpointed`` and
+``killed`` are written by the command that stopped it; one that ended by itself (or was
+signalled, ``ckpt kill ID TERM``) writes no record, so ``refresh`` says ``exited`` with
+the status its log's last line gives (``sandboxlog.exit_status``), or ``killed`` by the
+signal sent when it said none.  ``status_text`` words it: ``exited (code 0)``.
 """
 
 from __future__ import annotations
@@ -11,6 +17,13 @@ from __future__ import annotations
 from ckpt.sandbox.group import group_procs, own_group
 from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, UNREADABLE, Root, SandboxState
 from ckpt.sandbox.pids import alive, is_ours, socket_owner
+from ckpt.sandbox.sandboxlog import exit_status
+
+STOPPED_KEY = "stopped"  # extra["stopped"]: {"reason": ..., "code": N, "signal": "TERM"}
+SIGNALLED_KEY = "signalled"  # extra["signalled"]: the last signal `ckpt kill` sent
+CHECKPOINTED = "checkpointed"
+KILLED = "killed"
+EXITED = "exited"
 
 
 def _creator_alive(st: SandboxState) -> bool:
@@ -38,7 +51,47 @@ def refresh(root: Root, sandbox_id: str) -> SandboxState:
         return st
     st.status = STOPPED
     st.address = None
+    st.extra[STOPPED_KEY] = ended_by_itself(root, st)
     return st
+
+
+def ended_by_itself(root: Root, st: SandboxState) -> dict[str, object]:
+    """Why a sandbox that no command stopped is gone: the exit status it logged, else
+    the signal ``ckpt kill`` sent it, else an exit nobody saw (a crash, a kill from
+    outside: ``code`` None)."""
+    code = exit_status(root.log_path(st.id), st.pid) if st.pid else None
+    sent = st.extra.get(SIGNALLED_KEY)
+    if code is None and isinstance(sent, str):
+        return {"reason": KILLED, "signal": sent}
+    return {"reason": EXITED, "code": code}
+
+
+def stop_reason(st: SandboxState) -> dict[str, object]:
+    """The record's reason a stopped sandbox stopped (empty for a record without one)."""
+    why = st.extra.get(STOPPED_KEY)
+    return why if isinstance(why, dict) else {}
+
+
+def status_text(st: SandboxState) -> str:
+    """The status as a person reads it: a stopped sandbox says why (``checkpointed``,
+    ``killed``, ``killed (TERM)``, ``exited (code 0)``); others say their status."""
+    if st.status != STOPPED:
+        return st.status
+    why = stop_reason(st)
+    reason = why.get("reason")
+    if reason == CHECKPOINTED:
+        return CHECKPOINTED
+    if reason == KILLED:
+        signal = why.get("signal")
+        if signal in (None, "KILL"):
+            return KILLED
+        # a record can be edited: only a signal's name is shown, nothing else it holds
+        named = isinstance(signal, str) and signal.isalnum() and signal.isupper()
+        return f"{KILLED} ({signal if named and len(signal) <= 8 else '?'})"
+    if reason == EXITED:
+        code = why.get("code")
+        return f"{EXITED} (code {code})" if isinstance(code, int) else f"{EXITED} (code unknown)"
+    return STOPPED
 
 
 def unreadable(sandbox_id: str) -> SandboxState:

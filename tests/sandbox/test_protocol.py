@@ -17,6 +17,8 @@ REQUESTS = [
     p.ResumeRequest(),
     p.FingerprintRequest(),
     p.StopRequest(),
+    p.TasksRequest(limit=10),
+    p.CountersRequest(),
 ]
 
 

@@ -48,8 +48,9 @@ def test_list_and_state_show_a_recorded_sandbox_as_stopped(tmp_path: Path) -> No
     assert res.exit_code == 0, res.output
     st = json.loads(res.output)
     assert st["status"] == "stopped" and st["address"] is None
+    assert st["extra"]["stopped"] == {"reason": "exited", "code": None}  # it logged none
     res = invoke(tmp_path, "list")
-    assert "old" in res.output and "stopped" in res.output
+    assert "old" in res.output and "exited (code unknown)" in res.output
 
 
 @pytest.mark.parametrize(
