@@ -107,26 +107,19 @@ def logs_cmd(
     ] = False,
 ) -> None:
     """Print a sandbox's log (its process's output)."""
+    import codecs
+
+    from ckpt.cli.output import printable_lines
     from ckpt.sandbox import logs
 
-    out = sys.stdout.buffer
+    decode = codecs.getincrementaldecoder("utf-8")("backslashreplace").decode
+    out = sys.stdout
     try:
         for chunk in logs.read(sandbox_root(), sandbox_id, follow=follow):
-            out.write(_printable(chunk))
+            out.write(printable_lines(decode(chunk)))
             out.flush()
     except KeyboardInterrupt:
         return
-
-
-_CONTROL = rb"[\x00-\x08\x0b-\x1f\x7f]"  # all but newline and tab
-
-
-def _printable(chunk: bytes) -> bytes:
-    """``chunk`` with control characters other than newline and tab shown as ``\\xNN``,
-    so a log line cannot move the cursor or retitle the terminal."""
-    import re
-
-    return re.sub(_CONTROL, lambda m: b"\\x%02x" % m.group()[0], chunk)
 
 
 @commands.command("check")

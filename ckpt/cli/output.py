@@ -54,6 +54,12 @@ def printable(text: object) -> str:
     return str(text).translate(_ESCAPES)
 
 
+def printable_lines(text: str) -> str:
+    """``text`` escaped as ``printable`` does, but keeping its tabs and newlines: lines
+    read from a file (a sandbox's log) are shown as lines, never acted on."""
+    return text.translate(_LINE_ESCAPES)
+
+
 def error_line(exc: BaseException) -> str:
     """The one line that renders a ``CkptError``: ``error: MESSAGE``, escaped."""
     return f"error: {printable(exc)}"
@@ -66,7 +72,7 @@ err: Any = _LazyConsole(stderr=True, highlight=False)
 def say(text: str) -> None:
     """One line of user data on stdout, as is (no markup, no wrapping), flushed: a
     line a command prints before a long wait (``migrate --forward``) must show now."""
-    sys.stdout.write(text.translate(_LINE_ESCAPES) + "\n")
+    sys.stdout.write(printable_lines(text) + "\n")
     sys.stdout.flush()
 
 

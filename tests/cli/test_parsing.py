@@ -186,10 +186,14 @@ def test_wait_timeout_exits_124_as_timeout_does() -> None:
 def test_logs_print_what_was_written_with_control_characters_escaped(tmp_path: Path) -> None:
     root = Root(tmp_path)
     record(root, "a", STOPPED)
-    root.log_path("a").write_bytes(b"booted\n\x1b]0;owned\x07 tab\there\n")
+    root.log_path("a").write_bytes(
+        b"booted\n\x1b]0;owned\x07 tab\there\n" + "\x9b2J \xe9\n".encode() + b"\xff\n"
+    )
     res = invoke(tmp_path, "logs", "a")
     assert res.exit_code == 0, res.output
-    assert res.stdout_bytes == b"booted\n\\x1b]0;owned\\x07 tab\there\n"
+    assert res.stdout_bytes == (
+        b"booted\n\\x1b]0;owned\\x07 tab\there\n" + "\\x9b2J \xe9\n".encode() + b"\\xff\n"
+    )
 
 
 def test_check_json_is_one_object_of_items(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
