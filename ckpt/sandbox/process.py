@@ -495,10 +495,10 @@ class Host:
         leave_running = request.leave_running
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
+        rounds = precopy.Rounds(self, params) if request.pre_copy else None
+        link = self._link(request, rounds)  # an s3:// parent is read (and checked) here
         remote_image.prepare(request, self.id)  # s3://: the store is asked, or fails, now
         try:
-            rounds = precopy.Rounds(self, params) if request.pre_copy else None
-            link = self._link(request, rounds)
             clock = Timings()
             with clock.phase("freezing"):
                 with clock.phase("drain"):
