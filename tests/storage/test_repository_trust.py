@@ -6,6 +6,7 @@ manifest; and what a key must refuse to read: a manifest stripped of its seal.""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import threading
 import time
@@ -304,3 +305,35 @@ def test_a_manifest_too_big_is_refused_before_it_is_read(
     with pytest.raises(ManifestError, match=r"over the .*-byte limit"):
         repo.open_image("img")
     assert reads == []
+
+
+def test_cli_ls_prune_and_rm_past_bad_manifests_and_live_uploads(s3_url: str) -> None:
+    """As a user sees it: ls and prune list the rest and report the unreadable image in
+    a line of its own, never a traceback; rm under a live upload is one line."""
+    from .test_cli_image import ckpt
+
+    repo = Repository.open(s3_url)
+    upload(repo, "good", {"pages.img": payload(1000, 40)})
+    entry = repo.read_manifest("good").files["pages.img"]
+    nan = _manifest("nan", {"pages.img": entry}, created=math.nan)
+    repo.store.put(repo.manifest_key("nan"), encode(nan, None))
+    repo.store.put(repo.manifest_key("junk"), HEADER.pack(b"CKPTMANI", 1, 0, 1) + b"\xc1")
+    ls = ckpt("image", "ls", s3_url)
+    assert ls.returncode == 0 and ls.stderr == "", ls.stderr
+    assert "good" in ls.stdout and "sb-1" in ls.stdout
+    assert f"unreadable image {s3_url}/nan: " in ls.stdout
+    assert f"unreadable image {s3_url}/junk: " in ls.stdout
+    doc = json.loads(ckpt("image", "ls", s3_url, "--json").stdout)
+    assert [i["name"] for i in doc["images"]] == ["good"]
+    assert sorted(b["name"] for b in doc["unreadable"]) == ["junk", "nan"]
+    pruned = ckpt("image", "prune", s3_url, "--grace", "0s")
+    assert pruned.returncode == 0 and pruned.stderr == "", pruned.stderr
+    assert f"skipped {s3_url}/junk" in pruned.stdout and "kept 1 referenced" in pruned.stdout
+    with repo.upload("child", sandbox_id="sb-1", parent="good") as up:
+        up.add_file("pages.img", payload(1000, 41))
+        refused = ckpt("image", "rm", f"{s3_url}/good", "--force")
+        up.commit()
+    lines = refused.stderr.splitlines()
+    assert refused.returncode == 1 and len(lines) == 1, refused.stderr
+    assert "upload is in progress" in lines[0]
+    assert repo.open_image("good").read_file("pages.img") == payload(1000, 40)
