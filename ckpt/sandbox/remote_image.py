@@ -52,9 +52,9 @@ IMAGE_FILES = frozenset({"checkpoint.img", "pages.img", "pages_meta.img", "stats
 # A checkpoint asks the store everything it needs (bucket, credentials, the target, the
 # parent, the upload lease) before the sandbox drains; a store that has not answered
 # all of it within PREPARE_DEADLINE_S fails the checkpoint with the sandbox untouched.
-PREPARE_DEADLINE_S = 20.0
+PREPARE_DEADLINE_S = 15.0
 LEASE_WAIT_S = 5.0  # of those, waiting for a prune's lease to go
-BEFORE_DEADLINE_S = 10.0  # the CLI's look at the image before and after a checkpoint
+BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
 
 
 def within(seconds: float, what: str, work: Callable[[], Any], undo: Callable[[Any], None]) -> Any:
