@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,3 +185,27 @@ def test_a_parent_removed_under_a_checkpoint_fails_it_and_keeps_the_sandbox(
     assert "was removed while this checkpoint ran" in _one_error_line(err, proc.returncode)
     assert _serving(cli) == digest
     assert repo.store.head(repo.manifest_key("n1")) is None
+
+
+def test_work_given_up_on_is_undone_when_it_ends() -> None:
+    """An upload that starts after its checkpoint gave up on it (a store that answered
+    late) is aborted when it ends: its lease does not hold a repository for a ttl."""
+    from ckpt.storage.errors import StoreUnreachable
+
+    release, undone = threading.Event(), threading.Event()
+    got: list[str] = []
+
+    def late() -> str:
+        release.wait(30)
+        return "upload"
+
+    def undo(result: str) -> None:
+        got.append(result)
+        undone.set()
+
+    with pytest.raises(StoreUnreachable, match=r"did not answer within 0\.2 s"):
+        remote_image.within(0.2, "s3://b/p/img", late, undo)
+    release.set()
+    assert undone.wait(30) and got == ["upload"]
+    assert remote_image.within(5, "s3://b/p/img", lambda: "now", undo) == "now"
+    assert got == ["upload"]  # work that ended in time is not undone
