@@ -89,3 +89,22 @@ def test_a_hostile_manifest_is_refused_before_any_fetch(
     assert chunk_gets == []  # not a byte of any chunk fetched
     assert not stage.exists()  # nothing written
     assert not any((tmp_path / "cache").rglob("*")) if (tmp_path / "cache").exists() else True
+
+
+def test_inspect_refuses_a_file_no_image_has(s3_url: str, s3_env: dict[str, str]) -> None:
+    """``inspect statefile`` stages an image as a restore does, with the same checks."""
+    import msgspec
+
+    from .test_cli_image import ckpt
+
+    repo = Repository.open(s3_url)
+    upload(repo, "img", {"checkpoint.img": payload(5000, 1)})
+    real = repo.read_manifest("img")
+    files = {**real.files, "evil.bin": real.files["checkpoint.img"]}
+    repo.store.put(
+        repo.manifest_key("img"), encode(msgspec.structs.replace(real, files=files), None)
+    )
+    res = ckpt("inspect", "statefile", f"{s3_url}/img", env=s3_env)
+    lines = res.stderr.splitlines()
+    assert res.returncode != 0 and len(lines) == 1, res.stderr
+    assert "no image has" in lines[0] and "refused before downloading" in lines[0]
