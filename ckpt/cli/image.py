@@ -57,7 +57,10 @@ def human_bytes(size: int) -> str:
 def _when(created: float) -> str:
     import datetime
 
-    moment = datetime.datetime.fromtimestamp(created, datetime.UTC)
+    try:
+        moment = datetime.datetime.fromtimestamp(created, datetime.UTC)
+    except (ValueError, OverflowError, OSError):
+        return "?"  # the manifest checks it; a table never fails on one row
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
@@ -94,14 +97,23 @@ def ls_cmd(url: RepoArg, json_out: JsonOpt = False) -> None:
 
     repo = Repository.open(url)
     repo.store.check()
-    images = repo.images()
+    listing = repo.scan()
+    images = listing.images
     if json_out:
-        emit_json({"repository": repo.store.url, "images": msgspec.to_builtins(images)})
+        emit_json(
+            {
+                "repository": repo.store.url,
+                "images": msgspec.to_builtins(images),
+                "unreadable": msgspec.to_builtins(listing.bad),
+            }
+        )
         return
     if not images:
         say(f"no images in {repo.store.url}")
-        return
-    tables([images_table(repo.store.url, images)], width=80)
+    else:
+        tables([images_table(repo.store.url, images)], width=80)
+    for bad in listing.bad:
+        say(f"unreadable image {repo.image_url(bad.name)}: {bad.error}")
 
 
 @image_app.command("rm")
@@ -156,3 +168,8 @@ def prune_cmd(
         f" ({human_bytes(result.removed_bytes)}), kept {result.kept_referenced} referenced"
         f" and {result.kept_young} younger than {grace}"
     )
+    for name in result.bad:
+        say(
+            f"skipped {repo.image_url(name)}: its manifest is unreadable (its chunks were"
+            " not kept for it); `ckpt image ls` says why, `ckpt image rm` removes it"
+        )

@@ -72,6 +72,7 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
     import tempfile
 
     from ckpt import statefile
+    from ckpt.sandbox.remote_image import IMAGE_FILES
     from ckpt.statefile.chain import MAX_CHAIN
     from ckpt.storage.repository import Repository
 
@@ -79,8 +80,8 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
     reader = repo.open_image(name)
     with tempfile.TemporaryDirectory(prefix="ckpt-inspect-") as temp:
         directory = Path(temp) / name  # its parents beside it, as a restore stages them
-        reader.download(directory)
-        parents = repo.download_parents(reader.manifest, Path(temp), MAX_CHAIN)
+        reader.download(directory, allowed=IMAGE_FILES)  # checked before any fetch
+        parents = repo.download_parents(reader.manifest, Path(temp), MAX_CHAIN, IMAGE_FILES)
         report = statefile.inspect_image(directory, key, **options)
     urls = {str(Path(temp) / n): repo.image_url(n) for n in [name, *parents]}
     header = report.get("header")

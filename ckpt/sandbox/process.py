@@ -496,18 +496,18 @@ class Host:
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
         rounds = precopy.Rounds(self, params) if request.pre_copy else None
-        link = self._link(request, rounds)
-        clock = Timings()
-        with clock.phase("freezing"):
-            with clock.phase("drain"):
-                remote_image.prepare(request, self.id)  # s3://: the upload starts now
-                try:
+        link = self._link(request, rounds)  # an s3:// parent is read (and checked) here
+        remote_image.prepare(request, self.id)  # s3://: the store is asked, or fails, now
+        try:
+            clock = Timings()
+            with clock.phase("freezing"):
+                with clock.phase("drain"):
                     drained = self._drain(request.drain_timeout) if not leave_running else None
-                except BaseException:
-                    remote_image.discard_prepared()
-                    raise
-            if was_running:
-                self._freeze()
+                if was_running:
+                    self._freeze()
+        except BaseException:
+            remote_image.discard_prepared()
+            raise
         job = self._dump_job(request, link, rounds, clock.phases_ns["freezing"])
         use_fork = bool(
             leave_running

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +41,58 @@ STORE_VARS = (
     "AWS_DEFAULT_REGION",
 )
 STAGE_DIR = "image-stage"
+PAGES_IMG = "pages.img"
 # ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
 # not imported from there, as the fetch runs in a thread beside the sandbox's imports
 # of the statefile package (two threads importing one package can see it half made).
 MAX_CHAIN = 16
+# The files an image has (ckpt/statefile/format.py's names, not imported, as above): a
+# restore refuses a manifest listing any other before it fetches a byte.
+IMAGE_FILES = frozenset({"checkpoint.img", "pages.img", "pages_meta.img", "stats.json"})
+# A checkpoint asks the store everything it needs (bucket, credentials, the target, the
+# parent, the upload lease) before the sandbox drains; a store that has not answered
+# all of it within PREPARE_DEADLINE_S fails the checkpoint with the sandbox untouched.
+PREPARE_DEADLINE_S = 15.0
+LEASE_WAIT_S = 5.0  # of those, waiting for a prune's lease to go
+BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
+
+
+def within(seconds: float, what: str, work: Callable[[], Any], undo: Callable[[Any], None]) -> Any:
+    """``work()``'s result, or StoreUnreachable once ``seconds`` pass (a store request
+    can take minutes to time out and be retried).  The late result of a ``work`` that
+    was given up on is passed to ``undo`` (to release what it took)."""
+    from ckpt.storage.errors import StoreUnreachable
+
+    lock, box, done = threading.Lock(), {}, threading.Event()
+
+    def run() -> None:
+        try:
+            result = work()
+        except BaseException as exc:
+            box["error"] = exc
+        else:
+            with lock:
+                box["result"] = result
+                late = box.get("late", False)
+            if late:
+                undo(result)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="ckpt-store-check", daemon=True).start()
+    if not done.wait(seconds):
+        with lock:
+            box["late"] = True
+            result = box.get("result")
+        if result is not None:
+            undo(result)
+        raise StoreUnreachable(
+            f"{what}: the store did not answer within {seconds:g} s (endpoint down or"
+            " unreachable); check AWS_ENDPOINT_URL and the network"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def is_remote(image: str | os.PathLike[str]) -> bool:
@@ -95,24 +145,31 @@ def _store(params: Any) -> tuple[Any, str]:
 
 
 def prepare(params: Any, sandbox_id: str = "") -> None:
-    """Before the sandbox freezes: import the client, open the store and start the
-    upload (its checks and its lease), so the frozen time does not pay for them
-    (~300 ms for a first checkpoint here; the upload's start, 7 ms on an idle host and
-    about 40 ms on a loaded one).  Errors are left for the checkpoint proper to raise,
-    in its place; :func:`discard_prepared` ends an upload no writer took."""
-    if not is_remote(_get(params, "image") or ""):
+    """Before the sandbox drains: open the store and start the upload (the bucket and
+    credentials, the target, the parent, the lease), so the frozen time does not pay
+    for them and a store that refuses or does not answer fails the checkpoint with
+    the sandbox untouched, within PREPARE_DEADLINE_S; :func:`discard_prepared` ends an
+    upload no writer took."""
+    url = _get(params, "image") or ""
+    if not is_remote(url):
         return
     discard_prepared()
-    with contextlib.suppress(Exception):
-        import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest)
+    import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest; not timed)
 
-        store, _ = _store(params)
-        store.check()  # connects; a refusal is raised again, in order, by the upload
+    def start() -> Any:
         key = _get(params, "key_hex")
         repo, name = open_repository(params, bytes.fromhex(key) if key else None)
-        upload = repo.upload(name, sandbox_id=sandbox_id, **_upload_options(params))
+        upload = repo.upload(
+            name, sandbox_id=sandbox_id, wait=LEASE_WAIT_S, **_upload_options(params)
+        )
         upload.start()
-        _prepared[_get(params, "image")] = (upload, sandbox_id)
+        return upload
+
+    def abort(upload: Any) -> None:
+        with contextlib.suppress(Exception):
+            upload.abort()
+
+    _prepared[url] = (within(PREPARE_DEADLINE_S, url, start, abort), sandbox_id)
 
 
 _prepared: dict[str, Any] = {}  # image URL -> (a started ImageUpload, its sandbox)
@@ -159,10 +216,12 @@ def remote_before(url: str) -> str | None:
 
     from ckpt.storage.repository import Repository
 
-    with contextlib.suppress(Exception):
+    def read() -> str:
         repo, name = Repository.for_image(url)
-        data = repo.store.get(repo.manifest_key(name))
-        return hashlib.sha256(data).hexdigest()
+        return hashlib.sha256(repo._read_manifest_bytes(name)).hexdigest()
+
+    with contextlib.suppress(Exception):
+        return within(BEFORE_DEADLINE_S, url, read, lambda _: None)  # type: ignore[no-any-return]
     return None
 
 
@@ -310,12 +369,14 @@ class StagedImage:
         self.dir = self.top / name  # each image of the chain beside its child
         reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
         self.remove()  # a dead restore's leftover
+        skip = (PAGES_IMG,) if lazy else ()
+        reader.check_download(self.dir, skip=skip, allowed=IMAGE_FILES)  # before any fetch
         self.top.mkdir(mode=0o700, parents=False)
         try:
             if lazy:
                 self._fetch_lazily(reader)
             else:
-                reader.download(self.dir)  # every chunk checked against its digest
+                reader.download(self.dir, allowed=IMAGE_FILES)  # each chunk checked
             self._fetch_parents(repo, reader.manifest)
         except BaseException:
             self.remove()
@@ -326,10 +387,9 @@ class StagedImage:
         its statefile's link (covered by its tag) says they are: the restore then
         checks the chain as a local one (ckpt/statefile/chain.py).  A parent is loaded
         eagerly, even under ``--background``."""
-        repo.download_parents(manifest, self.top, MAX_CHAIN)
+        repo.download_parents(manifest, self.top, MAX_CHAIN, allowed=IMAGE_FILES)
 
     def _fetch_lazily(self, reader: Any) -> None:
-        from ckpt.statefile.format import PAGES_IMG
         from ckpt.storage.chunkcache import ChunkCache
         from ckpt.storage.lazy import ChunkSource
 
@@ -337,7 +397,7 @@ class StagedImage:
         pages = reader.manifest.files.get(PAGES_IMG)
         if pages is not None:
             self.source.prefetch(pages.chunks[:1])
-        reader.download(self.dir, skip=(PAGES_IMG,), fetch=self.source.chunk)
+        reader.download(self.dir, skip=(PAGES_IMG,), fetch=self.source.chunk, allowed=IMAGE_FILES)
 
     def remove(self) -> None:
         """Remove the fetched files; a lazy image's pages stay readable by whoever

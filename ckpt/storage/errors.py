@@ -51,3 +51,8 @@ class ChunkIntegrityError(StorageError, IntegrityError):
 
 class ImageInUse(StorageError):
     """Another image names this one as its parent (use --force to remove it anyway)."""
+
+
+class ImageChanged(StorageError):
+    """An image (or the parent an upload names) changed while the upload ran: another
+    writer got there first, and this upload wrote nothing."""

@@ -38,14 +38,21 @@ MAC_SIZE = 32
 MAX_BODY = 64 << 20  # a 1 TiB image in 512 KiB chunks needs ~90 MiB; 64 MiB is ~700 GiB
 MAX_CHUNK = 16 << 20
 MIN_KEY_LEN = 16
+MAX_OBJECT = HEADER.size + MAX_BODY + MAC_SIZE  # the largest manifest object encode writes
 
 Digest = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 ChunkSize = Annotated[int, msgspec.Meta(ge=1, le=MAX_CHUNK)]
+# Unix seconds: finite and before the year 5138, so every listing can print it.
+Created = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
 Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 
 
 class ManifestError(StorageError):
     """A manifest is malformed, from an unknown version, or does not match its key."""
+
+
+class ManifestVersionError(ManifestError):
+    """A manifest of another format version: written by another ckpt, so not garbage."""
 
 
 class ChunkRef(msgspec.Struct, array_like=True, frozen=True):
@@ -73,7 +80,7 @@ class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     image_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
     name: Name
     sandbox_id: str
-    created: float  # Unix seconds, the uploader's clock
+    created: Created  # Unix seconds, the uploader's clock
     parent: Name | None = None
     parent_id: str | None = None
     chunk_size: ChunkSize
@@ -115,7 +122,9 @@ def _split(data: bytes, where: str) -> tuple[int, bytes, bytes]:
     if magic != MAGIC:
         raise ManifestError(f"{where}: not a ckpt manifest")
     if version != FORMAT_VERSION:
-        raise ManifestError(f"{where}: manifest format {version}; this ckpt reads {FORMAT_VERSION}")
+        raise ManifestVersionError(
+            f"{where}: manifest format {version}; this ckpt reads {FORMAT_VERSION}"
+        )
     trailer = MAC_SIZE if flags & FLAG_HMAC else 0
     if length > MAX_BODY or HEADER.size + length + trailer != len(data):
         raise ManifestError(f"{where}: manifest length {length} does not match its object")

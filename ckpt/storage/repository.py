@@ -15,8 +15,10 @@ never collide with the repository's own keys.
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import time
+from array import array
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,10 +29,12 @@ import msgspec
 from ckpt.storage import lease as leases
 from ckpt.storage.errors import BadStoreURL, ImageInUse, ObjectMissing, StorageError
 from ckpt.storage.manifest import (
-    MAX_BODY,
     MAX_CHUNK,
+    MAX_OBJECT,
     ChunkRef,
     Manifest,
+    ManifestError,
+    ManifestVersionError,
     check_key_len,
     decode,
     decode_unverified,
@@ -44,15 +48,16 @@ CHUNKS = ".chunks/"
 MANIFEST = "manifest"
 DEFAULT_GRACE = 3600.0  # s
 PRUNE_PARALLEL = 16  # deletes in flight: each is one small request
-PRUNE_BATCH = 256  # deletes between two checks of the prune's lease
+PRUNE_BATCH = 256  # deletes handed to the pool at once
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+FREE_RESERVE = 64 << 20  # bytes a download leaves free on its filesystem
 
 
 class ImageInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One line of ``ckpt image ls``; sizes in bytes.  ``stored`` counts each distinct
     chunk of the image once; ``unique`` counts those no other image references."""
 
-    name: str
+    name: str  # the name it is stored under (its URL's last part)
     image_id: str
     sandbox_id: str
     created: float
@@ -64,14 +69,30 @@ class ImageInfo(msgspec.Struct, frozen=True, kw_only=True):
     chunks: int
 
 
+class BadImage(msgspec.Struct, frozen=True, kw_only=True):
+    """An image whose manifest cannot be read: listed apart, with the reason."""
+
+    name: str
+    error: str
+
+
+class Listing(msgspec.Struct, frozen=True, kw_only=True):
+    """``ckpt image ls``: the images, oldest first, and those that cannot be read."""
+
+    images: list[ImageInfo]
+    bad: list[BadImage]
+
+
 class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What a prune removed and why it kept the rest."""
+    """What a prune removed and why it kept the rest; ``bad`` names the images whose
+    manifest is garbage (their chunks are not kept for them)."""
 
     removed_chunks: int
     removed_bytes: int
     kept_referenced: int
     kept_young: int
     removed_leases: int
+    bad: list[str] = msgspec.field(default_factory=list)
 
 
 def split_image_url(url: str) -> tuple[str, str]:
@@ -158,12 +179,16 @@ class Repository:
     # reading
 
     def _read_manifest_bytes(self, name: str) -> bytes:
+        """The manifest object, its size checked before a byte of it is read."""
         key = self.manifest_key(name)
         info = self.store.head(key)
         if info is None:
             raise ObjectMissing(f"{self.image_url(name)}: no such image")
-        if info.size > MAX_BODY + 64:
-            raise StorageError(f"{self.image_url(name)}: manifest of {info.size} bytes, too big")
+        if info.size > MAX_OBJECT:
+            raise ManifestError(
+                f"{self.image_url(name)}: its manifest is {info.size} bytes, over the"
+                f" {MAX_OBJECT}-byte limit of any ckpt manifest; not read (remove the image)"
+            )
         try:
             return self.store.get(key, 0, info.size)  # bounded even if replaced meanwhile
         except ObjectMissing:
@@ -182,7 +207,13 @@ class Repository:
     def open_image(self, name: str) -> ImageReader:
         return ImageReader(self, self.read_manifest(name))
 
-    def download_parents(self, manifest: Manifest, directory: Path, limit: int) -> list[str]:
+    def download_parents(
+        self,
+        manifest: Manifest,
+        directory: Path,
+        limit: int,
+        allowed: Collection[str] | None = None,
+    ) -> list[str]:
         """Download the parents ``manifest`` names, one after another, each whole into
         ``directory/NAME`` (beside its child, where a chain's statefile link points);
         at most ``limit`` images in the chain.  Returns the parents' names."""
@@ -197,7 +228,7 @@ class Repository:
             url = self.image_url(manifest.parent)
             try:
                 reader = self.open_image(manifest.parent)  # its HMAC checked, with a key
-                reader.download(Path(directory) / manifest.parent)
+                reader.download(Path(directory) / manifest.parent, allowed=allowed)
             except StorageError as exc:
                 raise type(exc)(
                     f"{self.image_url(manifest.name)}: its parent image {url} cannot be "
@@ -214,60 +245,90 @@ class Repository:
         names = [n for n in self.store.children("") if _NAME.fullmatch(n)]
         return sorted(n for n in names if self.store.head(self.manifest_key(n)) is not None)
 
-    def _manifests_unverified(self) -> Iterator[Manifest]:
+    def _scan(self) -> Iterator[tuple[str, Manifest | None, ManifestError | None]]:
+        """Each image's name (the key it is stored under) with its manifest, parsed
+        but not verified, or the reason it cannot be parsed; one manifest in memory
+        at a time."""
         for name in self.names():
+            where = self.image_url(name)
             try:
-                data = self._read_manifest_bytes(name)
+                manifest = decode_unverified(self._read_manifest_bytes(name), where)
             except ObjectMissing:
                 continue  # removed since it was listed
-            yield decode_unverified(data, self.image_url(name))
+            except ManifestError as exc:
+                yield name, None, exc
+                continue
+            yield name, manifest, None
 
-    def images(self) -> list[ImageInfo]:
-        """Every image of the repository, oldest first (manifests are parsed, not
-        verified: listing needs no key)."""
-        manifests = list(self._manifests_unverified())
+    def scan(self) -> Listing:
+        """Every image of the repository, oldest first, and apart those whose manifest
+        cannot be read (manifests are parsed, not verified: listing needs no key).
+        Manifests are read one at a time; each image keeps its chunks' digests only."""
         users: dict[bytes, int] = {}
-        for m in manifests:
-            for digest in m.chunk_refs():
+        rows: list[tuple[str, Manifest, int, bytes, array[int]]] = []
+        bad = []
+        for name, manifest, error in self._scan():
+            if manifest is None:
+                bad.append(BadImage(name=name, error=str(error)))
+                continue
+            refs = manifest.chunk_refs()
+            for digest in refs:
                 users[digest] = users.get(digest, 0) + 1
+            head = msgspec.structs.replace(manifest, files={})
+            rows.append((name, head, manifest.size, b"".join(refs), array("q", refs.values())))
+            del manifest, refs
         out = []
-        for m in manifests:
-            refs = m.chunk_refs()
+        for name, m, size, digests, sizes in rows:
+            unique = sum(
+                size for i, size in enumerate(sizes) if users[digests[32 * i : 32 * i + 32]] == 1
+            )
             out.append(
                 ImageInfo(
-                    name=m.name,
+                    name=name,
                     image_id=m.image_id,
                     sandbox_id=m.sandbox_id,
                     created=m.created,
                     parent=m.parent,
                     parent_id=m.parent_id,
-                    size=m.size,
-                    stored=sum(refs.values()),
-                    unique=sum(size for d, size in refs.items() if users[d] == 1),
-                    chunks=len(refs),
+                    size=size,
+                    stored=sum(sizes),
+                    unique=unique,
+                    chunks=len(sizes),
                 )
             )
-        return sorted(out, key=lambda i: (i.created, i.name))
+        return Listing(images=sorted(out, key=lambda i: (i.created, i.name)), bad=bad)
+
+    def images(self) -> list[ImageInfo]:
+        """The readable images of the repository, oldest first (see :meth:`scan`)."""
+        return self.scan().images
 
     def children(self, name: str) -> list[str]:
         """The images whose manifest names ``name`` as its parent (unverified, as ls)."""
-        return sorted(m.name for m in self._manifests_unverified() if m.parent == name)
+        return sorted(n for n, m, _ in self._scan() if m is not None and m.parent == name)
 
     def remove(self, name: str, *, force: bool = False) -> None:
         """Remove the image (its manifest); its chunks stay until a prune.  An image
         another one names as its parent is kept unless ``force``: its child would no
-        longer restore."""
+        longer restore.  Holds a prune's lease meanwhile, so it is refused while an
+        upload is live (that upload may name this image as its parent, and checks it
+        under its own lease just before it commits)."""
         key = self.manifest_key(name)
         if self.store.head(key) is None:
             raise ObjectMissing(f"{self.image_url(name)}: no such image")
-        if not force:
-            children = self.children(name)
-            if children:
-                raise ImageInUse(
-                    f"{self.image_url(name)} is the parent of {', '.join(children)}, which "
-                    "would no longer restore; remove that first, or pass --force"
-                )
-        self.store.delete(key)
+        lease = leases.Lease(self.store, leases.PRUNE, self.lease_ttl)
+        lease.acquire(excludes=leases.UPLOAD)
+        try:
+            if not force:
+                children = self.children(name)
+                if children:
+                    raise ImageInUse(
+                        f"{self.image_url(name)} is the parent of {', '.join(children)},"
+                        " which would no longer restore; remove that first, or pass --force"
+                    )
+            lease.check_held()
+            self.store.delete(key)
+        finally:
+            lease.release()
 
     def prune(self, grace: float = DEFAULT_GRACE) -> PruneResult:
         """Remove chunks that no manifest references and that were written more than
@@ -279,7 +340,15 @@ class Repository:
             info = self.store.head(lease.key)
             now = info.modified if info is not None else time.time()
             referenced: set[bytes] = set()
-            for manifest in self._manifests_unverified():
+            bad = []
+            for name, manifest, error in self._scan():
+                if isinstance(error, ManifestVersionError):
+                    raise ManifestVersionError(
+                        f"{error}; prune with that ckpt, which knows what its chunks are"
+                    )
+                if manifest is None:
+                    bad.append(name)  # garbage: no ckpt can read it, nor its chunks
+                    continue
                 referenced.update(manifest.chunk_refs())
             victims, kept_ref, kept_young = [], 0, 0
             for obj in self.store.list(CHUNKS):
@@ -295,11 +364,15 @@ class Repository:
                     kept_young += 1
                 else:
                     victims.append(obj)
+
+            def delete(key: str) -> None:
+                lease.check_held(ask_store=False)  # stalled past ttl/2: stop deleting
+                self.store.delete(key)
+
             with ThreadPoolExecutor(PRUNE_PARALLEL, thread_name_prefix="ckpt-prune") as pool:
-                for start in range(0, len(victims), PRUNE_BATCH):
-                    lease.check_held(ask_store=False)  # stalled past ttl/2: stop deleting
+                for start in range(0, len(victims), PRUNE_BATCH):  # bounded futures
                     batch = [obj.key for obj in victims[start : start + PRUNE_BATCH]]
-                    list(pool.map(self.store.delete, batch))
+                    list(pool.map(delete, batch))
             removed, removed_bytes = len(victims), sum(obj.size for obj in victims)
         finally:
             lease.release()
@@ -309,6 +382,7 @@ class Repository:
             kept_referenced=kept_ref,
             kept_young=kept_young,
             removed_leases=removed_leases,
+            bad=bad,
         )
 
 
@@ -383,16 +457,45 @@ class ImageReader:
             index += 1
         return bytes(out)
 
+    def check_download(
+        self, directory: Path, *, skip: Collection[str] = (), allowed: Collection[str] | None
+    ) -> None:
+        """Before a byte is fetched: every file is one an image has (``allowed``) and
+        the files to write fit in ``directory``'s filesystem, leaving FREE_RESERVE."""
+        files = self.manifest.files
+        if allowed is not None:
+            unknown = sorted(set(files) - set(allowed))
+            if unknown:
+                raise ManifestError(
+                    f"{self._where()}: the manifest lists {len(unknown)} file(s) that no"
+                    f" image has ({unknown[0]!r}...); refused before downloading anything"
+                )
+        need = sum(entry.size for name, entry in files.items() if name not in skip)
+        where = Path(directory)
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        fs = os.statvfs(where)
+        free = fs.f_bavail * fs.f_frsize
+        if need + FREE_RESERVE > free:
+            raise StorageError(
+                f"{self._where()}: its files are {need} bytes and {where} has {free} bytes"
+                f" free (keeping {FREE_RESERVE}); refused before downloading anything:"
+                " free space, or check the image"
+            )
+
     def download(
         self,
         directory: Path,
         *,
         skip: Collection[str] = (),
         fetch: Callable[[ChunkRef], bytes] | None = None,
+        allowed: Collection[str] | None = None,
     ) -> None:
         """Write every file but ``skip`` into ``directory`` (created; must not hold them
-        yet), each chunk read by ``fetch`` (default: :meth:`read_chunk`)."""
+        yet), each chunk read by ``fetch`` (default: :meth:`read_chunk`); refused before
+        anything is fetched by :meth:`check_download`."""
         directory = Path(directory)
+        self.check_download(directory, skip=skip, allowed=allowed)
         directory.mkdir(parents=True, exist_ok=True)
         for name in self.manifest.files:
             if name in skip:

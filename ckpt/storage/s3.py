@@ -175,6 +175,7 @@ class S3Store:
             settings.bucket,
             prefix=settings.prefix or None,
             client_options=client,
+            conditional_put="etag",  # swap: PUT with If-Match
             retry_config={"max_retries": MAX_RETRIES, "retry_timeout": RETRY_TIMEOUT},
             **config,
         )
@@ -207,6 +208,16 @@ class S3Store:
 
         try:
             obstore.put(self._store, check_key(key), data, mode="create", use_multipart=False)
+        except Exception as exc:
+            raise _error(exc, self.url, key) from None
+
+    def swap(self, key: str, data: bytes | memoryview, etag: str) -> None:
+        import obstore
+
+        try:
+            obstore.put(
+                self._store, check_key(key), data, mode={"e_tag": etag}, use_multipart=False
+            )
         except Exception as exc:
             raise _error(exc, self.url, key) from None
 
@@ -245,7 +256,9 @@ class S3Store:
             return None
         except Exception as exc:
             raise _error(exc, self.url, key) from None
-        return ObjectInfo(key, meta["size"], meta["last_modified"].timestamp())
+        return ObjectInfo(
+            key, meta["size"], meta["last_modified"].timestamp(), meta.get("e_tag") or None
+        )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         import obstore

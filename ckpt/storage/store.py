@@ -11,6 +11,7 @@ components.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
@@ -30,6 +31,7 @@ class ObjectInfo:
     key: str
     size: int
     modified: float
+    etag: str | None = None  # what :meth:`Store.swap` compares; None if the store gave none
 
 
 class Store(Protocol):
@@ -45,6 +47,11 @@ class Store(Protocol):
 
     def create(self, key: str, data: bytes | memoryview) -> None:
         """Write ``data`` at ``key`` only if no object is there (raises ObjectExists)."""
+
+    def swap(self, key: str, data: bytes | memoryview, etag: str) -> None:
+        """Replace the object at ``key`` only if it is still the one whose ``head``
+        gave ``etag`` (raises ObjectExists otherwise): a compare-and-swap, so two
+        writers that both read one version cannot both replace it."""
 
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         """Bytes ``[start, start+length)`` of ``key`` (to the end when ``length`` is
@@ -117,6 +124,22 @@ class LocalStore:
         finally:
             temp.unlink(missing_ok=True)
 
+    def swap(self, key: str, data: bytes | memoryview, etag: str) -> None:
+        path = self._path(key)
+        temp = self._write_temp(path, data)
+        try:
+            fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # swappers of this directory, one at a time
+                info = self.head(key)
+                if info is None or info.etag != etag:
+                    raise ObjectExists(f"{self.url}/{key} changed since it was read")
+                os.replace(temp, path)
+            finally:
+                os.close(fd)
+        finally:
+            temp.unlink(missing_ok=True)
+
     def get(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         try:
             fd = os.open(self._path(key), os.O_RDONLY | os.O_NOFOLLOW)
@@ -136,7 +159,8 @@ class LocalStore:
             return None
         if not stat.S_ISREG(info.st_mode):
             return None
-        return ObjectInfo(key, info.st_size, info.st_mtime)
+        etag = f"{info.st_ino:x}-{info.st_mtime_ns:x}-{info.st_size:x}"  # a rename: new inode
+        return ObjectInfo(key, info.st_size, info.st_mtime, etag)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         for dirpath, dirnames, filenames in os.walk(self.root):

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ckpt.storage import lease as leases
-from ckpt.storage.errors import ImageExists, ObjectExists, StoreBusy
-from ckpt.storage.manifest import ChunkRef, FileEntry, Manifest, encode
+from ckpt.storage.errors import ImageChanged, ImageExists, ObjectExists, ObjectMissing, StoreBusy
+from ckpt.storage.manifest import ChunkRef, FileEntry, Manifest, decode, encode
 
 if TYPE_CHECKING:
     from ckpt.storage.repository import Repository
@@ -152,6 +152,7 @@ class ImageUpload:
         self._parent_id = parent_id  # the parent's manifest id, if the caller read it
         self._started = 0.0
         self._failure: BaseException | None = None
+        self._replaces: str | None = None  # with force: the etag of the manifest replaced
         self.manifest: Manifest | None = None
 
     def __enter__(self) -> ImageUpload:
@@ -166,8 +167,16 @@ class ImageUpload:
         """Check the target, take the lease (waiting up to ``wait`` s for a prune)."""
         self._started = time.monotonic()
         self.store.check()
-        if not self.force and self.store.head(self.repo.manifest_key(self.name)) is not None:
+        current = self.store.head(self.repo.manifest_key(self.name))
+        if current is not None and not self.force:
             raise ImageExists(f"{self.repo.image_url(self.name)} exists; use --force to replace it")
+        if current is not None:
+            if current.etag is None:
+                raise ImageChanged(
+                    f"{self.store.url}: the store gives no ETag, so --force cannot replace"
+                    " an image safely; remove it first (`ckpt image rm`)"
+                )
+            self._replaces = current.etag
         if self.parent is not None and self._parent_id is None:
             self._parent_id = self.repo.read_manifest(self.parent).image_id
         deadline = time.monotonic() + self.wait
@@ -268,20 +277,47 @@ class ImageUpload:
         )
         data = encode(manifest, self.repo.key)
         self._lease.check_held()
+        self._check_parent()
         key = self.repo.manifest_key(self.name)
-        if self.force:
-            self.store.put(key, data)
-        else:
-            try:
+        try:
+            if self._replaces is not None:
+                self.store.swap(key, data, self._replaces)
+            else:
                 self.store.create(key, data)
-            except ObjectExists:
-                raise ImageExists(
-                    f"{self.repo.image_url(self.name)} exists; use --force to replace it"
+        except ObjectExists:
+            if self.force:
+                raise ImageChanged(
+                    f"{self.repo.image_url(self.name)} was written by another checkpoint"
+                    " while this one ran; this one wrote nothing: run it again"
                 ) from None
+            raise ImageExists(
+                f"{self.repo.image_url(self.name)} exists; use --force to replace it"
+            ) from None
         self.manifest = manifest
         self.stats.seconds = time.monotonic() - self._started
         self._finish()
         return manifest
+
+    def _check_parent(self) -> None:
+        """Under the lease, just before the manifest: the parent is still the image
+        this one was made against (an ``image rm`` takes the same kind of lease as a
+        prune, so it cannot remove it from now until the manifest is written)."""
+        if self.parent is None:
+            return
+        url = self.repo.image_url(self.parent)
+        try:
+            data = self.repo._read_manifest_bytes(self.parent)
+        except ObjectMissing:
+            raise ObjectMissing(
+                f"{self.repo.image_url(self.name)}: its parent {url} was removed while"
+                " this checkpoint ran; nothing was written: take a full checkpoint"
+            ) from None
+        parent = decode(data, self.repo.key, url)
+        if self._parent_id is not None and parent.image_id != self._parent_id:
+            raise ImageChanged(
+                f"{self.repo.image_url(self.name)}: its parent {url} was replaced while"
+                " this checkpoint ran; nothing was written: take a full checkpoint"
+            )
 
     def abort(self) -> None:
         """Stop without a manifest: chunks already stored stay for prune to remove."""
