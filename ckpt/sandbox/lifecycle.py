@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
-from ckpt.sandbox import handover, rpc, template_proto
+from ckpt.sandbox import handover, rpc, template_client, template_proto
 from ckpt.sandbox.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
     CHECKPOINT_TIMEOUT_S,
@@ -378,8 +378,10 @@ def checkpoint(
     from ckpt.sandbox.remote_image import attach, remote_before, request_fields  # s3://
 
     remote = request_fields(image)
-    t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
+    if not leave_running and not (options or {}).get("pre_dump"):
+        template_client.wait_warming(root.path)  # somewhere for its sockets to go
+    t0 = time.perf_counter_ns()
     engine = engine or st.engine
     mgr = open_cgroup(own_group(root, st, strict=True))
     refreeze = freezable(mgr) if st.status == PAUSED else None
