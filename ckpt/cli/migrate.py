@@ -104,6 +104,7 @@ def _detach(root_dir: Path) -> None:
     it listens (or its first error line)."""
     from ckpt.cli.base import Globals
     from ckpt.migration.serve import READY_FD_ENV
+    from ckpt.pycommand import ckpt_argv, python_env
 
     argv = [a for a in sys.argv[1:] if a != "--detach"]
     if Globals.root is not None and "--root" not in argv:
@@ -113,12 +114,12 @@ def _detach(root_dir: Path) -> None:
     log = root_dir / "serve.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ckpt", *argv],
+            ckpt_argv(*argv),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
             pass_fds=(w,),
-            env={**os.environ, READY_FD_ENV: str(w)},
+            env={**python_env(), READY_FD_ENV: str(w)},
             start_new_session=True,
         )
     os.close(w)

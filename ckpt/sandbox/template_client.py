@@ -219,6 +219,7 @@ def start(root: Path, *, wait: bool = False) -> None:
             [
                 sys.executable,
                 "-S",
+                "-P",  # never a ckpt/ in the working directory
                 "-m",
                 "ckpt.sandbox.template",
                 "--root",
