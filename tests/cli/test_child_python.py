@@ -61,9 +61,9 @@ def test_serve_detach_from_a_shadowing_directory_starts(shadowed: Path, tmp_path
     key.write_bytes(os.urandom(32))
     key.chmod(0o600)
     root = tmp_path / "root"
+    serve = ["serve", "--listen", "127.0.0.1:0", "--key-file", str(key), "--detach"]
     proc = subprocess.run(
-        [*pycommand.ckpt_argv("--root", str(root)), "serve", "--listen", "127.0.0.1:0"]
-        + ["--key-file", str(key), "--detach"],
+        pycommand.ckpt_argv("--root", str(root), *serve),
         cwd=shadowed,
         env=pycommand.python_env(),
         capture_output=True,
