@@ -53,6 +53,20 @@ def _root(given: Path | None) -> Any:
     return paths.Root(given or Globals.root or default_root()).check()
 
 
+def _one_root(given: Path | None) -> None:
+    """``ckpt --root A serve --root B`` names two roots: refuse rather than pick one."""
+    from ckpt.cli.base import Globals
+    from ckpt.errors import UsageError as Conflict
+
+    if given is None or not Globals.root_given or Globals.root is None:
+        return
+    if os.path.abspath(given) != os.path.abspath(Globals.root):
+        raise Conflict(
+            f"two roots given: --root {Globals.root} before the command and --root "
+            f"{given} after serve; give one"
+        )
+
+
 def _secret(key_file: Path | None) -> bytes:
     from ckpt.migration import read_key_file
 
@@ -80,6 +94,7 @@ def serve_cmd(
     tls_key: TlsKeyOpt = None,
 ) -> None:
     """Accept migrations into the root until SIGTERM or SIGINT."""
+    _one_root(root)
     from ckpt.migration import ServerTLS
     from ckpt.migration.serve import parse_address, ready_line_writer, serve
 
