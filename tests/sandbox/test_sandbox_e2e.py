@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ckpt.sandbox.group import open_cgroup
 from ckpt.sandbox.http import get_json
 
 from .conftest import Cli, cgroup_dirs, quota_allowed
@@ -327,8 +328,10 @@ def test_cycle_json_reports_every_phase_and_keeps_serving(cli: Cli, tmp_path: Pa
         assert {(phase, "reflect"), (phase, "typed")} <= phases
     typed = [r for r in report["rows"] if r["engine"] == "typed"]
     assert all(r["ratio"] is not None and r["ratio"] > 0 for r in typed)
-    st = cli.state(WEB)
-    assert st["status"] == "running" and st["cpu"] == (0.5 if ok else None)
+    st = cli.state(WEB)  # back under the quota it had before the cycles: none
+    assert st["status"] == "running" and st["cpu"] is None, st
+    group = open_cgroup(st["cgroup"])
+    assert group is None or group.cpu_quota() is None, group.cpu_quota()
     body = cli.get(WEB)
     assert body["requests"] == before + 1 and body["restores"] == 2
     assert not any((tmp_path / "cyc").iterdir())  # cycle images are removed as it goes
