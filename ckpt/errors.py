@@ -14,6 +14,12 @@ class CkptError(Exception):
     exit_code = 1
 
 
+class UsageError(CkptError):
+    """Options that contradict each other; exits 2, as click's own usage errors do."""
+
+    exit_code = 2
+
+
 class StateError(CkptError):
     """The object-graph engine cannot save or load: bad stream, bad type, bad field."""
 

@@ -7,13 +7,15 @@ quota is set before the first cycle of each quota, so both checkpoint and restor
 under it.  Per quota and phase it reports the median, the spread, the ratio to the first
 (baseline) engine and a two-sided Mann-Whitney U p-value, as benchstat does; and
 CPUPerCycle (checkpoint CPU + restore CPU, from the cgroup).  SandboxCreate is also
-compared with the start of a bare ``python -c pass``.
+compared with the start of a bare ``python -c pass``.  Afterwards the sandbox is put
+back under the quota it had before.
 
 Go benchmark lines carry one line per cycle so benchstat can do its own statistics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import statistics
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpt.errors import SandboxError
+from ckpt.errors import CkptError, SandboxError
 from ckpt.sandbox import lifecycle
 from ckpt.sandbox.paths import Root
 from ckpt.sandbox.timings import CHECKPOINT, RESTORE, RESUME_TOTAL, SANDBOX_CREATE, SUSPEND_TOTAL
@@ -312,7 +314,15 @@ def run(root: Root, plan: Plan, console: Any = None) -> Report:
     finally:
         if progress is not None:
             progress.stop()
+        _put_back(root, plan.sandbox_id, st.cpu)
     return report
+
+
+def _put_back(root: Root, sandbox_id: str, quota: float | None) -> None:
+    """Leave the sandbox under the quota it had before the cycles (the last ``--cpu``
+    is a measuring condition, not a setting); quiet when it no longer runs."""
+    with contextlib.suppress(CkptError):
+        lifecycle.set_cpu(root, sandbox_id, quota)
 
 
 # -- rendering -------------------------------------------------------------------------

@@ -27,7 +27,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.bench.harness import BenchError, machine_info
+from ckpt.pycommand import ckpt_argv
 
 MODES = ("stop", "leave-running", "pre-copy", "chain")
 DEFAULT_SIZES = (64, 256, 1024)
@@ -68,7 +68,7 @@ class _Cli:
         self.root = root
 
     def __call__(self, *args: str) -> str:
-        cmd = [sys.executable, "-m", "ckpt", "--root", str(self.root), *args]
+        cmd = [*ckpt_argv(), "--root", str(self.root), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
         if proc.returncode != 0:
             raise BenchError(f"ckpt {' '.join(args)} failed: {proc.stderr.strip()[-300:]}")
@@ -198,7 +198,7 @@ def run_cell(cli: _Cli, work: Path, workload: str, mode: str, rate: int) -> Cell
         if client is not None:
             client.stop()
         subprocess.run(
-            [sys.executable, "-m", "ckpt", "--root", str(cli.root), "delete", sid, "--force"],
+            [*ckpt_argv(), "--root", str(cli.root), "delete", sid, "--force"],
             capture_output=True,
             timeout=TIMEOUT_S,
         )
@@ -235,7 +235,7 @@ def run(
                     cells.append(run_cell(cli, top, workload, mode, rate))
     finally:
         subprocess.run(
-            [sys.executable, "-m", "ckpt", "--root", str(cli.root), "template", "stop"],
+            [*ckpt_argv(), "--root", str(cli.root), "template", "stop"],
             capture_output=True,
             timeout=60,
         )

@@ -31,6 +31,7 @@ from typing import Any
 
 from ckpt import state
 from ckpt.bench.harness import BenchError, _go_name, _two_lines, machine_info
+from ckpt.pycommand import python_argv
 
 TOGGLE = "functools_reduce"  # the C function of functools.reduce in CPython
 VARIANTS = (*(("native",) if state.native_status()[0] else ()), "typed", "reflect", "pickle")
@@ -82,9 +83,7 @@ def _command(valgrind: str, out_file: str, args: Sequence[str]) -> list[str]:
         "--collect-atstart=no",
         f"--toggle-collect={TOGGLE}",
         f"--callgrind-out-file={out_file}",
-        sys.executable,
-        "-m",
-        "ckpt.bench.instructions",
+        *python_argv("-m", "ckpt.bench.instructions"),
         *args,
     ]
 

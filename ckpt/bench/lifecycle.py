@@ -45,7 +45,9 @@ def ckpt_command() -> list[str]:
     script = Path(sys.executable).with_name("ckpt")
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "ckpt"]
+    from ckpt.pycommand import ckpt_argv
+
+    return ckpt_argv()
 
 
 @dataclass

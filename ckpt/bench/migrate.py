@@ -40,7 +40,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.bench.harness import BenchError, machine_info
+from ckpt.pycommand import ckpt_argv
 
 DEFAULT_SIZES = (64, 256)
 LOADS = ("write", "keepalive")
@@ -176,7 +176,7 @@ def _free_port() -> int:
 
 
 def _ckpt(root: Path, *args: str, timeout: float = TIMEOUT_S) -> str:
-    cmd = [sys.executable, "-m", "ckpt", "--root", str(root), *args]
+    cmd = [*ckpt_argv(), "--root", str(root), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise BenchError(f"ckpt {' '.join(args[:2])} failed: {proc.stderr.strip()[-300:]}")
@@ -317,7 +317,7 @@ def run(
     os.chmod(key, 0o600)
     log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
     serve = subprocess.Popen(
-        [sys.executable, "-m", "ckpt", "--root", str(top / "dst"), "serve",
+        [*ckpt_argv(), "--root", str(top / "dst"), "serve",
          "--listen", f"{HOST}:0", "--key-file", str(key)],
         stdout=log,
         stderr=log,
@@ -342,7 +342,7 @@ def run(
             serve.wait(10)
         for root in (top / "src", top / "dst"):
             subprocess.run(
-                [sys.executable, "-m", "ckpt", "--root", str(root), "template", "stop"],
+                [*ckpt_argv(), "--root", str(root), "template", "stop"],
                 capture_output=True,
                 timeout=60,
             )
@@ -500,7 +500,7 @@ def check_in_host(port: int, acked_path: str) -> None:
 
 
 def _in_host(net: Any, host: Any, root: Path, *args: str) -> str:
-    argv = [sys.executable, "-m", "ckpt", "--root", str(root), *args]
+    argv = [*ckpt_argv(), "--root", str(root), *args]
     proc = net.run(host, argv, timeout=TIMEOUT_S, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BenchError(f"ckpt {' '.join(args[:2])} failed: {proc.stderr.strip()[-300:]}")
@@ -533,7 +533,7 @@ def run_netns(
             log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
             net.popen(
                 h1,
-                [sys.executable, "-m", "ckpt", "--root", str(top / "dst"), "serve",
+                [*ckpt_argv(), "--root", str(top / "dst"), "serve",
                  "--listen", f"{h1.address}:{SERVE_PORT}", "--key-file", str(key)],
                 stdout=log,
                 stderr=log,
@@ -562,7 +562,7 @@ def run_netns(
                         with contextlib.suppress(subprocess.SubprocessError, BenchError):
                             _ckpt(root, "delete", sid, "--force", timeout=120)
                     subprocess.run(
-                        [sys.executable, "-m", "ckpt", "--root", str(root), "template", "stop"],
+                        [*ckpt_argv(), "--root", str(root), "template", "stop"],
                         capture_output=True,
                         timeout=60,
                     )

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt import pycommand
 from ckpt.errors import CkptError
 
 PREFIX = "ckpt-"
@@ -119,7 +120,7 @@ def python_argv(func: Callable[..., Any], *args: Any) -> list[str]:
     """A command running ``func(*args)`` in a fresh interpreter (module-level, JSON args)."""
     if "<locals>" in func.__qualname__:
         raise ValueError(f"{func.__qualname__} is not importable: use a module-level function")
-    return [sys.executable, "-c", _BOOT, func.__module__, func.__qualname__, json.dumps(args)]
+    return pycommand.python_argv("-c", _BOOT, func.__module__, func.__qualname__, json.dumps(args))
 
 
 @dataclass(frozen=True)

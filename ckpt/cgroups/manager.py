@@ -313,8 +313,8 @@ def create(
     try:
         unified_dir, v1_dirs = _make_dirs(fsys, lay, rel, wanted, made)
         mgr = Manager(name, lay, unified=unified_dir, v1_dirs=v1_dirs, fsys=fsys)
-        if cpus is not None:
-            mgr.set_cpu_quota(cpus)
+        if cpus is not None or mgr.cpu_backend is not None:
+            mgr.set_cpu_quota(cpus)  # uncapped too: a group left behind keeps its quota
     except CgroupError as exc:
         made.extend(getattr(exc, "made", []))
         _cleanup(fsys, made)

@@ -78,6 +78,7 @@ class Globals:
 
     debug: bool = False
     root: Path | None = None
+    root_given: bool = False  # --root was on the command line, not from the environment
 
 
 def default_root() -> Path:
@@ -130,6 +131,7 @@ def main_options(
     """Checkpoint and restore sandboxes running a simulated kernel, fast."""
     Globals.debug = debug
     Globals.root = root or default_root()
+    Globals.root_given = root is not None
     if no_template:
         os.environ["CKPT_TEMPLATE"] = "0"
 

@@ -53,6 +53,20 @@ def _root(given: Path | None) -> Any:
     return paths.Root(given or Globals.root or default_root()).check()
 
 
+def _one_root(given: Path | None) -> None:
+    """``ckpt --root A serve --root B`` names two roots: refuse rather than pick one."""
+    from ckpt.cli.base import Globals
+    from ckpt.errors import UsageError as Conflict
+
+    if given is None or not Globals.root_given or Globals.root is None:
+        return
+    if os.path.abspath(given) != os.path.abspath(Globals.root):
+        raise Conflict(
+            f"two roots given: --root {Globals.root} before the command and --root "
+            f"{given} after serve; give one"
+        )
+
+
 def _secret(key_file: Path | None) -> bytes:
     from ckpt.migration import read_key_file
 
@@ -88,6 +102,7 @@ def serve_cmd(
     1 s per 256 KiB it brings. Another key holder waits up to 10 s for the slot, then is
     told the server is busy.
     """
+    _one_root(root)
     from ckpt.migration import ServerTLS
     from ckpt.migration.serve import parse_address, ready_line_writer, serve
 
@@ -120,6 +135,7 @@ def _detach(root_dir: Path) -> None:
     it listens (or its first error line)."""
     from ckpt.cli.base import Globals
     from ckpt.migration.serve import READY_FD_ENV
+    from ckpt.pycommand import ckpt_argv, python_env
 
     argv = [a for a in sys.argv[1:] if a != "--detach"]
     if Globals.root is not None and "--root" not in argv:
@@ -129,12 +145,12 @@ def _detach(root_dir: Path) -> None:
     log = root_dir / "serve.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ckpt", *argv],
+            ckpt_argv(*argv),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
             pass_fds=(w,),
-            env={**os.environ, READY_FD_ENV: str(w)},
+            env={**python_env(), READY_FD_ENV: str(w)},
             start_new_session=True,
         )
     os.close(w)

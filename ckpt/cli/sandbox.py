@@ -30,6 +30,7 @@ from ckpt.cli.options import (
     sandbox_root,
 )
 from ckpt.cli.output import emit_json, err, note, result, say, tables
+from ckpt.errors import UsageError
 
 commands = typer.Typer()
 
@@ -283,6 +284,10 @@ def checkpoint_cmd(
     """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
     from ckpt.sandbox import precopy
 
+    if compression is Compression.NONE and compression_level is not None:
+        raise UsageError(
+            "--compression-level sets the zstd level: drop it, or use --compression zstd"
+        )
     options = precopy.cli_options(pre_dump, parent_path, pre_copy, image_path)
     res = lifecycle().checkpoint(
         sandbox_root(),

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
-from ckpt.sandbox import handover, rpc, template_proto
+from ckpt.sandbox import handover, rpc, template_client, template_proto
 from ckpt.sandbox.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
     CHECKPOINT_TIMEOUT_S,
@@ -44,7 +44,7 @@ from ckpt.sandbox.deadlines import (
 )
 from ckpt.sandbox.group import cpu_usec, freezable, open_cgroup, own_group, remove_cgroup
 from ckpt.sandbox.outcomes import checkpoint_died, image_identity, listener_notes, said
-from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState
+from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
 from ckpt.sandbox.pids import (
     EXIT_TIMEOUT_S,
     REAP_TIMEOUT_S,
@@ -99,6 +99,7 @@ class Prepared:
     spawned: Any
     notes: list[str]
     handed_over: bool
+    created: str | None = None  # the replaced sandbox's creation time, which it keeps
 
 
 @dataclass
@@ -383,8 +384,10 @@ def checkpoint(
     remote = request_fields(image)
     if force and not force_children and not remote:
         _refuse_parent_of_others(image)
-    t0 = time.perf_counter_ns()
     st = _running(root, sandbox_id, "checkpoint")
+    if not leave_running and not (options or {}).get("pre_dump"):
+        template_client.wait_warming(root.path)  # somewhere for its sockets to go
+    t0 = time.perf_counter_ns()
     engine = engine or st.engine
     mgr = open_cgroup(own_group(root, st, strict=True))
     refreeze = freezable(mgr) if st.status == PAUSED else None
@@ -599,6 +602,7 @@ def restore(
     st.address = reply.address
     st.status = RUNNING
     st.restored_from = _lasting(root, request.image, remote)
+    st.created, st.restored_at = prepared.created or st.created, now_iso()
     finish(root, st, "restore")
     note_start(timings, root, spawned)
     if reply.held_for == sandbox_id:  # on the handed-over sockets: the template lets go
@@ -620,30 +624,30 @@ def prepare_restore(
     for its image, so that a restore whose image is still arriving (a migration) costs
     only the load once it is there.  ``discard(root, prepared.st)`` undoes it."""
     _check_engine(engine)
-    handed_over = _clear_stopped(root, sandbox_id)
+    old = _clear_stopped(root, sandbox_id)
+    handed_over = old is not None and old.extra.get("handover") == "template"
+    created = old.created if old is not None and isinstance(old.created, str) else None
     notes: list[str] = []
     st, mgr, spawned = make_sandbox(
         root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template, "restore"
     )
-    return Prepared(st, mgr, spawned, notes, handed_over)
+    return Prepared(st, mgr, spawned, notes, handed_over, created or None)
 
 
-def _clear_stopped(root: Root, sandbox_id: str) -> bool:
+def _clear_stopped(root: Root, sandbox_id: str) -> SandboxState | None:
     """Remove what is left of a stopped sandbox of this ID before a restore into it
-    (refusing one that is not stopped); returns whether its checkpoint handed its
-    sockets to the template."""
+    (refusing one that is not stopped); returns its record, if there was one."""
     if not root.exists(sandbox_id):
-        return False
+        return None
     old = refresh(root, sandbox_id)
     if old.status != STOPPED:
         raise SandboxError(
             f"sandbox {sandbox_id} is {old.status}; restore into a new ID, or kill and "
             f"delete it first"
         )
-    handed_over = old.extra.get("handover") == "template"
     stop_all(root, old, own_group(root, old, strict=True))
     remove_files(root, sandbox_id)
-    return handed_over
+    return old
 
 
 def _image_workload(image: Path) -> str | None:

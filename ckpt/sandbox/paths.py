@@ -68,6 +68,7 @@ class SandboxState:
     socket: str = ""
     pid_start: float = 0.0  # process create time, guards against pid reuse
     restored_from: str | None = None
+    restored_at: str | None = None  # last restore; ``created`` stays the first start
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -140,6 +140,7 @@ def _spawn_cold(
             [
                 sys.executable,
                 "-S",
+                "-P",  # never a ckpt/ in the working directory
                 "-m",
                 "ckpt.sandbox.process",
                 "--id",

@@ -36,7 +36,9 @@ Testing hooks, in the template's environment: ``CKPT_TEMPLATE_FAULT=spawn-reply-
 sleeps S seconds after a spawn's fork and before its reply, as a template slowed by a
 busy host would; ``CKPT_TEMPLATE_FAULT=join-stall:S`` has the forked child sleep S
 seconds before it reports that it joined its cgroup; ``CKPT_TEMPLATE_FAULT=hold-delay:S``
-sleeps S seconds before acting on a ``hold`` whose descriptors it has received.
+sleeps S seconds before acting on a ``hold`` whose descriptors it has received;
+``CKPT_TEMPLATE_FAULT=warm-delay:S`` sleeps S seconds before warming, as a template
+started on a loaded host would.
 
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
@@ -832,6 +834,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})
+    time.sleep(_fault_delay("warm-delay"))
     t.warm_info = warm()
     if os.environ.get("CKPT_TEMPLATE_GC_FREEZE", "1") != "0":
         gc.freeze()  # children's collections skip the template's objects: see README

@@ -28,6 +28,7 @@ CONNECT_TIMEOUT_S = 1.0
 REPLY_TIMEOUT_S = 10.0  # a warm template answers in milliseconds; this only catches a wedge
 REPLY_TIMEOUT_ENV = "CKPT_TEMPLATE_REPLY_TIMEOUT_S"  # tests set it small
 START_TIMEOUT_S = 60.0
+WARMING_WAIT_S = 30.0  # how long a checkpoint waits for a template still warming up
 ENV_PREFIX = "CKPT_"
 
 
@@ -218,6 +219,7 @@ def start(root: Path, *, wait: bool = False) -> None:
             [
                 sys.executable,
                 "-S",
+                "-P",  # never a ckpt/ in the working directory
                 "-m",
                 "ckpt.sandbox.template",
                 "--root",
@@ -238,6 +240,23 @@ def start(root: Path, *, wait: bool = False) -> None:
     proto.write_info(str(root), {"pid": proc.pid, "version": proto.version(), "state": "starting"})
     if wait:
         _wait_serving(root)
+
+
+def wait_warming(root: Path, timeout: float = WARMING_WAIT_S) -> bool:
+    """Wait, up to ``timeout``, for a template of ``root`` that has been started but does
+    not serve yet; True once it serves.  A checkpoint that stops its sandbox calls this
+    first: the first ``run`` in a root starts the template in the background, and a
+    checkpoint right after it would otherwise find nobody to hand the sockets to.
+    Returns at once when no template is starting (none, dead, or serving already)."""
+    deadline = time.monotonic() + timeout
+    while _template_pid(root) is not None:
+        info = proto.read_info(str(root)) or {}
+        if info.get("state") == "serving" or status(root) is not None:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return False
 
 
 def _wait_serving(root: Path) -> None:

@@ -409,15 +409,16 @@ class ImageWriter:
         names = os.listdir(t)
         if not names:
             return "empty"
-        if not self.force:
-            raise ImageExistsError(f"{t}: already holds an image; use --force to replace it")
-        # --force replaces an image, never an arbitrary directory (say, $HOME).
+        # --force replaces an image, never an arbitrary directory (say, $HOME); a
+        # directory that is not one is refused as such, with or without --force.
         foreign = sorted(name for name in names if name not in IMAGE_FILES)
         if foreign:
             raise StatefileError(
                 f"{t}: is not an image directory (it holds {', '.join(foreign[:3])}); "
-                "refusing to replace it even with --force"
+                "write the image to a new or empty directory (--force replaces only an image)"
             )
+        if not self.force:
+            raise ImageExistsError(f"{t}: already holds an image; use --force to replace it")
         return "image"
 
     def __enter__(self) -> ImageWriter:

@@ -57,6 +57,15 @@ def test_create_applies_quarter_cpu(tmp_path: Path, kind: str) -> None:
         assert read(mgr.paths["cpu"] / "cpu.cfs_quota_us") == "-1"
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_create_uncapped_over_a_capped_group_left_behind_lifts_the_quota(
+    tmp_path: Path, kind: str
+) -> None:
+    lay, fsys = tree(tmp_path, kind)
+    assert cgroups.create("ckpt/a", cpus=0.5, layout=lay, fsys=fsys).cpu_quota() == 0.5
+    assert cgroups.create("ckpt/a", layout=lay, fsys=fsys).cpu_quota() is None
+
+
 def test_unified_enables_controllers_in_every_ancestor(tmp_path: Path) -> None:
     lay, fsys = tree(tmp_path, "unified")
     mgr = cgroups.create("ckpt/a", layout=lay, fsys=fsys)

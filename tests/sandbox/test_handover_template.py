@@ -83,6 +83,27 @@ def test_held_sockets_close_after_the_hold_timeout_while_the_template_is_busy(
     assert tcp_sockets(tpl) == [] and bindable(port)
 
 
+# -- a template still warming ----------------------------------------------------------
+
+
+def test_a_checkpoint_right_after_the_first_run_waits_for_the_warming_template(
+    tcli: Cli, tmp_path: Path, clients: Any
+) -> None:
+    """The first ``run`` in a root starts the template in the background; a checkpoint
+    that comes while it still warms up waits for it, so the sockets are held, not closed."""
+    port, web, image = free_port(), sid("warming"), tmp_path / "img"
+    run_http(tcli, web, port, env={"CKPT_TEMPLATE_FAULT": "warm-delay:5"})
+    assert template_client.status(tcli.root) is None, "the template serves already"
+    conn = clients(port)
+    conn.get()
+    c = checkpoint(tcli, web, image)
+    assert c["handover"] == "template", c
+    assert web in held(tcli)
+    r = restore(tcli, web, image)
+    assert r["listener"] == "handed over", r
+    assert tcli.get(web)["restores"] == 1
+
+
 # -- hostile hold requests -------------------------------------------------------------
 
 

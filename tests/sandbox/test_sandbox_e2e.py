@@ -12,7 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ckpt.sandbox import lifecycle
+from ckpt.sandbox.group import open_cgroup
 from ckpt.sandbox.http import get_json
+from ckpt.sandbox.paths import Root
 
 from .conftest import Cli, cgroup_dirs, quota_allowed
 
@@ -102,8 +105,10 @@ def test_run_checkpoint_restore_under_quota_count_continues(cli: Cli, tmp_path: 
 
 
 def test_three_cycles_in_a_row(cli: Cli, tmp_path: Path) -> None:
+    """...and the sandbox keeps its creation time; each restore is recorded apart."""
     _run_http(cli)
     count = cli.get(WEB)["requests"]
+    first = "2001-02-03T04:05:06Z"  # as if run long ago: a reset cannot go unseen
     variants = [[], ["--engine", "reflect"], ["--background"]]  # pages filled lazily last
     for i, extra in enumerate(variants):
         image = tmp_path / f"img{i}"
@@ -114,11 +119,19 @@ def test_three_cycles_in_a_row(cli: Cli, tmp_path: Path) -> None:
             str(image),
             *extra[: 2 if extra[:1] == ["--engine"] else 0],
         )
+        if i == 0:
+            st = lifecycle.state(Root(cli.root), WEB)
+            assert st.restored_at is None
+            st.created = first
+            Root(cli.root).write(st)
         cli("restore", WEB, "--image-path", str(image), *extra)
         body = cli.get(WEB)
         assert body["requests"] == count + 1
         assert body["restores"] == i + 1
         count = body["requests"]
+        st_json = cli.state_cli(WEB)
+        assert st_json["created"] == first, st_json
+        assert st_json["restored_at"] and st_json["restored_at"] > first, st_json
 
 
 def test_checkpoint_with_stats_writes_stats_json_and_image_inspects(
@@ -329,8 +342,10 @@ def test_cycle_json_reports_every_phase_and_keeps_serving(cli: Cli, tmp_path: Pa
         assert {(phase, "reflect"), (phase, "typed")} <= phases
     typed = [r for r in report["rows"] if r["engine"] == "typed"]
     assert all(r["ratio"] is not None and r["ratio"] > 0 for r in typed)
-    st = cli.state(WEB)
-    assert st["status"] == "running" and st["cpu"] == (0.5 if ok else None)
+    st = cli.state(WEB)  # back under the quota it had before the cycles: none
+    assert st["status"] == "running" and st["cpu"] is None, st
+    group = open_cgroup(st["cgroup"])
+    assert group is None or group.cpu_quota() is None, group.cpu_quota()
     body = cli.get(WEB)
     assert body["requests"] == before + 1 and body["restores"] == 2
     assert not any((tmp_path / "cyc").iterdir())  # cycle images are removed as it goes

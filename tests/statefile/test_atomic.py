@@ -150,6 +150,22 @@ def test_live_writers_leftovers_are_kept(tmp_path: Path) -> None:
     assert mine.exists() and other.exists()
 
 
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_a_directory_that_is_not_an_image_is_refused_as_such(tmp_path: Path, force: bool) -> None:
+    """Never "already holds an image; use --force", which --force then contradicts."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    with pytest.raises(StatefileError) as info:
+        write_image(home, NEW, force=force)
+    assert not isinstance(info.value, ImageExistsError), info.value
+    message = str(info.value)
+    assert "is not an image directory (it holds notes.txt)" in message, message
+    assert "new or empty directory" in message and "already holds" not in message, message
+    assert (home / "notes.txt").read_text() == "precious"
+    assert leftovers(tmp_path) == []
+
+
 def test_force_never_replaces_a_foreign_directory(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
