@@ -639,15 +639,18 @@ def prepare_restore(
     engine: str | None = None,
     ignore_cgroups: bool = False,
     template: bool | None = None,
+    net: Any = None,
 ) -> Prepared:
     """The first half of ``restore``: the sandbox's record, cgroup and process, waiting
     for its image, so that a restore whose image is still arriving (a migration) costs
-    only the load once it is there.  ``discard(root, prepared.st)`` undoes it."""
+    only the load once it is there.  ``discard(root, prepared.st)`` undoes it.  ``net``
+    (a ``netns.Net``: an arriving sandbox's address) stands for the stopped one's."""
     _check_engine(engine)
     from ckpt.sandbox import netns
 
     old = refresh(root, sandbox_id) if root.exists(sandbox_id) else None
-    net = netns.of(root, old) if old is not None else None  # its address comes back
+    if net is None and old is not None:
+        net = netns.of(root, old)  # its address comes back
     handed_over = _clear_stopped(root, sandbox_id)
     notes: list[str] = []
     st, mgr, spawned = make_sandbox(

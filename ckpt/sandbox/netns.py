@@ -110,17 +110,22 @@ def plan(root_hash_: str, sandbox_id: str, bridge: str | None, ip: str | None) -
         raise SandboxError("--ip needs --bridge BR: the bridge the sandbox's veth joins")
     if ip is None:
         raise SandboxError(f"--bridge {bridge} needs --ip ADDR/PREFIX, e.g. 198.18.0.10/24")
-    if not _IFNAME.fullmatch(bridge):
-        raise SandboxError(f"bad --bridge {bridge!r}: an interface name of 1-15 characters")
+    check_bridge_name(bridge)
     addr, prefix = parse_ip(ip)
+    check_mount_ns()
     check_bridge(bridge)
     netns, veth = names(root_hash_, sandbox_id)
-    if netns_exists(netns) or _link_kind(veth) is not None:
+    if os.path.lexists(os.path.join(RUN_NETNS, netns)) or _link_kind(veth) is not None:
         raise SandboxError(
             f"namespace {netns} or link {veth} already exists (not recorded by any sandbox "
             "here): remove it with `ip netns del` / `ip link del` if nothing uses it"
         )
     return Net(bridge, addr, prefix, new_mac(), netns, veth)
+
+
+def check_bridge_name(bridge: str) -> None:
+    if not _IFNAME.fullmatch(bridge):
+        raise SandboxError(f"bad --bridge {bridge!r}: an interface name of 1-15 characters")
 
 
 def from_record(data: Any, root_hash_: str, sandbox_id: str) -> Net | None:
@@ -145,6 +150,18 @@ def from_record(data: Any, root_hash_: str, sandbox_id: str) -> Net | None:
             f"`ckpt delete --force {sandbox_id}`"
         )
     return net
+
+
+def offered_ok(ip: Any, prefix: Any, mac: Any) -> bool:
+    """Are a migration peer's address, prefix and MAC well formed (all three given)?"""
+    if not (isinstance(ip, str) and isinstance(prefix, int) and isinstance(mac, str)):
+        return False
+    if not _MAC.fullmatch(mac) or int(mac[:2], 16) & 0x01:
+        return False
+    try:
+        return parse_ip(f"{ip}/{prefix}") == (ip, prefix)
+    except SandboxError:
+        return False
 
 
 # -- ip(8) -----------------------------------------------------------------------------
@@ -191,7 +208,28 @@ def check_bridge(bridge: str) -> None:
 
 
 def netns_exists(name: str) -> bool:
-    return os.path.exists(os.path.join(RUN_NETNS, name))
+    """Is ``name`` a namespace (mounted), not merely a file that names one?"""
+    return os.path.ismount(os.path.join(RUN_NETNS, name))
+
+
+def check_mount_ns(mountinfo: str = "/proc/self/mountinfo") -> None:
+    """Refuse to name a namespace from a mount namespace whose ``/run/netns`` only
+    receives mounts (``master:`` in mountinfo: under ``ip netns exec``): the namespace
+    it names there would not be seen by the next command, nor outlive this one."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return  # not told: go on, as ``ip`` itself does
+    for line in lines:
+        fields = line.split(" - ", 1)[0].split()
+        copy = any(tag.startswith("master:") for tag in fields[6:])
+        if len(fields) > 6 and fields[4] == RUN_NETNS and copy:
+            raise SandboxError(
+                f"ckpt runs where {RUN_NETNS} is a copy (under `ip netns exec`?), so a "
+                "sandbox's network namespace would not outlive this command: enter the "
+                "network namespace with `nsenter --net=/run/netns/NAME` instead"
+            )
 
 
 def exists(net: Net) -> bool:
@@ -227,6 +265,7 @@ def create(net: Net) -> None:
 def ensure(net: Net) -> None:
     """For a restore: use the namespace if all of it is still there (the address and MAC
     survive), else make it again from the record (a leftover part is removed first)."""
+    check_mount_ns()
     if exists(net):
         return
     remove(net)
@@ -238,7 +277,7 @@ def remove(net: Net) -> None:
     Only these two names, which are derived from the sandbox and recorded."""
     if _link_kind(net.veth) == "veth":
         _must("link", "del", "dev", net.veth)
-    if netns_exists(net.netns):
+    if os.path.lexists(os.path.join(RUN_NETNS, net.netns)):  # a stale file named so too
         _must("netns", "del", net.netns)
 
 
