@@ -667,7 +667,9 @@ def prepare_restore(
     )
     if net is not None:
         try:
-            netns.ensure(net)
+            if netns.ensure(net):  # made anew: what the template holds is unreachable
+                _release_held(root, sandbox_id)
+                handed_over = False
         except BaseException:
             discard(root, st)
             raise

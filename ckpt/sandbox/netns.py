@@ -262,14 +262,17 @@ def create(net: Net) -> None:
         raise
 
 
-def ensure(net: Net) -> None:
+def ensure(net: Net) -> bool:
     """For a restore: use the namespace if all of it is still there (the address and MAC
-    survive), else make it again from the record (a leftover part is removed first)."""
+    survive), else make it again from the record (a leftover part is removed first).
+    Returns whether it was made anew: a listener held for the sandbox is then in the
+    old namespace, which nothing reaches any more."""
     check_mount_ns()
     if exists(net):
-        return
+        return False
     remove(net)
     create(net)
+    return True
 
 
 def remove(net: Net) -> None:

@@ -153,6 +153,20 @@ def test_address_and_mac_survive_checkpoint_and_restore(host: NetHost, tmp_path:
     shown = json.loads(_ip("-n", net["netns"], "-j", "link", "show", "dev", "eth0").stdout)
     assert shown[0]["address"] == net["mac"]
 
+    # Its namespace removed behind its back between checkpoint and restore: the restore
+    # makes it again from the record, and listens in the new one, not on a held socket
+    # of the old (which nothing reaches).
+    done = host.ckpt("checkpoint", "s1", "--image-path", str(image), "--force")
+    assert done.returncode == 0, done.stderr
+    _ip("netns", "del", net["netns"])
+    done = host.ckpt("restore", "s1", "--image-path", str(image))
+    assert done.returncode == 0, done.stderr
+    assert "listener handed over" not in done.stdout + done.stderr
+    body = host.get(ADDR, PORT)
+    assert (body["id"], body["restores"]) == (before["id"], 2)
+    shown = json.loads(_ip("-n", net["netns"], "-j", "link", "show", "dev", "eth0").stdout)
+    assert shown[0]["address"] == net["mac"]
+
     done = host.ckpt("delete", "--force", "s1")
     assert done.returncode == 0, done.stderr
     assert host.ours() == []
