@@ -252,3 +252,37 @@ def test_listen_refuses_a_namespace_ckpt_did_not_name() -> None:
     for name in ("../../proc/1/ns/net", "other", netns.PREFIX + "x/../../y"):
         with pytest.raises(OSError):
             netns.listen(name, "127.0.0.1", 0)
+
+
+def test_a_copied_run_netns_is_refused(tmp_path: Path) -> None:
+    """Under ``ip netns exec`` /run/netns only receives mounts: a namespace named there
+    would be gone for the next command, so naming one is refused in one line."""
+    shared = "45 27 254:0 /run/netns /run/netns rw,relatime shared:1 - ext4 /dev/vda rw\n"
+    slave = "68 48 254:0 /run/netns /run/netns rw,relatime master:1 - ext4 /dev/vda rw\n"
+    info = tmp_path / "mountinfo"
+    for text in (shared, "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n", ""):
+        info.write_text(text)
+        netns.check_mount_ns(str(info))
+    info.write_text(slave)
+    with pytest.raises(SandboxError, match="nsenter --net"):
+        netns.check_mount_ns(str(info))
+
+
+def test_an_offer_with_a_malformed_address_is_refused() -> None:
+    from ckpt.migration import messages as m
+    from ckpt.migration.errors import FrameError
+    from ckpt.migration.session import check_offer
+
+    good = {"sandbox_id": "s1", "workload": "http", "engine": "", "pages": 8, "nonce": b"n" * 32}
+    check_offer(m.Offer(**good))
+    check_offer(m.Offer(**good, ip=ADDR, prefix=24, mac="02:00:00:00:00:01"))
+    for bad in (
+        {"ip": ADDR},
+        {"ip": ADDR, "prefix": 24, "mac": "03:00:00:00:00:01"},  # multicast
+        {"ip": ADDR, "prefix": 24, "mac": "02:00:00:00:00:01; rm"},
+        {"ip": "127.0.0.1", "prefix": 8, "mac": "02:00:00:00:00:01"},
+        {"ip": ADDR, "prefix": 33, "mac": "02:00:00:00:00:01"},
+        {"ip": "198.18.9.0", "prefix": 24, "mac": "02:00:00:00:00:01"},
+    ):
+        with pytest.raises(FrameError):
+            check_offer(m.Offer(**good, **bad))
