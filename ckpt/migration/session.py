@@ -122,7 +122,8 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         # is in, only loading it is left.  From here the guard removes it if we die.
         guard.say(RESTORING)
         net = _arriving_net(root, sid, offer, bridge)
-        prepared = lifecycle.prepare_restore(root, sid, offer.cpus, offer.engine or None, net=net)
+        on_net = {"net": net} if net is not None else {}
+        prepared = lifecycle.prepare_restore(root, sid, offer.cpus, offer.engine or None, **on_net)
         made = True
         while True:
             end = incoming.receive_image(ch)
