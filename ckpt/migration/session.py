@@ -184,7 +184,9 @@ def _arriving_net(root: Any, sid: str, offer: m.Offer, bridge: str | None) -> An
     from ckpt.sandbox import netns
 
     ns_name, veth = netns.names(netns.root_hash(root.cgroup_parent()), sid)
-    return netns.Net(bridge, offer.ip, offer.prefix, offer.mac, ns_name, veth)
+    net = netns.Net(bridge, offer.ip, offer.prefix, offer.mac, ns_name, veth)
+    netns.check_unused(root, net)  # a sandbox here already answers on that address
+    return net
 
 
 def _warm_template(root: Any) -> None:

@@ -181,6 +181,8 @@ def run(
     from ckpt.sandbox import netns
 
     net = netns.plan(netns.root_hash(root.cgroup_parent()), sandbox_id, bridge, ip)
+    if net is not None:
+        netns.check_unused(root, net)
     notes: list[str] = []
     timings = Timings()
     t0 = time.perf_counter_ns()

@@ -340,6 +340,26 @@ def of(root: Root, st: SandboxState) -> Net | None:
     return from_record(st.extra.get(KEY), root_hash(root.cgroup_parent()), st.id)
 
 
+def check_unused(root: Root, net: Net) -> None:
+    """Refuse an address another sandbox of this root keeps on the same bridge (running
+    or waiting for its restore): two would answer ARP for it."""
+    from ckpt.errors import CkptError
+
+    for other in root.ids():
+        try:
+            kept = root.read(other).extra.get(KEY)
+        except CkptError:
+            continue
+        if isinstance(kept, dict) and (kept.get("bridge"), kept.get("ip")) == (
+            net.bridge,
+            net.ip,
+        ):
+            raise SandboxError(
+                f"{net.ip} is sandbox {other}'s address on {net.bridge}; give another "
+                f"--ip, or `ckpt delete {other}` first"
+            )
+
+
 def request_fields(net: Net | None) -> dict[str, str]:
     """What a boot or restore request carries so the listener is made on the address."""
     return {"host": net.ip, "netns": net.netns} if net is not None else {}

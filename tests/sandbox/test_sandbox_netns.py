@@ -136,6 +136,9 @@ def test_address_and_mac_survive_checkpoint_and_restore(host: NetHost, tmp_path:
 
     before = host.get(ADDR, PORT)
     assert before["restores"] == 0
+    done = host.ckpt("run", "s2", "-w", "http", "--bridge", BRIDGE, "--ip", f"{ADDR}/25")
+    assert done.returncode != 0 and f"{ADDR} is sandbox s1's address" in done.stderr
+    assert not (host.root / "s2").exists() and host.ours() == [net["netns"]]
 
     image = tmp_path / "img"
     done = host.ckpt("checkpoint", "s1", "--image-path", str(image))
