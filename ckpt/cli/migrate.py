@@ -92,6 +92,14 @@ def serve_cmd(
     ] = False,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
+    bridge: Annotated[
+        str | None,
+        typer.Option(
+            "--bridge",
+            metavar="BR",
+            help="Give an arriving sandbox that had its own address the same, on bridge BR.",
+        ),
+    ] = None,
 ) -> None:
     """Accept migrations into the root until SIGTERM or SIGINT.
 
@@ -127,6 +135,7 @@ def serve_cmd(
         say=log_line,  # its lines carry peers' words: escaped
         on_ready=ready_line_writer(),
         debug=Globals.debug,
+        bridge=bridge,
     )
 
 

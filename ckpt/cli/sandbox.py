@@ -66,6 +66,18 @@ def run_cmd(
     ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
     json_out: JsonOpt = False,
+    bridge: Annotated[
+        str | None,
+        typer.Option(
+            "--bridge",
+            metavar="BR",
+            help="Give the sandbox a network namespace of its own, its veth on bridge BR.",
+        ),
+    ] = None,
+    ip: Annotated[
+        str | None,
+        typer.Option("--ip", metavar="ADDR/PREFIX", help="The sandbox's address (with --bridge)."),
+    ] = None,
 ) -> None:
     """Start a detached sandbox running WORKLOAD; returns when it is ready."""
     res = lifecycle().run(
@@ -76,6 +88,8 @@ def run_cmd(
         port=port,
         engine=engine.value if engine else None,
         ignore_cgroups=ignore_cgroups,
+        bridge=bridge,
+        ip=ip,
     )
     for text in res.notes:
         note(text)

@@ -117,7 +117,9 @@ class Offer(Message):
 
     ``pages`` bounds every page index the source will send (the kernel's address space
     in pages); ``port`` is where the destination binds (None: the port it had);
-    ``nonce`` is what the destination's proof in ``Restored`` is keyed by (proof.py)."""
+    ``nonce`` is what the destination's proof in ``Restored`` is keyed by (proof.py);
+    ``ip``/``prefix``/``mac``: the sandbox's own address, which a destination serving
+    with ``--bridge`` gives it again (``ckpt.sandbox.netns``)."""
 
     KIND: ClassVar[Kind] = Kind.OFFER
     sandbox_id: str
@@ -127,6 +129,9 @@ class Offer(Message):
     cpus: float | None = None
     port: int | None = None
     nonce: bytes = b""
+    ip: str | None = None
+    prefix: int | None = None
+    mac: str | None = None
 
 
 class RoundEnd(Message):

@@ -271,6 +271,7 @@ class Migration:
                 cpus=st.cpu,
                 port=self.opts.port,
                 nonce=self.nonce,
+                **_offered_net(self.root, st),
             )
         )
         _expect(ch, m.Ack, "instead of accepting the offer")
@@ -389,3 +390,11 @@ class Migration:
             r.get("pages_written", r["pages"]) for r in self.report.rounds
         )
         self.report.counters = counters
+
+
+def _offered_net(root: Any, st: Any) -> dict[str, Any]:
+    """The sandbox's own address and MAC, for a destination that serves a bridge."""
+    from ckpt.sandbox import netns
+
+    net = netns.of(root, st)
+    return {"ip": net.ip, "prefix": net.prefix, "mac": net.mac} if net is not None else {}

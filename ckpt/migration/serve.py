@@ -141,8 +141,10 @@ class Server:
         limits: Limits = Limits(),
         say: Callable[[str], None] = print,
         debug: bool = False,
+        bridge: str | None = None,
     ) -> None:
         self.root = root
+        self.bridge = bridge  # arriving sandboxes with an address of their own join it
         self.listener = listener
         self.limits = limits
         self.say = say
@@ -200,7 +202,7 @@ class Server:
 
         with ch:
             try:
-                got = receive(ch, self.root)
+                got = receive(ch, self.root, self.bridge)
             except CkptError as exc:
                 self.say(f"migration failed: {exc}")
                 return
@@ -328,10 +330,17 @@ def serve(
     on_ready: Callable[[str], None] | None = None,
     debug: bool = False,
     limits: Limits = Limits(),
+    bridge: str | None = None,
 ) -> None:
     """Listen on ``host:port`` and receive migrations into ``root`` until a signal."""
     from ckpt.migration.incoming import sweep
 
+    if bridge is not None:
+        from ckpt.sandbox import netns
+
+        netns.check_bridge_name(bridge)
+        netns.check_mount_ns()
+        netns.check_bridge(bridge)
     root.ensure()
     for name in sweep(root.path):
         say(f"removed {name}, left by a server that died mid-migration")
@@ -342,7 +351,7 @@ def serve(
                 say(f"listening on {bound} (root {root.path})")
                 if on_ready is not None:
                     on_ready(bound)
-                Server(root, listener, limits=limits, say=say, debug=debug).run()
+                Server(root, listener, limits=limits, say=say, debug=debug, bridge=bridge).run()
         except Stopping as sig:
             say(f"stopping on {sig}")
 

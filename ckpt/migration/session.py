@@ -65,6 +65,11 @@ def check_offer(offer: m.Offer) -> None:
         raise FrameError(f"the peer offered a CPU quota of {offer.cpus}")
     if offer.port is not None and not 0 <= offer.port <= 65535:
         raise FrameError(f"the peer offered port {offer.port}")
+    if offer.ip is not None or offer.prefix is not None or offer.mac is not None:
+        from ckpt.sandbox import netns
+
+        if not netns.offered_ok(offer.ip, offer.prefix, offer.mac):
+            raise FrameError("the peer offered a malformed address or MAC")
     if len(offer.nonce) != NONCE_BYTES:
         raise FrameError(f"the peer's offer has a {len(offer.nonce)}-byte nonce, not {NONCE_BYTES}")
 
@@ -81,8 +86,10 @@ class Received:
     notes: list[str] = field(default_factory=list)
 
 
-def receive(ch: Any, root: Any) -> Received:
-    """Run the destination's side of one session on an accepted channel.
+def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
+    """Run the destination's side of one session on an accepted channel.  With
+    ``bridge``, a sandbox that had an address of its own gets it (and its MAC) again,
+    its veth on ``bridge``; without, it listens on 127.0.0.1 as any other.
 
     On any failure (or a signal raised as an exception) before ``Done``, the restored
     sandbox is stopped and removed, the received images are removed, and the error is
@@ -114,7 +121,9 @@ def receive(ch: Any, root: Any) -> Received:
         # The sandbox's process is made while the rounds arrive: once the final image
         # is in, only loading it is left.  From here the guard removes it if we die.
         guard.say(RESTORING)
-        prepared = lifecycle.prepare_restore(root, sid, offer.cpus, offer.engine or None)
+        net = _arriving_net(root, sid, offer, bridge)
+        on_net = {"net": net} if net is not None else {}
+        prepared = lifecycle.prepare_restore(root, sid, offer.cpus, offer.engine or None, **on_net)
         made = True
         while True:
             end = incoming.receive_image(ch)
@@ -165,6 +174,19 @@ def receive(ch: Any, root: Any) -> Received:
     finally:
         incoming.discard()
         guard.close()
+
+
+def _arriving_net(root: Any, sid: str, offer: m.Offer, bridge: str | None) -> Any:
+    """The network an arriving sandbox is given: its offered address and MAC on this
+    server's bridge, under the names this root derives for it; None without both."""
+    if bridge is None or offer.ip is None or offer.prefix is None or offer.mac is None:
+        return None
+    from ckpt.sandbox import netns
+
+    ns_name, veth = netns.names(netns.root_hash(root.cgroup_parent()), sid)
+    net = netns.Net(bridge, offer.ip, offer.prefix, offer.mac, ns_name, veth)
+    netns.check_unused(root, net)  # a sandbox here already answers on that address
+    return net
 
 
 def _warm_template(root: Any) -> None:

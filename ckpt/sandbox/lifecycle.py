@@ -168,25 +168,46 @@ def run(
     ignore_cgroups: bool = False,
     options: dict[str, Any] | None = None,
     template: bool | None = None,
+    bridge: str | None = None,
+    ip: str | None = None,
 ) -> RunResult:
-    """Start a sandbox running ``workload``; returns once it is ready (and listening)."""
+    """Start a sandbox running ``workload``; returns once it is ready (and listening).
+    With ``bridge`` and ``ip`` it listens on an address of its own (``netns.py``)."""
     _check_engine(engine)
     if root.exists(sandbox_id):
         st = refresh(root, sandbox_id)
         raise SandboxError(
             f"sandbox {sandbox_id} already exists ({st.status}); `ckpt delete {sandbox_id}` first"
         )
+    from ckpt.sandbox import netns
+
+    net = netns.plan(netns.root_hash(root.cgroup_parent()), sandbox_id, bridge, ip)
+    if net is not None:
+        netns.check_unused(root, net)
     notes: list[str] = []
     timings = Timings()
     t0 = time.perf_counter_ns()
     st, _mgr, spawned = make_sandbox(
-        root, sandbox_id, cpus, ignore_cgroups, engine, workload, notes, template, "run"
+        root,
+        sandbox_id,
+        cpus,
+        ignore_cgroups,
+        engine,
+        workload,
+        notes,
+        template,
+        "run",
+        extra={netns.KEY: net.record()} if net else None,
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     try:
         from ckpt.sandbox.protocol import BootRequest
 
-        request = BootRequest(workload=workload, port=port, options=options or {})
+        if net is not None:
+            netns.create(net)
+        request = BootRequest(
+            workload=workload, port=port, options=options or {}, **netns.request_fields(net)
+        )
         reply: p.BootReply = _call(root, st, request, timeout=120)
     except BaseException:
         discard(root, st)
@@ -318,6 +339,9 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
     _release_held(root, sandbox_id)
     stop_all(root, st, group)
     _clean_checkpoint(st)
+    from ckpt.sandbox import netns
+
+    netns.remove_recorded(root, st, strict=not force)
     remove_files(root, sandbox_id)
 
 
@@ -566,6 +590,7 @@ def restore(
     handed_over = prepared.handed_over
     timings = Timings()
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
+    from ckpt.sandbox import netns
     from ckpt.sandbox.protocol import Listener, RestoreRequest
 
     request = RestoreRequest(
@@ -575,6 +600,7 @@ def restore(
         background=background,
         key_hex=key.hex() if key else None,
         port=port,
+        **netns.request_fields(netns.of(root, st)),
     )
     request = attach(request, remote, stage=root.dir(sandbox_id) / STAGE_DIR)
     deadline = restore_timeout(image, cpus if mgr is not None else None)
@@ -619,18 +645,41 @@ def prepare_restore(
     engine: str | None = None,
     ignore_cgroups: bool = False,
     template: bool | None = None,
+    net: Any = None,
 ) -> Prepared:
     """The first half of ``restore``: the sandbox's record, cgroup and process, waiting
     for its image, so that a restore whose image is still arriving (a migration) costs
-    only the load once it is there.  ``discard(root, prepared.st)`` undoes it."""
+    only the load once it is there.  ``discard(root, prepared.st)`` undoes it.  ``net``
+    (a ``netns.Net``: an arriving sandbox's address) stands for the stopped one's."""
     _check_engine(engine)
+    from ckpt.sandbox import netns
+
     old = _clear_stopped(root, sandbox_id)
+    if net is None and old is not None:
+        net = netns.of(root, old)  # its address comes back
     handed_over = old is not None and old.extra.get("handover") == "template"
     created = old.created if old is not None and isinstance(old.created, str) else None
     notes: list[str] = []
     st, mgr, spawned = make_sandbox(
-        root, sandbox_id, cpus, ignore_cgroups, engine, "(restoring)", notes, template, "restore"
+        root,
+        sandbox_id,
+        cpus,
+        ignore_cgroups,
+        engine,
+        "(restoring)",
+        notes,
+        template,
+        "restore",
+        extra={netns.KEY: net.record()} if net else None,
     )
+    if net is not None:
+        try:
+            if netns.ensure(net):  # made anew: what the template holds is unreachable
+                _release_held(root, sandbox_id)
+                handed_over = False
+        except BaseException:
+            discard(root, st)
+            raise
     return Prepared(st, mgr, spawned, notes, handed_over, created or None)
 
 

@@ -137,13 +137,15 @@ def _serves_http(k: Any) -> bool:
     return k.http_listen_address() is not None or getattr(k, "http", None) is not None
 
 
-def _bind_error(port: int, exc: OSError, reason: p.BindReason | None, why: str) -> str:
+def _bind_error(
+    port: int, exc: OSError, reason: p.BindReason | None, why: str, host: str = HOST
+) -> str:
     """Why a restore could not bind its port, and what to do, in one line."""
     import errno
 
     from ckpt.sandbox.protocol import BindReason
 
-    msg = f"cannot listen on {HOST}:{port}: {exc.strerror}"
+    msg = f"cannot listen on {host}:{port}: {exc.strerror}"
     if exc.errno == errno.EADDRINUSE and reason is BindReason.TEMPLATE_UNREACHABLE:
         return (
             f"{msg}: the template holding it does not answer ({why}); `ckpt template stop` "
@@ -234,10 +236,17 @@ class Host:
                     quiet = time.monotonic() - self.last_request > QUIET_AFTER_S
                     ticks = ticks_to_sleep(k.now, k.next_event_ns(), quiet)
 
-    def _listen(self, port: int, adoption: _Adoption | None = None) -> str | None:
+    def _listen(
+        self,
+        port: int,
+        adoption: _Adoption | None = None,
+        host: str | None = None,
+        netns: str | None = None,
+    ) -> str | None:
         """Serve the workload's listening socket for real: the one handed over by the
         previous sandbox when there is one (with its parked connections), else one
-        bound now (``adoption`` says why it was not handed over).  Returns
+        bound now (``adoption`` says why it was not handed over), on ``host`` inside
+        namespace ``netns`` when the sandbox has its own address.  Returns
         ``host:port``."""
         if not _serves_http(self.kernel):
             return None
@@ -246,17 +255,22 @@ class Host:
         else:
             conns = []
             try:
-                sock = bind(HOST, port)
+                if netns:
+                    from ckpt.sandbox import netns as netns_mod
+
+                    sock = netns_mod.listen(netns, host or HOST, port)
+                else:
+                    sock = bind(host or HOST, port)
             except OSError as exc:
                 reason, why = (adoption.reason, adoption.why) if adoption else (None, "")
-                raise SandboxError(_bind_error(port, exc, reason, why)) from exc
+                raise SandboxError(_bind_error(port, exc, reason, why, host or HOST)) from exc
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
         self.http = HttpServer(sock, self.respond, conns)
         self.http.start()
         return f"{host}:{real_port}"
 
-    def _adopt(self, image_metadata: dict[str, Any], port: int) -> _Adoption:
+    def _adopt(self, image_metadata: dict[str, Any], port: int, host: str = HOST) -> _Adoption:
         """The sockets the checkpointed sandbox handed to the template, if they are for
         this port, or why not.  ``held_for`` is set whenever something was held, adopted
         or not, so that a successful restore lets the template close it."""
@@ -274,12 +288,12 @@ class Host:
         listener, conns, reason, why = handover.adopt(held_for)
         if listener is None:
             return _Adoption(reason, why)
-        held_port = listener.getsockname()[1]
-        if held_port != port:  # --port 0 or another port: bind anew
+        held_host, held_port = listener.getsockname()[:2]
+        if held_port != port or held_host != host:  # --port 0, another port or address
             for s in (listener, *conns):
                 s.close()
             # a restore elsewhere: the CLI releases the held socket once this succeeds
-            why = f"the held socket is on port {held_port}, not {port}"
+            why = f"the held socket is on {held_host}:{held_port}, not {host}:{port}"
             return _Adoption(BindReason.OTHER_PORT, why, held_for=held_for)
         return _Adoption(None, "", listener, conns, held_for)
 
@@ -326,7 +340,7 @@ class Host:
             raise KernelError(f"workload {workload!r}: {exc}") from exc
         with self.cond:
             self.kernel = k
-            address = self._listen(request.port)
+            address = self._listen(request.port, host=request.host, netns=request.netns)
         log(f"booted workload {workload} address={address}")
         return BootReply(address=address, cpu_usec=self_cpu_usec())
 
@@ -387,9 +401,9 @@ class Host:
         with self.cond:
             self.kernel = k
             self.frozen = True
-            adoption = self._adopt(image.metadata, int(port))
+            adoption = self._adopt(image.metadata, int(port), request.host or HOST)
             try:
-                address = self._listen(int(port), adoption)
+                address = self._listen(int(port), adoption, request.host, request.netns)
             except BaseException:
                 self.kernel = None
                 raise

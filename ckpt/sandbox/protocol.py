@@ -100,6 +100,8 @@ class BootRequest(Request, tag="boot"):
     workload: str
     options: dict[str, int | float | str | bool] = {}
     port: int = 0
+    host: str | None = None  # None: 127.0.0.1; else the sandbox's own address (netns.py)
+    netns: str | None = None  # the named namespace the listener is made in
 
 
 class RestoreRequest(Request, tag="restore"):
@@ -111,6 +113,8 @@ class RestoreRequest(Request, tag="restore"):
     port: int | None = None  # None: the port the image was listening on
     store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
     stage_dir: str | None = None  # s3:// images: where the image is fetched to
+    host: str | None = None  # as BootRequest's
+    netns: str | None = None
 
 
 class CheckpointRequest(Request, tag="checkpoint"):

@@ -185,6 +185,9 @@ def discard(root: Root, st: SandboxState) -> None:
     """Best-effort removal of everything a failed run/restore made."""
     with contextlib.suppress(CkptError):
         stop_all(root, st, root.cgroup_name(st.id))
+    from ckpt.sandbox import netns
+
+    netns.remove_recorded(root, st, strict=False)
     remove_files(root, st.id)
 
 
@@ -205,11 +208,13 @@ def make_sandbox(
     notes: list[str],
     template: bool | None,
     verb: str,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[SandboxState, BaseManager | None, Spawned]:
     """Make the directory, cgroup and process; return (state, cgroup manager, spawn).
 
-    The record is written first and again as soon as the cgroup, then the process,
-    exists, so a CLI killed at any point leaves every part of the sandbox recorded."""
+    The record is written first (with ``extra``, such as the network it is about to
+    have) and again as soon as the cgroup, then the process, exists, so a CLI killed at
+    any point leaves every part of the sandbox recorded."""
     from ckpt.sandbox import template_client
 
     use_template = not template_client.disabled() if template is None else template
@@ -224,7 +229,7 @@ def make_sandbox(
         engine=engine,
         cpu=None,
         socket=str(root.socket_path(sandbox_id)),
-        extra={"creating_by": [os.getpid(), create_time(os.getpid())]},
+        extra={**(extra or {}), "creating_by": [os.getpid(), create_time(os.getpid())]},
     )
 
     def record_pid(pid: int, start: float) -> None:

@@ -27,3 +27,9 @@ def check_and_digest(port: int, acked_hex: dict[str, str]) -> None:
     digest = get_json(HOST, port, "/memory", timeout=60)[1]["memory_sha256"]
     print(json.dumps({"digest": digest}))
     sys.stdout.flush()
+
+
+def get_at(host: str, port: int) -> None:
+    """GET / from a sandbox with an address of its own; print the JSON it answers."""
+    status, body = get_json(host, port, timeout=60)
+    print(json.dumps({"status": status, **body}))
