@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
+from ckpt.errors import (
+    CgroupError,
+    CkptError,
+    ImageNotFound,
+    SandboxError,
+    SandboxGone,
+    SandboxNotFound,
+    SandboxRefused,
+)
 from ckpt.sandbox import handover, rpc, template_proto
 from ckpt.sandbox.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
@@ -311,7 +319,7 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
         st = unreadable(sandbox_id)
     group = own_group(root, st, strict=True)
     if st.status != STOPPED and not force:
-        raise SandboxError(
+        raise SandboxRefused(
             f"sandbox {sandbox_id} is {st.status}; `ckpt kill {sandbox_id}` first or pass --force"
         )
     _release_held(root, sandbox_id)
@@ -464,7 +472,7 @@ def _refuse_parent_of_others(image: Path | str) -> None:
     kids = children(image)
     if kids:
         more = f" and {len(kids) - 1} more" if len(kids) > 1 else ""
-        raise SandboxError(
+        raise SandboxRefused(
             f"{Path(image).absolute()} is the parent of the image {kids[0]}{more}; replacing it "
             "would break that chain: write to another path, or pass --force-children"
         )
@@ -556,7 +564,7 @@ def restore(
     if not remote and not image.exists():
         if prepared is not None:
             discard(root, prepared.st)
-        raise SandboxError(f"no image at {image}: check --image-path")
+        raise ImageNotFound(f"no image at {image}: check --image-path")
     if prepared is None:
         prepared = prepare_restore(root, sandbox_id, cpus, engine, ignore_cgroups, template)
     st, mgr, spawned, notes = prepared.st, prepared.mgr, prepared.spawned, prepared.notes

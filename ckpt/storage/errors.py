@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ckpt.errors import CkptError, ImageExistsError, IntegrityError
+from ckpt.errors import (
+    EXIT_DEADLINE,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    CkptError,
+    ImageExistsError,
+    IntegrityError,
+)
 
 
 class StorageError(CkptError):
@@ -20,9 +27,13 @@ class StoreAuthError(StorageError):
 class NoSuchBucket(StorageError):
     """The bucket named in the URL does not exist."""
 
+    exit_code = EXIT_NOT_FOUND
+
 
 class StoreUnreachable(StorageError):
     """The store did not answer within the deadline."""
+
+    exit_code = EXIT_DEADLINE
 
 
 class StoreServerError(StorageError):
@@ -31,6 +42,8 @@ class StoreServerError(StorageError):
 
 class ObjectMissing(StorageError):
     """An object (a manifest or a chunk) is not in the store."""
+
+    exit_code = EXIT_NOT_FOUND
 
 
 class ObjectExists(StorageError):
@@ -51,3 +64,5 @@ class ChunkIntegrityError(StorageError, IntegrityError):
 
 class ImageInUse(StorageError):
     """Another image names this one as its parent (use --force to remove it anyway)."""
+
+    exit_code = EXIT_REFUSED

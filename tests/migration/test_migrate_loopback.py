@@ -234,7 +234,7 @@ def test_destination_disk_full_is_refused_and_the_source_runs_on(hosts: Hosts) -
 
 def test_serve_refuses_to_start_without_a_key(hosts: Hosts) -> None:
     proc = hosts.dst("serve", "--listen", "127.0.0.1:0", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error
     assert proc.stderr.startswith("error: a key file is required")
     assert len(proc.stderr.strip().splitlines()) == 1
     loose = make_key(hosts.tmp / "loose")
