@@ -41,6 +41,7 @@ from ckpt.errors import (
     SandboxGone,
     SandboxNotFound,
     SandboxRefused,
+    SandboxTimeout,
 )
 from ckpt.sandbox import handover, rpc, template_proto
 from ckpt.sandbox.deadlines import (
@@ -503,7 +504,7 @@ def _checkpoint_failed(
     at ``image``); return when it is alive and was left as it was."""
     sandbox_id = st.id
     if isinstance(exc.__cause__, TimeoutError) and alive(st.pid, st.pid_start):
-        raise SandboxError(
+        raise SandboxTimeout(
             f"checkpoint of {sandbox_id} did not finish within {deadline:g} s; the "
             f"sandbox is still at it: `ckpt state {sandbox_id}` shows when it ends, "
             f"`ckpt kill {sandbox_id}` stops it (set {CHECKPOINT_TIMEOUT_ENV} to wait "
@@ -589,7 +590,7 @@ def restore(
         except SandboxError as exc:
             if not isinstance(exc.__cause__, TimeoutError):
                 raise
-            raise SandboxError(
+            raise SandboxTimeout(
                 f"restore of {sandbox_id} did not finish within {deadline:g} s; the sandbox "
                 f"was removed (set {RESTORE_TIMEOUT_ENV} for a slower restore)"
             ) from exc

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ckpt.errors import (
-    EXIT_DEADLINE,
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     CkptError,
@@ -32,8 +31,6 @@ class NoSuchBucket(StorageError):
 
 class StoreUnreachable(StorageError):
     """The store did not answer within the deadline."""
-
-    exit_code = EXIT_DEADLINE
 
 
 class StoreServerError(StorageError):
