@@ -31,7 +31,7 @@ def ps_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
 
     reply = observe.tasks(sandbox_root(), sandbox_id)
     if json_out:
-        emit_json(observe.task_json(reply))
+        emit_json({"id": sandbox_id, **observe.task_json(reply)})
         return
     from ckpt.sandbox.render import tasks_table
 
