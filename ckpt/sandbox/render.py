@@ -35,10 +35,10 @@ def sandboxes_table(states: list[SandboxState]) -> Table:
     )
     # An address is read whole or not at all (a port cut in two reads as another port):
     # its column has a set width, the longest address's up to ADDRESS_WIDTH (beyond, it
-    # folds), so rich narrows the ID, status and workload instead, which fold.
+    # folds), so rich narrows the ID and workload instead, which fold.
     widest = max((len(st.address or "-") for st in states), default=1)
     for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CREATED (UTC)"):
-        folds = col in ("ID", "STATUS", "WORKLOAD", "ADDRESS")  # the others stay whole
+        folds = col in ("ID", "WORKLOAD", "ADDRESS")  # the others stay whole
         width = max(min(widest, ADDRESS_WIDTH), len(col)) if col == "ADDRESS" else None
         table.add_column(col, overflow="fold", no_wrap=not folds, width=width)
     for st in states:
