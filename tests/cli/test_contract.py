@@ -320,11 +320,34 @@ def test_serve_lines_become_log_records(tmp_path: Path, fresh_log: None, capsys)
     assert records[0]["message"] == "accepted a peer \x1b[2J"
 
 
+def test_the_log_options_are_skipped_when_finding_the_command() -> None:
+    """``main`` loads only the group of the command being run: a log option's value
+    taken for the command word would load every group (and prune none)."""
+    argv = ["--log-file", "/l", "--log-level", "debug", "--log-format", "json", "state", "w"]
+    assert base.command_path(argv) == ["state", "w"]
+
+
 def test_a_fifo_as_log_file_is_refused_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     proc = ckpt("--root", str(tmp_path / "root"), "--log-file", str(fifo), "list", "-q")
     assert proc.returncode == 2 and "--log-file" in proc.stderr
+
+
+def test_logs_json_prints_one_object_per_line_across_chunks(capsys) -> None:
+    from ckpt.cli.observe import _JsonLines
+
+    lines = _JsonLines("web")
+    for chunk in ("GET / 200\nGET /x", " 404\n", "\x9b[2Jtail"):
+        lines.feed(chunk)
+    lines.close()
+    printed = capsys.readouterr().out
+    assert "\x9b" not in printed  # a C1 control is a JSON escape, and the line is JSON
+    assert [json.loads(line) for line in printed.splitlines()] == [
+        {"id": "web", "line": "GET / 200"},
+        {"id": "web", "line": "GET /x 404"},
+        {"id": "web", "line": "\x9b[2Jtail"},
+    ]
 
 
 # -- completion ------------------------------------------------------------------------
