@@ -369,6 +369,27 @@ def test_help_offers_completion() -> None:
     assert "--install-completion" in text and "--show-completion" in text
 
 
+def test_serve_detach_json_says_where_it_listens(tmp_path: Path, watchdog: None) -> None:
+    import psutil
+
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    root = tmp_path / "root"
+    argv = ["--root", str(root), "serve", "--listen", "127.0.0.1:0", "--key-file", str(key)]
+    proc = ckpt(*argv, "--detach", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    server = psutil.Process(doc["pid"])
+    try:
+        assert server.cmdline()[-len(argv) :] == argv  # the same command, in the foreground
+        host, _, port = doc["address"].rpartition(":")
+        assert (host, port.isdigit(), doc["log"]) == ("127.0.0.1", True, str(root / "serve.log"))
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 # -- the new --json outputs, end to end ------------------------------------------------
 
 
