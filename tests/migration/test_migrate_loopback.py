@@ -57,6 +57,7 @@ def test_migration_moves_memory_and_values(hosts: Hosts) -> None:
     assert digest(hosts.dst, SID) == before
     check_values(address(hosts.dst, SID), acked)
     assert report["address"] == hosts.dst.state(SID)["address"]
+    assert report["id"] == SID and "sandbox_id" not in report  # named as every record
     assert report["rounds"][-1]["final"] and len(report["rounds"]) >= 2
     assert report["bytes_sent"] >= sum(r["bytes"] for r in report["rounds"])
     for name in ("downtime_ms", "frozen_time_ms", "pages_written", "restore_time_ms"):
