@@ -1,23 +1,43 @@
 """Every error a user can cause is a CkptError subclass.
 
-The CLI renders a CkptError as one line (``error: ...``) and exits non-zero;
-anything else is a bug and keeps its traceback.  Messages say what went wrong
-and, where there is one, what to do about it.
+The CLI renders a CkptError as one line (``error: ...``) and exits with its class's
+``exit_code``; anything else is a bug and keeps its traceback.  Messages say what went
+wrong and, where there is one, what to do about it.
+
+Exit codes are few and documented (``EXIT_CODES``), so a script can tell a typo from a
+missing sandbox from a refusal it may override with ``--force``: a class states its code
+once and its subclasses inherit it.
 """
 
 from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_REFUSED = 4
+EXIT_DEADLINE = 124  # as timeout(1)
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage: a bad option, argument or combination of them",
+    EXIT_NOT_FOUND: "not found: no such sandbox or image",
+    EXIT_REFUSED: "refused as unsafe: it would replace an image or a parent (see --force)",
+    EXIT_DEADLINE: "a deadline passed",
+}
 
 
 class CkptError(Exception):
     """Base of every user-facing error.  ``exit_code`` is what the CLI exits with."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class UsageError(CkptError):
-    """Options that contradict each other; exits 2, as click's own usage errors do."""
+    """A missing or contradictory option that the parser alone cannot see."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class StateError(CkptError):
@@ -34,6 +54,14 @@ class IntegrityError(StatefileError):
 
 class ImageExistsError(StatefileError):
     """The target image directory already holds an image (use --force to replace it)."""
+
+    exit_code = EXIT_REFUSED
+
+
+class ImageNotFound(StatefileError):
+    """No image at the path given."""
+
+    exit_code = EXIT_NOT_FOUND
 
 
 class KeyFileError(CkptError):
@@ -55,6 +83,15 @@ class SandboxError(CkptError):
 class SandboxNotFound(SandboxError):
     """No sandbox with that ID exists under the root directory."""
 
+    exit_code = EXIT_NOT_FOUND
+
+
+class SandboxRefused(SandboxError):
+    """An action refused as unsafe without ``--force``: it would remove a running
+    sandbox or break an image chain."""
+
+    exit_code = EXIT_REFUSED
+
 
 class SandboxBusy(SandboxError):
     """The sandbox is already serving a request that cannot run concurrently."""
@@ -75,8 +112,14 @@ class SandboxGone(SandboxError):
     """The sandbox process went away in the middle of a request (killed or crashed)."""
 
 
+class SandboxTimeout(SandboxError):
+    """A sandbox did not answer a request within its deadline."""
+
+    exit_code = EXIT_DEADLINE
+
+
 class WaitTimeout(SandboxError):
     """``ckpt wait --timeout`` passed with the sandbox still running (exit 124, as
     timeout(1))."""
 
-    exit_code = 124
+    exit_code = EXIT_DEADLINE

@@ -7,6 +7,8 @@ One module per command group, each with ``register(app)``::
     base.py           the root app, global options, --version, error rendering
     options.py        shared arguments and options: ID, --image-path, --cpu, --engine...
     output.py         the one place that prints: lines, JSON, tables, results
+    logconfig.py      --log-level, --log-file, --log-format (stdlib logging, lazily)
+    docgen.py         writes docs/cli.md from the commands (python3 -m ckpt.cli.docgen)
     sandbox.py        run, list, state, pause, resume, kill, delete, checkpoint,
                       restore, cycle
     observe.py        ps, events, wait, logs, check

@@ -22,7 +22,8 @@ from typing import Annotated, Any
 import typer
 
 from ckpt import __version__
-from ckpt.errors import CkptError
+from ckpt.cli import logconfig
+from ckpt.errors import EXIT_CODES, CkptError
 
 
 def _readable_help() -> None:
@@ -63,14 +64,28 @@ def _readable_help() -> None:
 
 _readable_help()
 
+
+def exit_status_text() -> str:
+    """The exit codes, as ``ckpt --help`` ends: one paragraph a person reads at 80
+    columns (``docs/cli.md`` has them as a table)."""
+    codes = "; ".join(f"{code} {what.split(':')[0]}" for code, what in EXIT_CODES.items())
+    return f"Exit status: {codes}.  Reference: docs/cli.md."
+
+
 app = typer.Typer(
     name="ckpt",
     help="Checkpoint and restore sandboxes running a simulated kernel, fast.",
+    epilog=exit_status_text(),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion and --show-completion; typer imports its completion module
+    # whether or not they are offered, so they cost start-up nothing
+    add_completion=True,
     rich_markup_mode=None,  # plain help text: paragraphs refold to the terminal, "[x]" stays
 )
+
+
+ROOT_HELP = "Directory holding one subdirectory per sandbox."
 
 
 class Globals:
@@ -103,13 +118,15 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks for errors; log at debug level.")
+    ] = False,
     root: Annotated[
         Path | None,
         typer.Option(
             "--root",
             metavar="PATH",
-            help="Directory holding one subdirectory per sandbox.",
+            help=ROOT_HELP,
             show_default="$CKPT_ROOT, else /run/ckpt as root, else $XDG_RUNTIME_DIR/ckpt",
         ),
     ] = None,
@@ -121,6 +138,33 @@ def main_options(
             "(also CKPT_TEMPLATE=0).",
         ),
     ] = False,
+    log_level: Annotated[
+        logconfig.Level | None,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="Log records at LEVEL and above: debug, info, warning or error.",
+            show_default="info with a log, debug with --debug",
+        ),
+    ] = None,
+    log_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--log-file",
+            metavar="PATH",
+            help="Append the log to this file (notes and errors too).",
+            show_default="stderr",
+        ),
+    ] = None,
+    log_format: Annotated[
+        logconfig.Format | None,
+        typer.Option(
+            "--log-format",
+            metavar="FORMAT",
+            help="A record as a line of text, or as a JSON object: text or json.",
+            show_default="text",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -134,9 +178,14 @@ def main_options(
     Globals.root_given = root is not None
     if no_template:
         os.environ["CKPT_TEMPLATE"] = "0"
+    logconfig.configure(log_level, log_file, log_format, debug=debug)
+    if logconfig.active():
+        import shlex
+
+        logconfig.log(logconfig.Level.DEBUG, "ckpt " + shlex.join(sys.argv[1:]))
 
 
-_GLOBAL_OPTIONS_WITH_VALUE = {"--root"}
+_GLOBAL_OPTIONS_WITH_VALUE = {"--root", "--log-level", "--log-file", "--log-format"}
 
 
 def command_path(argv: list[str]) -> list[str]:
@@ -195,7 +244,8 @@ def main() -> None:
     """Console-script entry point: run the app, render CkptError as one line.
 
     Click's standalone mode handles usage errors (exit 2) and Ctrl-C itself; every
-    other exception propagates here, where a CkptError becomes one line on stderr.
+    other exception propagates here, where a CkptError becomes one line on stderr and
+    the exit code its class states (``ckpt.errors.EXIT_CODES``).
     """
     argv = sys.argv[1:]
     Globals.debug = "--debug" in argv
@@ -210,4 +260,6 @@ def main() -> None:
         from ckpt.cli.output import error_line
 
         sys.stderr.write(error_line(exc) + "\n")
+        if logconfig.to_file():
+            logconfig.log(logconfig.Level.ERROR, str(exc), exc_info=Globals.debug)
         sys.exit(exc.exit_code)

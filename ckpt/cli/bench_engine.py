@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ckpt.cli.options import GoOpt, JsonDocOpt, MemoryOpt, workdir_opt
+from ckpt.cli.options import GoOpt, JsonOpt, MemoryOpt, workdir_opt
 from ckpt.cli.output import emit_json, tables
 
 commands = typer.Typer()
@@ -32,11 +32,13 @@ def bench_state(
     quick: Annotated[
         bool, typer.Option("--quick", help="A short run: --count 3, no memory pass.")
     ] = False,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
     go: GoOpt = True,
 ) -> None:
-    """Save and load benchmark shapes with typed, reflect, C pickle and pure-Python pickle.
+    """Save and load shapes: typed, reflect and two pickles.
 
+    Each benchmark shape is saved and loaded with typed, reflect, C pickle and
+    pure-Python pickle.
     Repetitions are interleaved (A B, B A, ...); figures are medians.  Ratios compare
     each variant with reflect; the targets table checks each ratio against its goal.
     """
@@ -85,10 +87,12 @@ def bench_state_scale(
     memory: Annotated[
         bool, typer.Option("--memory/--no-memory", help="Also trace peak memory (untimed pass).")
     ] = True,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
     go: GoOpt = True,
 ) -> None:
-    """Engine cost against graph size: time per node, peak memory, stream.
+    """Engine cost against graph size.
+
+    Time per node, peak memory and stream size.
 
     The random graph of `bench state` at each size (default 20k, 100k and
     400k nodes; add 1M with --sizes 20k,100k,400k,1M), engines interleaved.
@@ -141,10 +145,12 @@ def bench_instructions_cmd(
     graph_nodes: Annotated[
         int, typer.Option("--graph-nodes", min=1, metavar="N", help="Nodes in the graph shapes.")
     ] = 20000,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
     go: GoOpt = True,
 ) -> None:
-    """Instructions per operation of `bench state`'s benchmarks, counted by callgrind.
+    """Instructions per operation, counted by callgrind.
+
+    The benchmarks of `bench state`, each counted by callgrind.
 
     Each case runs in its own interpreter under valgrind; only the operations are
     counted (not imports, building the shape or the warm-up), so the figures are the
@@ -186,9 +192,12 @@ def bench_statefile_cmd(
     ] = None,
     memory: MemoryOpt = True,
     workdir: Annotated[Path | None, workdir_opt("the files")] = None,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Image write/read MB/s and CPU vs a plain file copy; zero-page cost."""
+    """Image write/read MB/s and CPU against a file copy.
+
+    Also the cost of zero pages.
+    """
     from ckpt.bench import harness
     from ckpt.bench import statefile as bench_sf
 
@@ -220,9 +229,11 @@ def bench_cgroup_stat(
             "--batch", metavar="N", help="stat() calls per timed sample (figures are per call)."
         ),
     ] = 200,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """cgroup stat(): the lean reader against a naive one, on a live process's real cgroup.
+    """cgroup stat(): the lean reader against a naive one.
+
+    Read on a live process's real cgroup.
 
     Needs root and a cgroup filesystem.  Goals (after containerd's cgroup2 Stat
     allocation work): at least 40% less time and 40% fewer allocated blocks than the
@@ -255,10 +266,13 @@ def bench_checkpointfile_cmd(
         int, typer.Option("--workers", min=1, metavar="N", help="nginx workers.")
     ] = 4,
     memory: MemoryOpt = True,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Decode and re-encode an idle nginx kernel from its image, typed vs reflect;
-    and files:N save/load with per-type stats on vs off."""
+    """Re-encode an nginx kernel; stats on against off.
+
+    Decode and re-encode an idle nginx kernel from its image, typed against reflect;
+    and files:N save/load with per-type stats on against off.
+    """
     from ckpt.bench import checkpointfile, harness
 
     res = checkpointfile.run(

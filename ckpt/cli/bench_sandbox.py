@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ckpt.cli.options import JsonDocOpt, workdir_opt
+from ckpt.cli.options import JsonOpt, workdir_opt
 from ckpt.cli.output import say, suite_report
 
 commands = typer.Typer()
@@ -37,9 +37,11 @@ def bench_lifecycle_cmd(
             show_default="all",
         ),
     ] = None,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Each CLI command timed as a whole process, exec to exit, against `python -c pass`.
+    """Each CLI command timed as a whole process.
+
+    From exec to exit, against `python -c pass`.
 
     run (cold and from the template), checkpoint, restore (template and cold) and state,
     per workload and CPU quota, rounds interleaved; medians and spread.  Needs root for
@@ -86,9 +88,11 @@ def bench_frozen_cmd(
             "--plot", metavar="FILE", help="Also draw frozen time against size to FILE.png."
         ),
     ] = None,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Frozen time, longest request, total time, image size and lost writes per mode.
+    """Frozen time, longest request and lost writes per mode.
+
+    Also total time and image size.
 
     memory:N and kv:N at each size, loaded by a client on 127.0.0.1 while the
     checkpoint runs; each image is restored and every acknowledged write read back.
@@ -122,9 +126,11 @@ def bench_load_cmd(
         str,
         typer.Option("--modes", metavar="MODES", help="template, cold, or both (comma-separated)."),
     ] = "template,cold",
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Real HTTP clients keep an http sandbox busy across checkpoint/restore cycles.
+    """Checkpoint/restore cycles under real HTTP clients.
+
+    The clients keep an http sandbox busy across the cycles.
 
     Requests answered, refused and dropped, latency, and the server's count against the
     clients', with the warm template (socket handover) and without.  127.0.0.1 only."""
@@ -165,9 +171,12 @@ def bench_scale_cmd(
             "--plot", metavar="FILE", help="Also draw cost against size to FILE.png (needs [plot])."
         ),
     ] = None,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Checkpoint and restore cost against object count and memory size, real sandboxes."""
+    """Checkpoint and restore cost against size.
+
+    Object count and memory size, in real sandboxes.
+    """
     from ckpt.bench import scale
 
     plot_to = scale.check_plot(plot_path) if plot_path is not None else None
@@ -205,9 +214,11 @@ def bench_store_cmd(
         float,
         typer.Option("--delay-ms", metavar="MS", min=0, help="Relay delay each way."),
     ] = 5.0,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Local image directory against S3 (a SeaweedFS started for the run), same sandbox.
+    """A local image directory against S3.
+
+    A SeaweedFS is started for the run; the same sandbox goes to each.
 
     Checkpoint wall, upload MB/s, restore wall and first response (eager and
     --background), and the bytes a second checkpoint of the unchanged sandbox uploads;

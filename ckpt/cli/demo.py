@@ -8,7 +8,10 @@ from ckpt.cli.output import out
 
 
 def demo_cmd() -> None:
-    """A guided tour: run, query, checkpoint, inspect, restore under a quota, clean up."""
+    """A guided tour of ckpt.
+
+    Run, query, checkpoint, inspect, restore under a quota, clean up.
+    """
     from ckpt import demo
 
     demo.run(out.real())

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ckpt.cli.options import JsonOpt
 from ckpt.cli.output import emit_json, say, tables
 from ckpt.errors import CkptError
 
@@ -24,7 +25,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(image_app, name="image")
 
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RepoArg = Annotated[
     str, typer.Argument(metavar="URL", help="Repository: s3://BUCKET/PREFIX or a directory.")
 ]

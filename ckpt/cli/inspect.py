@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.cli.options import JsonDocOpt
+from ckpt.cli.options import JsonOpt, KeyOpt
 from ckpt.cli.output import emit_json, tables
 
 inspect_app = typer.Typer(help="Show what an image holds.")
@@ -30,14 +30,7 @@ def inspect_statefile_cmd(
             metavar="PATH", help="An image directory, its checkpoint.img, or s3://.../NAME."
         ),
     ],
-    key_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--key-file",
-            metavar="PATH",
-            help="File holding the HMAC key, to verify a signed image.",
-        ),
-    ] = None,
+    key_file: KeyOpt = None,
     objects: Annotated[
         int,
         typer.Option("--objects", min=0, metavar="N", help="Pretty-print the first N objects."),
@@ -45,9 +38,12 @@ def inspect_statefile_cmd(
     verify: Annotated[
         bool, typer.Option("--verify", help="Decode every record and check every page.")
     ] = False,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Show an image: header, metadata, integrity, type table, pages, objects."""
+    """Show what an image holds.
+
+    Its header, metadata, integrity, type table, pages and objects.
+    """
     from ckpt import statefile
     from ckpt.statefile.inspect import report_failed
     from ckpt.statefile.render import render_report

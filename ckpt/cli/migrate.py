@@ -17,18 +17,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.errors import CkptError
+from ckpt.cli.options import JsonOpt, port_opt, root_opt
+from ckpt.cli.options import RequiredKeyOpt as KeyFileOpt
+from ckpt.errors import CkptError, UsageError
 
 DETACH_READY_S = 30.0
 
-KeyFileOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--key-file",
-        metavar="PATH",
-        help="The secret both hosts share (>= 32 bytes, mode 0600). Required.",
-    ),
-]
 TlsCertOpt = Annotated[
     Path | None,
     typer.Option("--tls-cert", metavar="PEM", help="Serve over TLS with this certificate."),
@@ -40,10 +34,6 @@ TlsCaOpt = Annotated[
     Path | None,
     typer.Option("--tls-ca", metavar="PEM", help="Use TLS; trust the server signed by this CA."),
 ]
-
-
-class UsageError(CkptError):
-    """A missing or contradictory option."""
 
 
 def _root(given: Path | None) -> Any:
@@ -83,10 +73,7 @@ def serve_cmd(
         str, typer.Option("--listen", metavar="HOST:PORT", help="Where to accept migrations.")
     ],
     key_file: KeyFileOpt = None,
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", metavar="DIR", help="The root migrations arrive in."),
-    ] = None,
+    root: Annotated[Path | None, root_opt()] = None,
     detach: Annotated[
         bool, typer.Option("--detach", help="Run in the background; print its pid.")
     ] = False,
@@ -100,8 +87,11 @@ def serve_cmd(
             help="Give an arriving sandbox that had its own address the same, on bridge BR.",
         ),
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Accept migrations into the root until SIGTERM or SIGINT.
+
+    With --detach --json: {"pid": N, "address": HOST:PORT, "log": PATH} once it listens.
 
     One migration at a time. Before it proves the key, a connection has 5 s (TLS
     included); at most 4 such connections come from one address and 32 in all (when
@@ -121,7 +111,7 @@ def serve_cmd(
     tls = ServerTLS(tls_cert, tls_key) if tls_cert is not None and tls_key else None
     sandbox_root = _root(root)
     if detach:
-        _detach(sandbox_root.path)
+        _detach(sandbox_root.path, json_out)
         return
     from ckpt.cli.base import Globals
     from ckpt.cli.output import log_line
@@ -139,14 +129,14 @@ def serve_cmd(
     )
 
 
-def _detach(root_dir: Path) -> None:
+def _detach(root_dir: Path, json_out: bool) -> None:
     """Start this same command without --detach in its own session; print its pid once
     it listens (or its first error line)."""
     from ckpt.cli.base import Globals
     from ckpt.migration.serve import READY_FD_ENV
     from ckpt.pycommand import ckpt_argv, python_env
 
-    argv = [a for a in sys.argv[1:] if a != "--detach"]
+    argv = [a for a in sys.argv[1:] if a not in ("--detach", "--json")]
     if Globals.root is not None and "--root" not in argv:
         argv = ["--root", str(Globals.root), *argv]
     r, w = os.pipe()
@@ -174,8 +164,11 @@ def _detach(root_dir: Path) -> None:
             proc.terminate()
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise CkptError(f"ckpt serve did not start ({tail[0]}); see {log}")
-    from ckpt.cli.output import say
+    from ckpt.cli.output import emit_json, say
 
+    if json_out:
+        emit_json({"pid": proc.pid, "address": line, "log": str(log)})
+        return
     say(f"{proc.pid} listening on {line}")
 
 
@@ -191,12 +184,7 @@ def migrate_cmd(
         int | None,
         typer.Option("--rounds", metavar="N", min=0, max=8, help="At most N pre-copy rounds."),
     ] = None,
-    port: Annotated[
-        int | None,
-        typer.Option(
-            "--port", metavar="N", min=0, max=65535, help="Bind port N there (0: any free one)."
-        ),
-    ] = None,
+    port: Annotated[int | None, port_opt("the saved port")] = None,
     forward: Annotated[
         float,
         typer.Option(
@@ -206,10 +194,13 @@ def migrate_cmd(
             help="Relay the old address to the new one this long.",
         ),
     ] = 0.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print every counter as JSON.")] = False,
+    as_json: JsonOpt = False,
     tls_ca: TlsCaOpt = None,
 ) -> None:
-    """Move a running sandbox to another host; it keeps running there."""
+    """Move a running sandbox to another host.
+
+    It keeps running there; on any failure it keeps running here.
+    """
     from ckpt.migration import ClientTLS
     from ckpt.migration.outgoing import Migration, Options
     from ckpt.migration.serve import parse_address
@@ -226,7 +217,8 @@ def migrate_cmd(
     from ckpt.cli.output import emit_json, say
 
     if as_json:
-        emit_json(report.to_json())
+        document = report.to_json()
+        emit_json({"id": document.pop("sandbox_id"), **document})
     else:
         say(report.line())
     if old is not None and report.address:
@@ -288,9 +280,11 @@ def bench_migrate_cmd(
         Path | None,
         typer.Option("--plot", metavar="FILE", help="Also draw the cells to FILE.png."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Frozen time, downtime, client-visible gap, bytes and lost writes of a migration.
+    """Downtime, bytes and lost writes of a migration.
+
+    Frozen time, downtime, client-visible gap, bytes and lost writes.
 
     kv:N and memory:N at each size, between two roots on 127.0.0.1 under a client
     that retries every 5 ms, or between two hosts in network namespaces over a shaped

@@ -7,15 +7,14 @@ Each parses its options, calls ``ckpt.sandbox.observe``, ``logs`` or ``hostcheck
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
 from ckpt.cli.base import Globals, default_root
-from ckpt.cli.options import IdArg, JsonDocOpt, sandbox_root
-from ckpt.cli.output import emit_json, say, tables
+from ckpt.cli.options import IdArg, JsonOpt, sandbox_root
+from ckpt.cli.output import emit_json, emit_json_line, say, tables
 
 commands = typer.Typer()
 
@@ -26,22 +25,17 @@ def register(app: typer.Typer) -> None:
 
 
 @commands.command("ps")
-def ps_cmd(sandbox_id: IdArg, json_out: JsonDocOpt = False) -> None:
+def ps_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     """List the tasks of a sandbox's kernel."""
     from ckpt.sandbox import observe
 
     reply = observe.tasks(sandbox_root(), sandbox_id)
     if json_out:
-        emit_json(observe.task_json(reply))
+        emit_json({"id": sandbox_id, **observe.task_json(reply)})
         return
     from ckpt.sandbox.render import tasks_table
 
     tables([tasks_table(reply)])
-
-
-def _line(document: object) -> None:
-    """One JSON document on one line (a stream's record), flushed at once."""
-    say(json.dumps(document, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
 @commands.command("events")
@@ -56,11 +50,12 @@ def events_cmd(
         int | None,
         typer.Option("--count", min=1, metavar="N", help="Stop after N samples."),
     ] = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Stream a sandbox's CPU, memory and kernel figures.
 
-    One JSON line per interval until the sandbox stops or Ctrl-C; --stats prints one
-    and exits.
+    One JSON line per interval until the sandbox stops or Ctrl-C, with or without
+    --json; --stats prints one and exits.
     """
     from ckpt.sandbox import observe
 
@@ -68,7 +63,7 @@ def events_cmd(
         for event in observe.events(
             sandbox_root(), sandbox_id, interval=interval, count=1 if stats else count
         ):
-            _line(event)
+            emit_json_line(event)
     except KeyboardInterrupt:
         return
 
@@ -86,7 +81,7 @@ def wait_cmd(
             show_default="wait until it exits",
         ),
     ] = None,
-    json_out: JsonDocOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Wait until a sandbox stops; print how it ended."""
     from ckpt.sandbox import observe
@@ -105,8 +100,12 @@ def logs_cmd(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the sandbox stops.")
     ] = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Print a sandbox's log (its process's output)."""
+    """Print a sandbox's log (its process's output).
+
+    With --json: one JSON line per line of the log, {"id": ID, "line": TEXT}.
+    """
     import codecs
 
     from ckpt.cli.output import printable_lines
@@ -114,16 +113,41 @@ def logs_cmd(
 
     decode = codecs.getincrementaldecoder("utf-8")("backslashreplace").decode
     out = sys.stdout
+    lines = _JsonLines(sandbox_id) if json_out else None
     try:
         for chunk in logs.read(sandbox_root(), sandbox_id, follow=follow):
+            if lines is not None:
+                lines.feed(decode(chunk))
+                continue
             out.write(printable_lines(decode(chunk)))
             out.flush()
     except KeyboardInterrupt:
-        return
+        pass
+    if lines is not None:
+        lines.close()
+
+
+class _JsonLines:
+    """A log as JSON lines: text arrives in chunks that may end mid-line, so a line
+    is printed once its newline has come (and what is left, at the end)."""
+
+    def __init__(self, sandbox_id: str) -> None:
+        self.sandbox_id = sandbox_id
+        self.pending = ""
+
+    def feed(self, text: str) -> None:
+        *complete, self.pending = (self.pending + text).split("\n")
+        for line in complete:
+            emit_json_line({"id": self.sandbox_id, "line": line})
+
+    def close(self) -> None:
+        if self.pending:
+            emit_json_line({"id": self.sandbox_id, "line": self.pending})
+            self.pending = ""
 
 
 @commands.command("check")
-def check_cmd(json_out: JsonDocOpt = False) -> None:
+def check_cmd(json_out: JsonOpt = False) -> None:
     """Say what this host supports.
 
     cgroups and CPU quotas, the native engine, the template, network namespaces and

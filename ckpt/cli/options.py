@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.cli.base import Globals, default_root
+from ckpt.cli.base import ROOT_HELP, Globals, default_root
 
 
 class Engine(enum.Enum):
@@ -46,17 +46,44 @@ EngineOpt = Annotated[
     Engine | None,
     typer.Option("--engine", help="State engine.", show_default="the fastest built"),
 ]
-KeyOpt = Annotated[
+KEY_FILE_HELP = (
+    "Secret key file: 32 or more random bytes, mode 0600 (make one: "
+    "head -c 32 /dev/urandom > PATH; chmod 600 PATH)."
+)
+KeyOpt = Annotated[Path | None, typer.Option("--key-file", metavar="PATH", help=KEY_FILE_HELP)]
+# Required, but checked by the command rather than the parser, so a missing key gets
+# the one-line error that says how to make one; the help marks it as click would.
+RequiredKeyOpt = Annotated[
     Path | None,
-    typer.Option("--key-file", metavar="PATH", help="HMAC-SHA256 key for the image (raw bytes)."),
+    typer.Option("--key-file", metavar="PATH", help=KEY_FILE_HELP + "  [required]"),
 ]
+PORT_HELP = "TCP port the sandbox listens on (0: any free one)."
+
+
+def port_opt(default_text: str | None = None) -> Any:
+    """``--port PORT``, worded one way; ``default_text`` describes a default that is
+    not a number (restore and migrate keep the saved port)."""
+    return typer.Option(
+        "--port",
+        metavar="PORT",
+        min=0,
+        max=65535,
+        help=PORT_HELP,
+        show_default=default_text if default_text is not None else True,
+    )
+
+
+def root_opt() -> Any:
+    """``--root PATH`` for a command that takes its own root (``serve``), worded as the
+    global one."""
+    return typer.Option("--root", metavar="PATH", help=ROOT_HELP, show_default="the global --root")
+
+
 StatsOpt = Annotated[
     bool, typer.Option("--stats", help="Per-type engine stats and CRIU-style counters.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-JsonDocOpt = Annotated[
-    bool, typer.Option("--json", help="Print one JSON document instead of tables.")
-]
+JSON_HELP = "Print JSON instead of text (its shape: docs/cli.md)."
+JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 TimingsOpt = Annotated[
     bool, typer.Option("--timings", help="Every phase and counter as a table, not one line.")
 ]

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from ckpt.cli import logconfig
+
 
 class _LazyConsole:
     """A rich Console made on first use: most commands print a line or a JSON
@@ -60,7 +62,7 @@ def printable_lines(text: str) -> str:
     return text.translate(_LINE_ESCAPES)
 
 
-def error_line(exc: BaseException) -> str:
+def error_line(exc: object) -> str:
     """The one line that renders a ``CkptError``: ``error: MESSAGE``, escaped."""
     return f"error: {printable(exc)}"
 
@@ -77,13 +79,20 @@ def say(text: str) -> None:
 
 
 def note(text: str) -> None:
-    """A remark about how a command ran, on stderr so stdout stays data."""
+    """A remark about how a command ran, on stderr so stdout stays data (and in the
+    ``--log-file``, when there is one)."""
     sys.stderr.write(f"note: {printable(text)}\n")
+    if logconfig.to_file():
+        logconfig.log(logconfig.Level.WARNING, text)
 
 
 def log_line(text: str) -> None:
     """One line of a long-running command's log (``ckpt serve``) on stderr, flushed:
-    it may carry what a peer sent, so it is ``printable``."""
+    it may carry what a peer sent, so it is ``printable``.  With a log configured
+    (``--log-file``, ``--log-format``...) it is a record of that log instead."""
+    if logconfig.active():
+        logconfig.log(logconfig.Level.INFO, text, name="ckpt.serve")
+        return
     sys.stderr.write(printable(text) + "\n")
     sys.stderr.flush()
 
@@ -93,6 +102,18 @@ def emit_json(document: object) -> None:
     characters are JSON escapes."""
     text = json.dumps(document, indent=2, ensure_ascii=False, default=str)
     say(text.translate(_JSON_ESCAPES))
+
+
+def json_line(document: object) -> str:
+    """``document`` as JSON on one line; control characters are JSON escapes, as in
+    ``emit_json``."""
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text.translate(_JSON_ESCAPES)
+
+
+def emit_json_line(document: object) -> None:
+    """One JSON document on one line (a stream's record), flushed at once."""
+    say(json_line(document))
 
 
 def tables(

@@ -27,9 +27,10 @@ from ckpt.cli.options import (
     StatsOpt,
     TimingsOpt,
     lifecycle,
+    port_opt,
     sandbox_root,
 )
-from ckpt.cli.output import emit_json, err, note, result, say, tables
+from ckpt.cli.output import emit_json, err, error_line, note, result, say, tables
 from ckpt.errors import UsageError
 
 commands = typer.Typer()
@@ -53,9 +54,7 @@ def run_cmd(
         ),
     ],
     cpu: CpuOpt = "uncapped",
-    port: Annotated[
-        int, typer.Option("--port", min=0, max=65535, help="TCP port to serve on; 0 = free.")
-    ] = 0,
+    port: Annotated[int, port_opt()] = 0,
     engine: Annotated[
         Engine | None,
         typer.Option(
@@ -79,7 +78,10 @@ def run_cmd(
         typer.Option("--ip", metavar="ADDR/PREFIX", help="The sandbox's address (with --bridge)."),
     ] = None,
 ) -> None:
-    """Start a detached sandbox running WORKLOAD; returns when it is ready."""
+    """Start a sandbox running WORKLOAD, detached.
+
+    Returns when it is ready to serve.
+    """
     res = lifecycle().run(
         sandbox_root(),
         sandbox_id,
@@ -129,26 +131,39 @@ def list_cmd(
 
 
 @commands.command("state")
-def state_cmd(sandbox_id: IdArg) -> None:
-    """Print a sandbox's state as JSON (id, pid, status, workload, cgroup, created, address).
+def state_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
+    """Print a sandbox's record as JSON, with or without --json.
 
-    A stopped sandbox's record says why in extra.stopped: its reason (checkpointed,
-    killed, exited) and exit code or signal.
+    Its id, pid, status, workload, cgroup, created and address.  A stopped sandbox's
+    record says why in extra.stopped: its reason (checkpointed, killed, exited) and
+    exit code or signal.
     """
     emit_json(lifecycle().state(sandbox_root(), sandbox_id).to_json())
 
 
+def _record(sandbox_id: str, **extra: object) -> None:
+    """The sandbox's record as it is now, with ``extra`` keys: what ``--json`` prints
+    for a command that acts on one sandbox."""
+    emit_json({**lifecycle().state(sandbox_root(), sandbox_id).to_json(), **extra})
+
+
 @commands.command("pause")
-def pause_cmd(sandbox_id: IdArg) -> None:
-    """Freeze a sandbox's kernel and cgroup; HTTP requests wait until resume."""
+def pause_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
+    """Freeze a sandbox; HTTP requests wait until resume."""
     lifecycle().pause(sandbox_root(), sandbox_id)
+    if json_out:
+        _record(sandbox_id)
+        return
     say(f"sandbox {sandbox_id} paused")
 
 
 @commands.command("resume")
-def resume_cmd(sandbox_id: IdArg) -> None:
+def resume_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     """Thaw a paused sandbox."""
     lifecycle().resume(sandbox_root(), sandbox_id)
+    if json_out:
+        _record(sandbox_id)
+        return
     say(f"sandbox {sandbox_id} running")
 
 
@@ -163,15 +178,25 @@ OptIdArg = Annotated[
 AllOpt = Annotated[bool, typer.Option("--all", help="Every sandbox under the root.")]
 
 
-def _each(outcomes: list, done: str, verb: str) -> None:
-    """One line per sandbox of ``--all``, then one error for those that failed."""
+def _each(outcomes: list, done: str, verb: str, json_out: bool, **extra: object) -> None:
+    """One line per sandbox of ``--all`` (or one JSON object listing them), then one
+    error for those that failed."""
     from ckpt.sandbox import control
 
+    if json_out:
+        emit_json(
+            {
+                "sandboxes": [
+                    {"id": o.id, **extra, "error": None if o.error is None else str(o.error)}
+                    for o in outcomes
+                ]
+            }
+        )
     for o in outcomes:
-        if o.error is None:
+        if o.error is None and not json_out:
             say(f"sandbox {o.id} {done}")
-        else:
-            sys.stderr.write(f"error: {o.id}: {o.error}\n")
+        elif o.error is not None:
+            sys.stderr.write(error_line(f"{o.id}: {o.error}") + "\n")
     control.failed(outcomes, verb)
 
 
@@ -189,6 +214,7 @@ def kill_cmd(
         typer.Argument(metavar="SIGNAL", help="TERM, SIGTERM, 15...", show_default="KILL"),
     ] = None,
     all_: AllOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Send a signal to a sandbox (KILL unless told).
 
@@ -206,10 +232,14 @@ def kill_cmd(
     name = control.short_name(signo)
     done = "stopped" if name == "KILL" else f"sent {name}"
     if all_:
-        _each(control.kill_all(sandbox_root(), signo), done, f"kill {name}")
+        outcomes = control.kill_all(sandbox_root(), signo)
+        _each(outcomes, done, f"kill {name}", json_out, signal=name)
         return
     sandbox_id = _one_id(sandbox_id, all_)
     control.kill(sandbox_root(), sandbox_id, signo)
+    if json_out:
+        _record(sandbox_id, signal=name)
+        return
     say(f"sandbox {sandbox_id} {done}")
 
 
@@ -218,8 +248,9 @@ def delete_cmd(
     sandbox_id: OptIdArg = None,
     force: Annotated[bool, typer.Option("--force", help="Kill it first if running.")] = False,
     all_: AllOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Remove a sandbox: its process (with --force), cgroup and files.
+    """Remove a sandbox: its process (with --force), cgroup, files.
 
     With --all: every stopped sandbox (and the others too with --force).
     """
@@ -227,9 +258,13 @@ def delete_cmd(
     if all_:
         from ckpt.sandbox import control
 
-        _each(control.delete_all(sandbox_root(), force=force), "deleted", "delete")
+        outcomes = control.delete_all(sandbox_root(), force=force)
+        _each(outcomes, "deleted", "delete", json_out)
         return
     lifecycle().delete(sandbox_root(), sandbox_id, force=force)
+    if json_out:
+        emit_json({"id": sandbox_id, "status": "deleted"})
+        return
     say(f"sandbox {sandbox_id} deleted")
 
 
@@ -293,9 +328,12 @@ def checkpoint_cmd(
         ),
     ] = False,
     timings: TimingsOpt = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Checkpoint a sandbox into an image; it stops afterwards unless --leave-running."""
+    """Checkpoint a sandbox into an image.
+
+    The sandbox stops afterwards unless --leave-running.
+    """
     from ckpt.sandbox import precopy
 
     if compression is Compression.NONE and compression_level is not None:
@@ -321,9 +359,8 @@ def checkpoint_cmd(
     if json_out:
         emit_json(
             {
-                "id": sandbox_id,
+                **res.state.to_json(),
                 "image": str(res.image),
-                "status": res.state.status,
                 "timings": res.timings.as_dict(),
                 "stats": res.stats,
                 **({"rounds": res.rounds} if res.rounds else {}),
@@ -345,17 +382,15 @@ def restore_cmd(
         bool, typer.Option("--background", help="Load memory pages lazily in the background.")
     ] = False,
     key_file: KeyOpt = None,
-    port: Annotated[
-        int | None,
-        typer.Option(
-            "--port", min=0, max=65535, help="Listen here instead of the saved port (0 = free)."
-        ),
-    ] = None,
+    port: Annotated[int | None, port_opt("the saved port")] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
     timings: TimingsOpt = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the timings as JSON.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Restore an image into a new sandbox process under an optional CPU quota."""
+    """Restore an image into a new sandbox.
+
+    A new sandbox process, under an optional CPU quota.
+    """
     res = lifecycle().restore(
         sandbox_root(),
         sandbox_id,
@@ -371,7 +406,14 @@ def restore_cmd(
     for text in res.notes:
         note(text)
     if json_out:
-        emit_json({**res.state.to_json(), "timings": res.timings.as_dict(), "stats": res.stats})
+        emit_json(
+            {
+                **res.state.to_json(),
+                "image": image_path,
+                "timings": res.timings.as_dict(),
+                "stats": res.stats,
+            }
+        )
         return
     where = f", serving http://{res.state.address}/" if res.state.address else ""
     headline = f"sandbox {sandbox_id} restored (pid {res.state.pid}{where})"
@@ -405,7 +447,10 @@ def cycle_cmd(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Checkpoint/restore a running sandbox repeatedly, engines interleaved ABBA."""
+    """Checkpoint/restore a sandbox repeatedly.
+
+    A running sandbox, its engines interleaved ABBA.
+    """
     from ckpt.bench import cycle
 
     if engines is None:

@@ -3,14 +3,14 @@ forks sandboxes ready-made (``ckpt.sandbox.template_client`` does the work)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from ckpt.cli.options import JsonOpt, sandbox_root
 from ckpt.cli.output import emit_json, say
 
-template_app = typer.Typer(
-    help="The warm sandbox template: a process per root that forks sandboxes ready-made."
-)
+template_app = typer.Typer(help="The warm template that forks sandboxes ready-made.")
 
 
 def register(app: typer.Typer) -> None:
@@ -20,13 +20,13 @@ def register(app: typer.Typer) -> None:
 
 @template_app.command("status")
 def template_status_cmd(json_out: JsonOpt = False) -> None:
-    """Show the root's template: pid, code version, uptime, sandboxes forked, memory."""
+    """Show the root's template: pid, version, uptime, forks, memory."""
     from ckpt.sandbox import template_client
 
     root = sandbox_root().path
     info = template_client.status(root)
     if json_out:
-        emit_json({"running": info is not None, **(info or {})})
+        emit_json(_template_json(root, info))
         return
     if info is None:
         say(f"no template serving {root} (the next run or restore starts one)")
@@ -39,25 +39,40 @@ def template_status_cmd(json_out: JsonOpt = False) -> None:
     )
 
 
+def _template_json(root: object, info: dict[str, Any] | None, **extra: object) -> dict:
+    """What ``template status|start|stop --json`` print: whether a template serves the
+    root, the root, then what the template says of itself (pid, version, ...)."""
+    return {"running": info is not None, "root": str(root), **(info or {}), **extra}
+
+
 @template_app.command("start")
-def template_start_cmd() -> None:
-    """Start the root's template now (run and restore otherwise start it on demand)."""
+def template_start_cmd(json_out: JsonOpt = False) -> None:
+    """Start the root's template now.
+
+    run and restore otherwise start it when they first need it.
+    """
     from ckpt.sandbox import template_client
 
     root = sandbox_root().path
     if template_client.status(root) is None:
         template_client.start(root, wait=True)
-    info = template_client.status(root) or {}
-    say(f"template pid {info.get('pid')} serving {root}")
+    info = template_client.status(root)
+    if json_out:
+        emit_json(_template_json(root, info))
+        return
+    say(f"template pid {(info or {}).get('pid')} serving {root}")
 
 
 @template_app.command("stop")
-def template_stop_cmd() -> None:
-    """Stop the root's template.  Sandboxes it forked keep running."""
+def template_stop_cmd(json_out: JsonOpt = False) -> None:
+    """Stop the root's template; sandboxes it forked keep running."""
     from ckpt.sandbox import template_client
 
     root = sandbox_root().path
-    if template_client.stop(root):
+    stopped = template_client.stop(root)
+    if json_out:
+        emit_json(_template_json(root, None, stopped=stopped))
+    elif stopped:
         say(f"template of {root} stopped")
     else:
         say(f"no template serving {root}")

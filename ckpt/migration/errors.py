@@ -6,7 +6,7 @@ are ``CkptError`` subclasses, so the CLI renders them as one line like every oth
 
 from __future__ import annotations
 
-from ckpt.errors import CkptError
+from ckpt.errors import EXIT_DEADLINE, CkptError
 from ckpt.errors import KeyFileError as KeyFileError  # raised by ckpt.keyfile
 
 
@@ -32,6 +32,8 @@ class AuthenticationError(FrameError):
 
 class DeadlineExceeded(MigrationError):
     """The peer did not answer (or trickled) past the deadline."""
+
+    exit_code = EXIT_DEADLINE
 
 
 class PeerClosed(MigrationError):

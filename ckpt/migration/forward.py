@@ -64,7 +64,7 @@ def check_target(old: tuple[str, int], new: tuple[str, int], destination: str | 
             raise MigrationError(
                 f"--forward: the sandbox's new address {new[0]}:{new[1]} is the relay's own "
                 f"({old[0]}:{old[1]}), so the relay would connect to itself: migrate with "
-                "--port N to give it another port"
+                "--port PORT to give it another port"
             )
     remote = destination is not None and not any(_is_local(ip) for ip in _ips(destination))
     if remote and any(ip.is_loopback for ip in news):
@@ -80,7 +80,7 @@ def check_plan(old: tuple[str, int], destination: str, port: int | None) -> None
     if (port is None or port == old[1]) and any(_is_local(ip) for ip in _ips(destination)):
         raise MigrationError(
             f"--forward: the destination {destination} is this host and the sandbox would "
-            f"keep port {old[1]} there, where the relay listens: migrate with --port N"
+            f"keep port {old[1]} there, where the relay listens: migrate with --port PORT"
         )
 
 

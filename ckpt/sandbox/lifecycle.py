@@ -33,7 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckpt.errors import CgroupError, CkptError, SandboxError, SandboxGone, SandboxNotFound
+from ckpt.errors import (
+    CgroupError,
+    CkptError,
+    ImageNotFound,
+    SandboxError,
+    SandboxGone,
+    SandboxNotFound,
+    SandboxRefused,
+    SandboxTimeout,
+)
 from ckpt.sandbox import handover, rpc, template_client, template_proto
 from ckpt.sandbox.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
@@ -333,7 +342,7 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
         st = unreadable(sandbox_id)
     group = own_group(root, st, strict=True)
     if st.status != STOPPED and not force:
-        raise SandboxError(
+        raise SandboxRefused(
             f"sandbox {sandbox_id} is {st.status}; `ckpt kill {sandbox_id}` first or pass --force"
         )
     _release_held(root, sandbox_id)
@@ -491,7 +500,7 @@ def _refuse_parent_of_others(image: Path | str) -> None:
     kids = children(image)
     if kids:
         more = f" and {len(kids) - 1} more" if len(kids) > 1 else ""
-        raise SandboxError(
+        raise SandboxRefused(
             f"{Path(image).absolute()} is the parent of the image {kids[0]}{more}; replacing it "
             "would break that chain: write to another path, or pass --force-children"
         )
@@ -522,7 +531,7 @@ def _checkpoint_failed(
     at ``image``); return when it is alive and was left as it was."""
     sandbox_id = st.id
     if isinstance(exc.__cause__, TimeoutError) and alive(st.pid, st.pid_start):
-        raise SandboxError(
+        raise SandboxTimeout(
             f"checkpoint of {sandbox_id} did not finish within {deadline:g} s; the "
             f"sandbox is still at it: `ckpt state {sandbox_id}` shows when it ends, "
             f"`ckpt kill {sandbox_id}` stops it (set {CHECKPOINT_TIMEOUT_ENV} to wait "
@@ -583,7 +592,7 @@ def restore(
     if not remote and not image.exists():
         if prepared is not None:
             discard(root, prepared.st)
-        raise SandboxError(f"no image at {image}: check --image-path")
+        raise ImageNotFound(f"no image at {image}: check --image-path")
     if prepared is None:
         prepared = prepare_restore(root, sandbox_id, cpus, engine, ignore_cgroups, template)
     st, mgr, spawned, notes = prepared.st, prepared.mgr, prepared.spawned, prepared.notes
@@ -610,7 +619,7 @@ def restore(
         except SandboxError as exc:
             if not isinstance(exc.__cause__, TimeoutError):
                 raise
-            raise SandboxError(
+            raise SandboxTimeout(
                 f"restore of {sandbox_id} did not finish within {deadline:g} s; the sandbox "
                 f"was removed (set {RESTORE_TIMEOUT_ENV} for a slower restore)"
             ) from exc

@@ -14,6 +14,8 @@ from ckpt.sandbox.paths import SandboxState
 from ckpt.sandbox.status import status_text
 from ckpt.sandbox.timings import Timings
 
+ADDRESS_WIDTH = 21  # "255.255.255.255:65535" whole; a longer IPv6 address folds
+
 
 def sandboxes_table(states: list[SandboxState]) -> Table:
     """One row per sandbox; long values fold onto a second line rather than being cut,
@@ -21,26 +23,33 @@ def sandboxes_table(states: list[SandboxState]) -> Table:
     cgroup is always ``Root.cgroup_name(ID)``)."""
     from rich import box
 
-    # Without vertical rules: seven columns and a whole timestamp fit 80 columns.
+    # Without vertical rules or edges, one space between columns: seven columns, a whole
+    # timestamp and a whole address fit 80 columns with room left for the ID to fold.
     table = Table(
         title="sandboxes",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        collapse_padding=True,
+        show_edge=False,
+        padding=0,
     )
+    # An address is read whole or not at all (a port cut in two reads as another port):
+    # its column has a set width, the longest address's up to ADDRESS_WIDTH (beyond, it
+    # folds), so rich narrows the ID and workload instead, which fold.
+    widest = max((len(st.address or "-") for st in states), default=1)
     for col in ("ID", "PID", "STATUS", "WORKLOAD", "ADDRESS", "CPU", "CREATED (UTC)"):
-        folds = col in ("ID", "WORKLOAD", "ADDRESS")  # the others are short, and stay whole
-        table.add_column(col, overflow="fold", no_wrap=not folds)
+        folds = col in ("ID", "WORKLOAD", "ADDRESS")  # the others stay whole
+        width = max(min(widest, ADDRESS_WIDTH), len(col)) if col == "ADDRESS" else None
+        table.add_column(col, overflow="fold", no_wrap=not folds, width=width)
     for st in states:
         table.add_row(
             Text(st.id),
-            str(st.pid),
+            Text(str(st.pid)),
             Text(status_text(st)),
             Text(st.workload),
-            st.address or "-",
-            "-" if st.cpu is None else f"{st.cpu:g}",
-            st.created.replace("T", " ").removesuffix("Z"),
+            Text(st.address or "-"),  # Text: no markup or :emoji: codes in an address
+            Text("-" if st.cpu is None else f"{st.cpu:g}"),
+            Text(st.created.replace("T", " ").removesuffix("Z")),
         )
     return table
 

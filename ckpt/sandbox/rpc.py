@@ -23,7 +23,7 @@ import socket
 import threading
 
 from ckpt import errors
-from ckpt.errors import CkptError, SandboxBusy, SandboxError, SandboxGone
+from ckpt.errors import CkptError, SandboxBusy, SandboxError, SandboxGone, SandboxTimeout
 
 # Not ``typing.TYPE_CHECKING``: the sandbox process imports this module before it is
 # ready, and ``typing`` is a measurable share of that start-up; annotations are strings.
@@ -228,7 +228,7 @@ def call(
             sock.sendall(protocol.encode(request))
             line = _read_line(sock)
         except TimeoutError as exc:
-            raise SandboxError(f"{what} did not answer {verb} within {timeout:g} s") from exc
+            raise SandboxTimeout(f"{what} did not answer {verb} within {timeout:g} s") from exc
         except ValueError as exc:  # longer than MAX_MESSAGE
             raise SandboxError(f"{what} sent a malformed reply to {verb}: {exc}") from exc
         except OSError as exc:

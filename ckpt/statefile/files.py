@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 
-from ckpt.errors import StatefileError
+from ckpt.errors import ImageNotFound, StatefileError
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -92,7 +92,7 @@ def check_image_dir(path: str | os.PathLike[str]) -> bool:
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError as exc:
-        raise StatefileError(f"{path}: no such image directory or file") from exc
+        raise ImageNotFound(f"{path}: no such image directory or file") from exc
     except OSError as exc:
         raise StatefileError(f"{path}: cannot look at it: {exc.strerror}") from exc
     if stat.S_ISLNK(mode):

@@ -36,6 +36,10 @@ def _integrity(report: dict[str, Any]) -> Text:
     return Text(f"integrity: not verified: {i['detail']}", style="yellow")
 
 
+TYPE_MIN_WIDTH = 24
+FIELDS_MIN_WIDTH = 12
+
+
 def _types(report: dict[str, Any]) -> RenderableType:
     types = report["types"]
     stream = report["stream"]
@@ -43,12 +47,14 @@ def _types(report: dict[str, Any]) -> RenderableType:
         note = stream.get("error") or "stream not decoded"
         return Text(f"types: {note}", style="yellow")
     t = Table(title="types", title_justify="left")
-    # A name is whole on one line up to 40 characters, and folds (never cut) beyond.
+    # Every column fits 80 columns together, borders included: a name is whole on one
+    # line up to TYPE_MIN_WIDTH characters and folds (never cut) beyond; the fields wrap
+    # between names, and a name wider than the column folds; the counts stay whole.
     widest = max((len(row["name"]) for row in types), default=4)
-    t.add_column("type", overflow="fold", min_width=min(widest, 40))
-    t.add_column("objects", justify="right")
-    t.add_column("bytes", justify="right")
-    t.add_column("fields")
+    t.add_column("type", overflow="fold", min_width=min(widest, TYPE_MIN_WIDTH), ratio=3)
+    t.add_column("objects", justify="right", no_wrap=True)
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("fields", overflow="fold", min_width=FIELDS_MIN_WIDTH, ratio=2)
     for row in sorted(types, key=lambda r: -r["bytes"]):
         t.add_row(
             Text(row["name"]),

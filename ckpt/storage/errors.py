@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ckpt.errors import CkptError, ImageExistsError, IntegrityError
+from ckpt.errors import (
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    CkptError,
+    ImageExistsError,
+    IntegrityError,
+)
 
 
 class StorageError(CkptError):
@@ -20,6 +26,8 @@ class StoreAuthError(StorageError):
 class NoSuchBucket(StorageError):
     """The bucket named in the URL does not exist."""
 
+    exit_code = EXIT_NOT_FOUND
+
 
 class StoreUnreachable(StorageError):
     """The store did not answer within the deadline."""
@@ -31,6 +39,8 @@ class StoreServerError(StorageError):
 
 class ObjectMissing(StorageError):
     """An object (a manifest or a chunk) is not in the store."""
+
+    exit_code = EXIT_NOT_FOUND
 
 
 class ObjectExists(StorageError):
@@ -51,6 +61,8 @@ class ChunkIntegrityError(StorageError, IntegrityError):
 
 class ImageInUse(StorageError):
     """Another image names this one as its parent (use --force to remove it anyway)."""
+
+    exit_code = EXIT_REFUSED
 
 
 class ImageChanged(StorageError):

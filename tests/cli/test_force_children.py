@@ -58,7 +58,7 @@ def test_force_onto_a_parent_is_refused_in_one_line(tmp_path: Path) -> None:
     before = (a / "checkpoint.img").read_bytes()
     root = tmp_path / "root"
     out = ckpt(root, "checkpoint", "nosuch", "--image-path", str(a), "--force")
-    assert out.returncode == 1
+    assert out.returncode == 4  # refused as unsafe
     assert out.stderr.splitlines() == [
         f"error: {a} is the parent of the image {b}; replacing it would break that chain: "
         "write to another path, or pass --force-children"

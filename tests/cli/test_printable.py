@@ -36,7 +36,7 @@ def test_an_error_message_prints_escaped(monkeypatch, capsys, tmp_path: Path) ->
     monkeypatch.setattr(sys, "argv", ["ckpt", "inspect", "statefile", str(missing)])
     with pytest.raises(SystemExit) as info:
         main()
-    assert info.value.code == 1
+    assert info.value.code == 3  # not found
     err = capsys.readouterr().err
     _clean(err)
     assert err.startswith("error: ") and err.count("\n") == 1

@@ -155,4 +155,4 @@ def test_migrate_refuses_forward_before_moving_when_it_would_relay_to_itself(
     )  # fmt: skip
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert "--forward" in lines[0] and "--port N" in lines[0]
+    assert "--forward" in lines[0] and "--port PORT" in lines[0]

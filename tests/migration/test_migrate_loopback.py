@@ -57,6 +57,7 @@ def test_migration_moves_memory_and_values(hosts: Hosts) -> None:
     assert digest(hosts.dst, SID) == before
     check_values(address(hosts.dst, SID), acked)
     assert report["address"] == hosts.dst.state(SID)["address"]
+    assert report["id"] == SID and "sandbox_id" not in report  # named as every record
     assert report["rounds"][-1]["final"] and len(report["rounds"]) >= 2
     assert report["bytes_sent"] >= sum(r["bytes"] for r in report["rounds"])
     for name in ("downtime_ms", "frozen_time_ms", "pages_written", "restore_time_ms"):
@@ -234,7 +235,7 @@ def test_destination_disk_full_is_refused_and_the_source_runs_on(hosts: Hosts) -
 
 def test_serve_refuses_to_start_without_a_key(hosts: Hosts) -> None:
     proc = hosts.dst("serve", "--listen", "127.0.0.1:0", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error
     assert proc.stderr.startswith("error: a key file is required")
     assert len(proc.stderr.strip().splitlines()) == 1
     loose = make_key(hosts.tmp / "loose")

@@ -168,7 +168,8 @@ def test_link_cut_leaves_the_source_running(bed: Bed, phase: str) -> None:
         bed.net.set_link(src, True)
         if cli.poll() is None:
             cli.kill()
-    assert cli.returncode == 1 and len(err.strip().splitlines()) == 1, err
+    # a failure, or a deadline passed (exit 124) when the cut link is noticed by one
+    assert cli.returncode in (1, 124) and len(err.strip().splitlines()) == 1, err
     wait_for(lambda: _leftovers(bed) == [], "both sides to clean up", 60)
     wait_for(
         lambda: "migration failed" in (bed.tmp / "serve.log").read_text(),

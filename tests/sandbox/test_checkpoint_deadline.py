@@ -35,7 +35,7 @@ def test_a_checkpoint_past_its_deadline_ends_the_wait_and_spares_the_sandbox(
         check=False,
         env={deadlines.CHECKPOINT_TIMEOUT_ENV: "2"},
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 124, done.stderr  # a deadline passed
     one_line_error(done.returncode, done.stderr)
     assert "did not finish within 2 s" in done.stderr
     assert f"ckpt kill {sandbox_id}" in done.stderr

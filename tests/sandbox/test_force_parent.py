@@ -23,7 +23,7 @@ def test_force_over_a_parent_is_refused_and_the_chain_still_restores(
     cli("checkpoint", SID, "--image-path", str(p1), "--parent-path", str(p0),
         "--leave-running", timeout=120)  # fmt: skip
     proc = cli("checkpoint", SID, "--image-path", str(p0), "--force", check=False, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # refused as unsafe
     assert proc.stderr.splitlines() == [
         f"error: {p0} is the parent of the image {p1}; replacing it would break that "
         "chain: write to another path, or pass --force-children"

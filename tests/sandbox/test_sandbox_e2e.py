@@ -31,9 +31,9 @@ def _run_http(cli: Cli, sandbox_id: str = WEB, *extra: str) -> dict:
     return cli.state(sandbox_id)
 
 
-def _error_line(proc) -> str:
-    """The CLI's error output: one ``error: ...`` line, no traceback."""
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+def _error_line(proc, code: int = 1) -> str:
+    """The CLI's error output: one ``error: ...`` line, no traceback, exit ``code``."""
+    assert proc.returncode == code, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ")
     return " ".join(proc.stderr.split())
@@ -198,7 +198,7 @@ def test_failed_checkpoint_leaves_sandbox_running(cli: Cli, tmp_path: Path) -> N
     image.mkdir()
     (image / "precious").write_text("keep me")
     proc = cli("checkpoint", WEB, "--image-path", str(image), check=False)
-    assert "--force" in _error_line(proc) or "exists" in _error_line(proc)
+    assert "--force" in _error_line(proc, 4)  # refused as unsafe
     assert (image / "precious").read_text() == "keep me"
     assert cli.state(WEB)["status"] == "running" and cli.state(WEB)["pid"] == st["pid"]
     assert cli.get(WEB)["requests"] >= 1
@@ -219,7 +219,7 @@ def test_restore_from_corrupted_image_leaves_nothing(cli: Cli, tmp_path: Path) -
 
 def test_restore_from_missing_image(cli: Cli, tmp_path: Path) -> None:
     proc = cli("restore", WEB, "--image-path", str(tmp_path / "nope"), check=False)
-    assert "no image at" in _error_line(proc)
+    assert "no image at" in _error_line(proc, 3)  # not found
     _assert_gone(cli, WEB)
 
 
@@ -298,7 +298,7 @@ def test_two_concurrent_checkpoints_second_is_busy(cli: Cli, tmp_path: Path) -> 
 def test_kill_then_delete(cli: Cli) -> None:
     st = _run_http(cli)
     proc = cli("delete", WEB, check=False)
-    assert "kill" in _error_line(proc)
+    assert "kill" in _error_line(proc, 4)  # refused as unsafe
     cli("kill", WEB)
     assert cli.state(WEB)["status"] == "stopped"
     assert _exited(st["pid"])

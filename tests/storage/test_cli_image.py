@@ -119,7 +119,8 @@ def test_subprocess_ls_table_and_one_line_errors(s3_url: str, s3_env: dict[str, 
     }
     for case, (args, env, expected) in cases.items():
         res = ckpt(*args, env=env)
-        assert res.returncode == 1, (case, res.stdout, res.stderr)
+        not_found = case in ("rm-missing", "no-bucket")
+        assert res.returncode == (3 if not_found else 1), (case, res.stdout, res.stderr)
         lines = res.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (case, res.stderr)
         assert expected in lines[0], (case, lines[0])
