@@ -337,7 +337,10 @@ def listen(netns: str, host: str, port: int) -> socket.socket:
 def of(root: Root, st: SandboxState) -> Net | None:
     """The network the sandbox's record keeps, checked against the names derived for
     it; None for a sandbox on the host's loopback."""
-    return from_record(st.extra.get(KEY), root_hash(root.cgroup_parent()), st.id)
+    kept = st.extra.get(KEY)
+    if kept is None:
+        return None
+    return from_record(kept, root_hash(root.cgroup_parent()), st.id)
 
 
 def check_unused(root: Root, net: Net) -> None:

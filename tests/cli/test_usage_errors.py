@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ckpt.errors import EXIT_NOT_FOUND
+
 
 def ckpt(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
@@ -54,7 +56,9 @@ def test_zstd_with_or_without_a_level_gets_past_the_options(tmp_path: Path, leve
         "--root", str(tmp_path / "root"), "checkpoint", "web",
         "--image-path", str(tmp_path / "img"), "--compression", "zstd", *level,
     )  # fmt: skip
-    assert proc.returncode == 1 and "web" in proc.stderr, proc.stderr  # no such sandbox
+    assert proc.returncode == EXIT_NOT_FOUND and "web" in proc.stderr, (
+        proc.stderr
+    )  # no such sandbox
 
 
 def test_two_roots_for_serve_are_refused(tmp_path: Path) -> None:

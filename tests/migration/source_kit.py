@@ -76,7 +76,7 @@ class StandIn:
 
     def state(self, root: Any, sid: str) -> Any:
         self._here("state")
-        return SimpleNamespace(status=self.status, workload="kv:1", engine="", cpu=None)
+        return SimpleNamespace(status=self.status, workload="kv:1", engine="", cpu=None, extra={})
 
     def pause(self, root: Any, sid: str) -> None:
         self._here("pause")
