@@ -26,7 +26,7 @@ from ckpt import state
 from ckpt.state import native, wire
 
 from .requires import requires_native
-from .test_native_read import body_of, framed
+from .test_native_damage import body_of, framed
 
 pytestmark = requires_native
 

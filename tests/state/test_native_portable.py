@@ -19,7 +19,7 @@ TESTS = [
     "tests/state/test_native.py",
     "tests/state/test_native_values.py",
     "tests/state/test_native_save_paths.py",
-    "tests/state/test_native_read.py",
+    "tests/state/test_native_damage.py",
     "tests/state/test_fresh_containers.py",
 ]
 CC = shutil.which("gcc") or shutil.which("cc")

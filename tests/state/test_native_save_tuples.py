@@ -4,7 +4,7 @@ tuples with ``Any`` positions, fixed tuples holding references inside lists, set
 frozensets and dicts, and one level of nested lists (``list[list[int]]``,
 ``list[list[Node | None]]``, ``dict[str, list[int]]``; the depth is the annotation's).
 
-typed is the byte-for-byte reference (test_native_save_kinds' ``_check``): a tuple is
+typed is the byte-for-byte reference (test_native_kinds' ``_check``): a tuple is
 not identity-tracked (immutable), the containers inside an ``Any`` item are, as dyn
 tracks them; a value that does not fit (a tuple subclass, a wrong length, an int beyond
 64 bits where a position says int) goes to the slot function for that value alone.
@@ -25,7 +25,7 @@ from ckpt.state import native, schema
 
 from .requires import requires_native
 from .test_native_bigint import python_slots
-from .test_native_save_kinds import Color, Point, _check
+from .test_native_kinds import Color, Point, _check
 
 pytestmark = requires_native
 
