@@ -1,4 +1,3 @@
-# ruff: noqa: UP045 (Optional[...] is what these tests are about)
 # ruff: noqa: UP045 (Optional[...] is one of the kinds under test)
 """Field kinds the native core writes (and reads) in C: the stream stays typed's byte for
 byte with no call into typed's per-field code, and every value comes back exactly.
