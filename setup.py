@@ -4,7 +4,7 @@ Everything else about the package is in pyproject.toml.  A failed compile is a w
 never an install error: ``ckpt.state.native_status()`` then says the core is missing
 and the default engine is ``typed``.  So that it can say *why*, the compiler's own
 first error lines are kept beside the package in ``_native<EXT_SUFFIX>.build-error.txt``
-(``ckpt/state/native.py`` reads it; a later successful build removes it).
+(``ckpt/state/native_core.py`` reads it; a later successful build removes it).
 """
 
 from __future__ import annotations

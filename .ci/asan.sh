@@ -39,17 +39,10 @@ print('asan: testing', native._core.__file__, file=sys.stderr)
 set +e
 $py -m pytest -q -p no:cacheprovider \
     tests/state/test_native.py tests/state/test_corruption.py tests/state/test_random_graphs.py \
-    tests/state/test_deep.py tests/state/test_safety.py tests/state/test_native_read.py \
-    tests/state/test_native_store.py tests/state/test_native_crc.py \
-    tests/state/test_native_repeated_saves.py tests/state/test_native_mid_save.py \
-    tests/state/test_native_plan.py tests/state/test_native_huge_tables.py \
-    tests/state/test_native_load_ahead.py tests/state/test_native_save_paths.py \
-    tests/state/test_fresh_containers.py tests/state/test_native_values.py \
-    tests/state/test_native_tuple_lists.py tests/state/test_native_root.py \
-    tests/state/test_native_versions.py tests/state/test_native_load_kinds.py \
-    tests/state/test_native_save_kinds.py tests/state/test_native_save_tuples.py \
-    tests/state/test_native_save_nesting.py tests/state/test_native_list_resized.py \
-    tests/state/test_native_fixed_cost.py
+    tests/state/test_deep.py tests/state/test_safety.py tests/state/test_fresh_containers.py \
+    tests/state/test_native_damage.py tests/state/test_native_kinds.py \
+    tests/state/test_native_load_kinds.py tests/state/test_native_layout.py \
+    tests/state/test_native_parity.py
 rc=$?
 set -e
 echo "asan: pytest exit $rc after $(( $(date +%s) - started )) s" >&2

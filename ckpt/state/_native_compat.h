@@ -5,7 +5,7 @@
  * through the public C API that is always correct: a new CPython builds the core and runs
  * it correctly, only without that version's fast path.  Building with -DCKPT_PORTABLE=1
  * forces the public paths on every version, so they are tested where the fast ones exist
- * (tests/state/test_native_portable.py).
+ * (tests/state/test_native_build.py).
  *
  *   CKPT_LAYOUT_311  CPython 3.11's dict and inline-values layouts (Objects/dict-common.h),
  *                    read and written by _native.c after import-time checks agree.

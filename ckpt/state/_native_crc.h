@@ -11,7 +11,7 @@
  * the buffer is folded 64 bytes at a time into four 128-bit lanes, the lanes into one,
  * then reduced to 32 bits (Barrett).  The fold constants are x^k mod P for the fold
  * distances, bit-reflected; crc_table covers the tail and CPUs without PCLMULQDQ.
- * tests/state/test_native_crc.py checks it against zlib.crc32. */
+ * tests/state/test_native_damage.py checks it against zlib.crc32. */
 static uint32_t crc_table[256];
 
 static void crc_table_init(void)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ckpt.sandbox import deadlines
 
 from .conftest import Cli
@@ -12,6 +14,7 @@ from .test_fault_campaign import cold, new_id, one_line_error
 from .waiting import gone, wait_for
 
 
+@pytest.mark.slow
 def test_a_checkpoint_past_its_deadline_ends_the_wait_and_spares_the_sandbox(
     cli: Cli, tmp_path: Path
 ) -> None:

@@ -137,6 +137,7 @@ def nothing_of(cli: Cli, sandbox_id: str, pid: int | None = None) -> None:
     assert pid is None or gone(pid)
 
 
+@pytest.mark.slow
 def test_full_root(small: Cli, tmp_path: Path) -> None:
     x, y, z = new_id("x"), new_id("y"), new_id("z")
     small("run", x, "--workload", "http")

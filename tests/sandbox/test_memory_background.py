@@ -13,6 +13,8 @@ from ckpt.sandbox.http import get_json
 
 from .conftest import Cli
 
+pytestmark = pytest.mark.slow
+
 MEM = f"mem-{os.getpid()}"
 SLOW_FILL = {"CKPT_FAULT": "pages-fill-delay:2"}  # ~25 runs: ~50 s unless touched
 

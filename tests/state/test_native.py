@@ -4,7 +4,7 @@ A parametrized cross-check over every model the suite and the bench know (the ki
 table, the shared test models, the bench shapes and its random graph) and over
 hypothesis random graphs: whenever the typed engine's encoding changes, a native
 engine that did not follow fails here first.  The rest of the state suite runs against
-native too (``conftest.ENGINES``); ``test_native_fallback`` covers a machine without it.
+native too (``conftest.ENGINES``); ``test_native_build`` covers a machine without it.
 """
 
 from __future__ import annotations

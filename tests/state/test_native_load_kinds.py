@@ -1,12 +1,8 @@
-"""The native reader takes every common nested field kind in C (``L_ELEM``: an element
-program built from the annotation): fixed tuples holding references, ``Any`` inside
-containers, dicts with reference keys or non-scalar values, ``Optional`` containers and
-enums, enums inside containers, ``bytearray``, sets of tuples.
-
-What it loads must be what the typed engine loads, for streams either engine saved and
-for every wire shape a slot can hold in a checksum-valid frame (the fast path hands any
-shape it does not expect to typed's own decoder for that field), and damaged streams
-fail with StateError, never a crash."""
+"""Field kinds the native reader takes in C: nested kinds through element programs,
+``list[tuple[...]]`` of scalars, and dicts read straight from the bytes.  For every
+wire shape a slot can hold, the native load gives what typed's gives: the same graph
+or an error of the same type.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +26,18 @@ from .graph_equal import graph_diff
 from .requires import requires_native
 
 pytestmark = requires_native
+
+
+# --------------------------------------------------------------------------------------
+# The native reader takes every common nested field kind in C (``L_ELEM``: an element
+# program built from the annotation): fixed tuples holding references, ``Any`` inside
+# containers, dicts with reference keys or non-scalar values, ``Optional`` containers and
+# enums, enums inside containers, ``bytearray``, sets of tuples.
+#
+# What it loads must be what the typed engine loads, for streams either engine saved and
+# for every wire shape a slot can hold in a checksum-valid frame (the fast path hands any
+# shape it does not expect to typed's own decoder for that field), and damaged streams
+# fail with StateError, never a crash.
 
 
 class Hue(enum.Enum):
@@ -490,3 +498,189 @@ def test_random_graphs_load_as_typed_loads_them(
     typed, loaded = state.loads(data, engine="typed"), state.loads(data, engine="native")
     assert graph_diff(typed, loaded) is None
     assert graph_diff(nodes, loaded) is None
+
+
+# --------------------------------------------------------------------------------------
+# ``list[tuple[A, B, ...]]`` of scalars is read in C (``L_SEQ_TUPLE``, e.g. a memory
+# manager's auxv): every value comes back as typed loads it, and a row C does not take
+# (another arity, a nested array or map, an escape) gets typed's value or StateError.
+
+
+@state.savable(name="tests.native_tuple_lists.Aux")
+@dataclass(eq=False)
+class Aux:
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    named: list[tuple[str, int, float]] = field(default_factory=list)
+    after: int = 0
+
+
+scalars = (
+    st.integers(-(2**70), 2**70)  # beyond 64 bits: escaped by the writer
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+    | st.binary(max_size=4)
+    | st.none()
+    | st.booleans()
+)
+auxes = st.builds(
+    Aux,
+    pairs=st.lists(st.tuples(st.integers(-(2**63), 2**64 - 1), st.integers(0, 2**31)), max_size=6),
+    named=st.lists(st.tuples(scalars, scalars, scalars), max_size=4),
+    after=st.integers(0, 9),
+)
+
+
+def _same(a: Aux, b: Aux) -> None:
+    for name in ("pairs", "named", "after"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert type(x) is type(y) and x == y, name
+        if isinstance(x, list):
+            assert all(type(p) is tuple for p in x)
+            assert [[type(i) for i in p] for p in x] == [[type(i) for i in p] for p in y]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(auxes, min_size=1, max_size=4))
+def test_lists_of_tuples_load_as_typed_loads_them(objs: list[Aux]) -> None:
+    data = state.dumps(objs, engine="native")
+    assert data == state.dumps(objs, engine="typed")
+    native, typed = state.loads(data, engine="native"), state.loads(data, engine="typed")
+    for a, b, o in zip(native, typed, objs, strict=True):
+        _same(a, b)
+        _same(a, o)
+
+
+def test_empty_and_shared_lists_keep_their_identity_rules() -> None:
+    shared = [(1, 2)]
+    objs = [Aux(pairs=shared), Aux(pairs=shared), Aux()]
+    data = state.dumps(objs, engine="native")
+    a, b, c = state.loads(data, engine="native")
+    assert a.pairs is b.pairs and a.pairs == [(1, 2)]
+    assert c.pairs == [] and c.pairs is not c.named
+
+
+def _with(value: Any) -> bytes:
+    """A checksum-valid stream of one Aux whose ``pairs`` slot holds ``value``."""
+    payload = wire.unframe(state.dumps(Aux(pairs=[(1, 2)]), engine="typed"))
+    (rows,) = [r for r in payload[wire.ROWS] if isinstance(r, list) and r and len(r[0]) == 3]
+    rows[0][0] = value
+    return wire.frame(payload)
+
+
+def _outcome_tuple_lists(data: bytes, engine: str) -> tuple[str, Any]:
+    try:
+        obj = state.loads(data, engine=engine)
+    except state.StateError as exc:
+        return "error", str(exc).removeprefix(f"{engine} load failed: ")
+    # {0: 1} in a tuple is a reference to object 1, the root itself: named, not compared
+    return "value", [tuple("<root>" if x is obj else x for x in p) for p in obj.pairs]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        [],
+        [[1, 2], [3]],  # arity
+        [[1, 2, 3]],
+        [[1, [2]]],  # a nested array: kept as typed keeps it
+        [[1, {0: 1}]],  # a map where a scalar is expected
+        [[1, {8: 5}]],
+        [5],
+        [None],
+        "x",
+        {8: [[1, 2]]},  # a slot escape
+        [[2**64 - 1, -(2**63)]],
+        [[b"raw", "text"]],
+    ],
+)
+def test_a_row_c_does_not_take_gets_typed_outcome(value: Any) -> None:
+    data = _with(value)
+    native, typed = _outcome_tuple_lists(data, "native"), _outcome_tuple_lists(data, "typed")
+    assert native == typed
+
+
+# --------------------------------------------------------------------------------------
+# The native reader's dict fields read straight from the bytes (``dict[K, Ref]`` and
+# ``dict[K, V]`` of scalars): for every wire shape a dict slot can hold in a checksum-valid
+# frame (fitting, empty, None, keys and values of different counts, ids out of range,
+# nested keys or values, a map), the native load gives what the typed engine's gives: the
+# same graph or a StateError/TypeError of the same type.
+
+
+@state.savable(name="test.native.DictReadLeaf")
+@dataclass(eq=False)
+class DictReadLeaf:
+    n: int = 0
+
+
+@state.savable(name="test.native.DictRead")
+@dataclass(eq=False)
+class DictRead:
+    refs: dict[int, DictReadLeaf] = field(default_factory=dict)
+    mid: int = 1  # a scalar after each dict: a reader that runs past one would take it
+    table: dict[str, int] = field(default_factory=dict)
+    after: int = 1
+
+
+def _graph(n: int) -> DictRead:
+    leaves = [DictReadLeaf(i) for i in range(3)]
+    return DictRead(
+        refs={i * 131: leaves[i % 3] for i in range(n)},
+        table={f"k{i}": i * 70000 for i in range(n)},
+    )
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 300, 70000])
+def test_dict_fields_load_as_typed_loads_them(n: int) -> None:
+    root = _graph(n)
+    data = state.dumps(root, engine="typed")
+    loaded = state.loads(data, engine="native")
+    assert graph_diff(root, loaded) is None
+    assert list(loaded.refs) == list(root.refs) and list(loaded.table) == list(root.table)
+
+
+def _type_index(payload: list) -> int:
+    """The type index of DictRead in a decoded payload's type table."""
+    return next(
+        i for i, entry in enumerate(payload[wire.TYPES]) if entry[0] == "test.native.DictRead"
+    )
+
+
+SHAPES_DICTS: list[tuple[str, Any, Any]] = [
+    ("fitting", [[1, 2], [1, 2]], [["a", "b"], [1, 2]]),
+    ("empty", [[], []], [[], []]),
+    ("none", None, None),
+    ("more-values", [[1], [1, 2]], [["a"], [1, 2]]),
+    ("more-keys", [[1, 2], [1]], [["a", "b"], [1]]),
+    ("id-out-of-range", [[1], [99]], [["a"], [2**64 - 1]]),
+    ("negative-id", [[1], [-1]], [["a"], [-1]]),
+    ("nested-key", [[[1]], [1]], [[["a"]], [1]]),
+    ("nested-value", [[1], [[1]]], [["a"], [[1]]]),
+    ("duplicate-keys", [[1, 1], [1, 2]], [["a", "a"], [1, 2]]),
+    ("three-items", [[1], [1], [1]], [["a"], [1], [1]]),
+    ("a-map", {"1": 1}, {"a": 1}),
+    ("scalar", 7, "x"),
+    ("string-ids", [[1], ["1"]], [["a"], ["1"]]),
+]
+
+
+def _outcome_dicts(data: bytes, engine: str) -> Any:
+    try:
+        return state.loads(data, engine=engine)
+    except (state.StateError, TypeError) as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize(("name", "refs", "table"), SHAPES_DICTS, ids=[s[0] for s in SHAPES_DICTS])
+def test_every_dict_slot_shape_loads_as_typed_loads_it(name: str, refs: Any, table: Any) -> None:
+    payload = wire.unframe(state.dumps(_graph(2), engine="typed"))
+    row = payload[wire.ROWS][_type_index(payload)][0]
+    row[0], row[2] = refs, table
+    data = wire.frame(payload)
+    typed, native = _outcome_dicts(data, "typed"), _outcome_dicts(data, "native")
+    if isinstance(typed, type):
+        assert native is typed, (name, typed, native)
+    else:
+        assert not isinstance(native, type), (name, native)
+        assert graph_diff(typed, native) is None, name

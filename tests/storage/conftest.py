@@ -55,7 +55,7 @@ def s3_url(s3_env: dict[str, str], request: pytest.FixtureRequest) -> str:
     return f"s3://{BUCKET}/{name}-{secrets.token_hex(4)}"
 
 
-@pytest.fixture(params=["s3", "local"])
+@pytest.fixture(params=[pytest.param("s3", marks=pytest.mark.slow), "local"])
 def repo_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
     """The same test on both stores: the real S3 server and a local directory."""
     if request.param == "s3":

@@ -18,6 +18,7 @@ from ckpt.bench import store
 from ckpt.errors import CkptError
 
 
+@pytest.mark.slow
 def test_bench_store_one_round(tmp_path: os.PathLike[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["CKPT_ROOT"] = str(tmp_path)
@@ -61,6 +62,7 @@ def _ours() -> set[str]:
     return {n for n in netns.list_namespaces() if n.startswith(f"{netns.PREFIX}{os.getpid()}-")}
 
 
+@pytest.mark.slow
 def test_bench_store_across_the_namespace_link(tmp_path: os.PathLike[str]) -> None:
     """One small round with the store behind the shaped link: every row is there, the
     traffic crossed the relay, and the namespaces are gone after, as after a failure."""

@@ -46,6 +46,7 @@ def test_parse_duration_and_sizes() -> None:
     assert human_bytes(3 << 30) == "3.0 GiB"
 
 
+@pytest.mark.slow
 def test_ls_json_shows_size_unique_sandbox_and_parent(s3_url: str) -> None:
     repo = Repository.open(s3_url)
     shared = os.urandom(2 * CHUNK_SIZE)
@@ -63,6 +64,7 @@ def test_ls_json_shows_size_unique_sandbox_and_parent(s3_url: str) -> None:
     assert by_name["base"]["unique"] == len(b"state of base")
 
 
+@pytest.mark.slow
 def test_ls_table_fits_80_columns(s3_url: str) -> None:
     repo = Repository.open(s3_url)
     upload(repo, "an-image-with-a-rather-long-name-for-a-table", os.urandom(1000))
@@ -74,6 +76,7 @@ def test_ls_table_fits_80_columns(s3_url: str) -> None:
     assert "sb-an-image" in res.stdout
 
 
+@pytest.mark.slow
 def test_rm_then_prune_removes_its_chunks(s3_url: str) -> None:
     repo = Repository.open(s3_url)
     upload(repo, "keep", os.urandom(1000))
@@ -91,6 +94,7 @@ def test_rm_then_prune_removes_its_chunks(s3_url: str) -> None:
     assert repo.open_image("keep").read_file("pages.img")  # keep is intact
 
 
+@pytest.mark.slow
 def test_prune_keeps_young_chunks_within_the_grace(s3_url: str) -> None:
     repo = Repository.open(s3_url)
     upload(repo, "gone", os.urandom(1000))
@@ -100,6 +104,7 @@ def test_prune_keeps_young_chunks_within_the_grace(s3_url: str) -> None:
     assert "removed 0 chunks" in res.stdout and "kept 0 referenced and 2 younger" in res.stdout
 
 
+@pytest.mark.slow
 def test_subprocess_ls_table_and_one_line_errors(s3_url: str, s3_env: dict[str, str]) -> None:
     repo = Repository.open(s3_url)
     upload(repo, "img", os.urandom(1000))

@@ -23,6 +23,7 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_wrong_credentials(s3_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     store = open_store(s3_url)
@@ -35,6 +36,7 @@ def test_wrong_credentials(s3_url: str, monkeypatch: pytest.MonkeyPatch) -> None
         Repository(store).upload("img", sandbox_id="s").start()
 
 
+@pytest.mark.slow
 def test_no_such_bucket(s3_env: dict[str, str]) -> None:
     store = open_store("s3://ckpt-no-such-bucket/prefix")
     with pytest.raises(NoSuchBucket) as err:
@@ -46,6 +48,7 @@ def test_no_such_bucket(s3_env: dict[str, str]) -> None:
         Repository(store).upload("img", sandbox_id="s").start()
 
 
+@pytest.mark.slow
 def test_unreachable_store_fails_within_its_deadline(s3_env: dict[str, str]) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -26,6 +26,7 @@ def _image(url: str) -> tuple[Repository, bytes]:
     return repo, data
 
 
+@pytest.mark.slow
 def test_ranges_across_chunks_each_chunk_fetched_once(s3_url: str, tmp_path: Path) -> None:
     repo, data = _image(s3_url)
     source = ChunkSource(repo.open_image("img"), ChunkCache(tmp_path / "cache"), readahead=2)
@@ -48,6 +49,7 @@ def test_ranges_across_chunks_each_chunk_fetched_once(s3_url: str, tmp_path: Pat
     assert source.stats.from_cache == 0
 
 
+@pytest.mark.slow
 def test_read_ahead_fetches_the_next_chunks(s3_url: str, tmp_path: Path) -> None:
     repo, data = _image(s3_url)
     cache = ChunkCache(tmp_path / "cache")
@@ -64,6 +66,7 @@ def test_read_ahead_fetches_the_next_chunks(s3_url: str, tmp_path: Path) -> None
     source.release()
 
 
+@pytest.mark.slow
 def test_cache_is_reused_and_a_bad_cache_file_is_refetched(s3_url: str, tmp_path: Path) -> None:
     repo, data = _image(s3_url)
     cache = ChunkCache(tmp_path / "cache")
@@ -87,6 +90,7 @@ def test_cache_is_reused_and_a_bad_cache_file_is_refetched(s3_url: str, tmp_path
     second.release()
 
 
+@pytest.mark.slow
 def test_tampered_or_missing_chunk_is_refused_and_never_cached(s3_url: str, tmp_path: Path) -> None:
     repo, data = _image(s3_url)
     refs = repo.read_manifest("img").files["pages.img"].chunks

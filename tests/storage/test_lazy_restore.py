@@ -8,11 +8,15 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import pytest
+
 from ckpt.sandbox.http import get_json
 from ckpt.storage import seaweed
 from ckpt.storage.repository import CHUNKS, Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
 from tests.sandbox.waiting import wait_for
+
+pytestmark = pytest.mark.slow
 
 MEM = "s3lazy"
 FAULT_BUCKET = "ckpt-fault"

@@ -41,6 +41,7 @@ def test_prune_keeps_referenced_and_young_chunks(repo_url: str) -> None:
     assert repo.open_image("keep").read_file("pages.img") == payload(2 * CHUNK, 1)
 
 
+@pytest.mark.slow
 def test_prune_never_removes_a_chunk_a_live_upload_reuses(s3_repo: Repository) -> None:
     """The upload finds the chunks of a removed image present and does not send them;
     a prune meanwhile must not remove them (it refuses while the upload's lease lives),
@@ -63,6 +64,7 @@ def test_prune_never_removes_a_chunk_a_live_upload_reuses(s3_repo: Repository) -
     assert s3_repo.open_image("new").read_file("pages.img") == data
 
 
+@pytest.mark.slow
 def test_upload_waits_for_a_live_prune_then_gives_up(s3_repo: Repository) -> None:
     held = leases.Lease(s3_repo.store, leases.PRUNE, ttl=60)
     held.acquire(excludes=leases.UPLOAD)
@@ -77,6 +79,7 @@ def test_upload_waits_for_a_live_prune_then_gives_up(s3_repo: Repository) -> Non
     assert not list(s3_repo.store.list(leases.PREFIX))  # both leases are gone
 
 
+@pytest.mark.slow
 def test_a_dead_upload_lease_expires_and_prune_removes_its_chunks(s3_url: str) -> None:
     repo = Repository.open(s3_url, lease_ttl=1.0)
     up = repo.upload("dead", sandbox_id="s")
@@ -97,6 +100,7 @@ def test_a_dead_upload_lease_expires_and_prune_removes_its_chunks(s3_url: str) -
     assert repo.images() == []
 
 
+@pytest.mark.slow
 def test_prune_refuses_when_a_manifest_cannot_be_read(s3_repo: Repository) -> None:
     """It cannot know what an unreadable manifest references, so it removes nothing."""
     upload(s3_repo, "a", {"pages.img": payload(CHUNK, 5)})
@@ -136,6 +140,7 @@ def _race(repo: Repository, name: str, data: bytes) -> tuple[bool, bool]:
     return done["upload"], done["prune"]
 
 
+@pytest.mark.slow
 def test_prune_racing_uploads_never_breaks_a_published_image(s3_repo: Repository) -> None:
     """Uploads that reuse unreferenced chunks and prunes start together, round after
     round: either may be refused (StoreBusy), but an image that was published always

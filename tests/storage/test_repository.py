@@ -62,6 +62,7 @@ def test_round_trip(repo_url: str, tmp_path: Path) -> None:
     assert reader.manifest.sandbox_id == "sb-1" and reader.manifest.size == len(pages) + 100_000
 
 
+@pytest.mark.slow
 def test_streamed_writes_in_odd_pieces(s3_repo: Repository) -> None:
     data = payload(2 * CHUNK + 777, 3)
     with s3_repo.upload("img", sandbox_id="s") as up:
@@ -74,6 +75,7 @@ def test_streamed_writes_in_odd_pieces(s3_repo: Repository) -> None:
     assert [r.size for r in up.manifest.files["pages.img"].chunks] == [CHUNK, CHUNK, 777]
 
 
+@pytest.mark.slow
 def test_dedup_second_upload_sends_no_chunk_bytes(s3_repo: Repository) -> None:
     files = {"pages.img": payload(8 * CHUNK, 4), "checkpoint.img": payload(5000, 5)}
     first = upload(s3_repo, "first", files)
@@ -88,11 +90,13 @@ def test_dedup_second_upload_sends_no_chunk_bytes(s3_repo: Repository) -> None:
     assert third.stats.bytes_uploaded == CHUNK
 
 
+@pytest.mark.slow
 def test_repeated_chunks_within_an_image_are_sent_once(s3_repo: Repository) -> None:
     up = upload(s3_repo, "zeros", {"pages.img": bytes(6 * CHUNK)})
     assert up.stats.chunks_uploaded == 1 and up.stats.bytes_uploaded == CHUNK
 
 
+@pytest.mark.slow
 def test_existing_image_is_refused_and_force_replaces(s3_repo: Repository) -> None:
     upload(s3_repo, "img", {"a": b"old"})
     with pytest.raises(ImageExists) as err:
@@ -103,6 +107,7 @@ def test_existing_image_is_refused_and_force_replaces(s3_repo: Repository) -> No
     assert s3_repo.open_image("img").read_file("a") == b"new"
 
 
+@pytest.mark.slow
 def test_conditional_create_refuses_a_manifest_written_meanwhile(s3_repo: Repository) -> None:
     """Two uploads of one name race: the second to commit must not overwrite the first
     (the pre-check passed for both; only the conditional create can tell)."""
@@ -131,6 +136,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_killed_upload_leaves_no_image(s3_url: str) -> None:
     repo = Repository.open(s3_url)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -155,6 +161,7 @@ def test_killed_upload_leaves_no_image(s3_url: str) -> None:
         repo.open_image("victim")
 
 
+@pytest.mark.slow
 def test_tampered_chunk_is_refused_with_a_key(s3_url: str) -> None:
     repo = Repository.open(s3_url, KEY)
     data = payload(2 * CHUNK, 6)
@@ -173,6 +180,7 @@ def test_tampered_chunk_is_refused_with_a_key(s3_url: str) -> None:
         reader.read_range("pages.img", CHUNK + 5, 1)
 
 
+@pytest.mark.slow
 def test_edited_manifest_is_refused_with_a_key(s3_url: str) -> None:
     repo = Repository.open(s3_url, KEY)
     upload(repo, "img", {"a": b"data"})
@@ -188,6 +196,7 @@ def test_edited_manifest_is_refused_with_a_key(s3_url: str) -> None:
         Repository.open(s3_url, b"w" * 32).open_image("img")
 
 
+@pytest.mark.slow
 def test_deleted_chunk_is_one_line(s3_repo: Repository) -> None:
     up = upload(s3_repo, "img", {"pages.img": payload(CHUNK + 1, 7)})
     s3_repo.store.delete(s3_repo.chunk_key(up.manifest.files["pages.img"].chunks[0].digest))
@@ -234,6 +243,7 @@ def test_upload_a_local_image_directory_and_download_it(repo_url: str, tmp_path:
         repo.open_image("img").download(tmp_path / "back")
 
 
+@pytest.mark.slow
 def test_a_manifest_copied_to_another_name_is_refused(s3_url: str) -> None:
     """A sealed manifest copied under another name still passes its HMAC: the name it
     carries must match where it was found."""

@@ -12,6 +12,8 @@ import os
 import secrets
 from pathlib import Path
 
+import pytest
+
 from ckpt.sandbox.http import get_json
 from ckpt.storage.repository import Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
@@ -56,6 +58,7 @@ def _key(tmp_path: Path) -> str:
     return str(key)
 
 
+@pytest.mark.slow
 def test_pre_dump_then_final_restores_and_sends_only_dirty_chunks(
     tcli: Cli,  # noqa: F811
     s3_url: str,
@@ -106,6 +109,7 @@ def test_pre_dump_then_final_restores_and_sends_only_dirty_chunks(
     assert list(repo.store.list(".leases/")) == []
 
 
+@pytest.mark.slow
 def test_a_dump_that_fails_keeps_its_dirty_pages_for_the_next(
     cli: Cli,  # noqa: F811
     s3_url: str,
@@ -137,6 +141,7 @@ def test_a_dump_that_fails_keeps_its_dirty_pages_for_the_next(
     assert chain == [(f"{s3_url}/n1", "full", False), (f"{s3_url}/taken", "pre-dump", False)]
 
 
+@pytest.mark.slow
 def test_wrong_parents_are_refused_and_leave_the_sandbox(
     cli: Cli,  # noqa: F811
     s3_url: str,
@@ -169,6 +174,7 @@ def test_wrong_parents_are_refused_and_leave_the_sandbox(
     assert _digest(run) == digest
 
 
+@pytest.mark.slow
 def test_a_chain_too_deep_is_refused(
     cli: Cli,  # noqa: F811
     s3_url: str,
@@ -191,6 +197,7 @@ def test_a_chain_too_deep_is_refused(
     assert len(Repository.open(s3_url).images()) == MAX_CHAIN
 
 
+@pytest.mark.slow
 def test_a_tampered_parent_manifest_is_refused_with_the_key(
     tcli: Cli,  # noqa: F811
     s3_url: str,
@@ -243,6 +250,7 @@ def test_the_fetch_bounds_a_chain_as_the_restore_does() -> None:
     assert remote_image.MAX_CHAIN == chain.MAX_CHAIN
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_fails_before_writing_leaves_no_lease(
     cli: Cli,  # noqa: F811
     s3_url: str,

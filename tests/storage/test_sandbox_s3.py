@@ -13,10 +13,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from ckpt.sandbox.http import get_json
 from ckpt.storage.repository import Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
 from tests.sandbox.waiting import wait_for
+
+pytestmark = pytest.mark.slow
 
 MEM = f"s3mem-{os.getpid()}"
 FAULT_BUCKET = "ckpt-fault"

@@ -19,6 +19,8 @@ from tests.sandbox.waiting import wait_for
 
 from .test_sandbox_s3 import MEM, _memory, _one_error_line, _run
 
+pytestmark = pytest.mark.slow
+
 BUCKET = "ckpt-volumes"
 PREFIX = "t"
 URL = f"s3://{BUCKET}/{PREFIX}/img"

