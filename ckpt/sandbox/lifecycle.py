@@ -414,7 +414,8 @@ def checkpoint(
     the restore (``handover.py``)."""
     _check_engine(engine)
     from ckpt.images import Location
-    from ckpt.sandbox.remote_image import attach, remote_before, request_fields
+    from ckpt.images.remote import remote_before, request_fields
+    from ckpt.sandbox.remote_image import attach
 
     where = Location.of(image)  # a directory, file:// or a store's URL: decided here
     remote = request_fields(where)
@@ -589,7 +590,8 @@ def restore(
     """
     _check_engine(engine)
     from ckpt.images import Location
-    from ckpt.sandbox.remote_image import STAGE_DIR, attach, request_fields
+    from ckpt.images.remote import request_fields
+    from ckpt.sandbox.remote_image import STAGE_DIR, attach
 
     where = Location.of(image)
     remote = request_fields(where, background=background)  # a store's settings

@@ -31,7 +31,7 @@ def checkpoint_died(
     from ckpt.images import Location
 
     if not Location.of(image).is_local:
-        from ckpt.sandbox.remote_image import died_message
+        from ckpt.images.remote import died_message
 
         return died_message(head, str(image), sandbox_id, before)
     if image_identity(image) in (None, before):

@@ -244,7 +244,7 @@ def cli_options(
     """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``
     (an object-store parent is kept as its URL, and must be in ``image``'s repository)."""
     from ckpt.images import Location
-    from ckpt.sandbox.remote_image import check_chain_urls
+    from ckpt.images.remote import check_chain_urls
 
     if pre_copy and (pre_dump or parent is not None):
         raise SandboxError(

@@ -1,16 +1,8 @@
-"""Images in an object store, for checkpoint and restore: the hook points that
-ckpt/sandbox/lifecycle.py (the CLI's side) and ckpt/sandbox/process.py (the sandbox's
-side, through the :class:`ImageSession` the sandbox host holds) call, so the store
-logic stays in one module.  Where an image lives is a :class:`ckpt.images.Location`,
-parsed once from the CLI's text and again from the request's string on arrival.
-
-Where the store settings come from: the sandbox runs in a process forked from the
-root's template, which is shared and long-lived, so its environment is whatever the
-template started with, not the user's.  The CLI therefore reads the AWS variables
-(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
-AWS_REGION) and sends them in the request (``store_env``); the sandbox opens the store
-from them and never from its own environment.  The request travels over the sandbox's
-control socket (mode 0600 under the root) and is never logged or recorded.
+"""Images in an object store, inside the sandbox: the :class:`ImageSession` the sandbox
+host holds (ckpt/sandbox/process.py) opens the store, starts the upload before the
+freeze, reads the parent and fetches an image to restore; :func:`attach` puts the
+store settings the CLI gathered (ckpt/images/remote.py) into a request.  Where an image
+lives is a :class:`ckpt.images.Location`, parsed from the request's string on arrival.
 
 Restore downloads the image into ``stage_dir`` (a private directory under the
 sandbox's directory in the root), loads it eagerly and removes the directory before
@@ -26,24 +18,16 @@ not have.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ckpt.errors import SandboxError
 from ckpt.images import factory
 from ckpt.images.location import Location
+from ckpt.images.remote import BEFORE_DEADLINE_S as BEFORE_DEADLINE_S  # the CLI states
+from ckpt.images.remote import within
 
-STORE_VARS = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-)
 STAGE_DIR = "image-stage"
 PAGES_IMG = "pages.img"
 # ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
@@ -58,69 +42,12 @@ IMAGE_FILES = frozenset({"checkpoint.img", "pages.img", "pages_meta.img", "stats
 # all of it within PREPARE_DEADLINE_S fails the checkpoint with the sandbox untouched.
 PREPARE_DEADLINE_S = 15.0
 LEASE_WAIT_S = 5.0  # of those, waiting for a prune's lease to go
-BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
-
-
-def within(seconds: float, what: str, work: Callable[[], Any], undo: Callable[[Any], None]) -> Any:
-    """``work()``'s result, or StoreUnreachable once ``seconds`` pass (a store request
-    can take minutes to time out and be retried).  The late result of a ``work`` that
-    was given up on is passed to ``undo`` (to release what it took)."""
-    from ckpt.storage.errors import StoreUnreachable
-
-    lock, box, done = threading.Lock(), {}, threading.Event()
-
-    def run() -> None:
-        try:
-            result = work()
-        except BaseException as exc:
-            box["error"] = exc
-        else:
-            with lock:
-                box["result"] = result
-                late = box.get("late", False)
-            if late:
-                undo(result)
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="ckpt-store-check", daemon=True).start()
-    if not done.wait(seconds):
-        with lock:
-            box["late"] = True
-            result = box.get("result")
-        if result is not None:
-            undo(result)
-        raise StoreUnreachable(
-            f"{what}: the store did not answer within {seconds:g} s (endpoint down or"
-            " unreachable); check AWS_ENDPOINT_URL and the network"
-        )
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
 
 
 def location_of(params: Any, field: str = "image") -> Location:
     """The request's ``field`` as a Location: the string on the wire, parsed where it is
     received (the CLI parsed what the user typed; this checks what arrived)."""
     return Location.of(_get(params, field) or "")
-
-
-def request_fields(image: Location, *, background: bool = False) -> dict[str, Any]:
-    """For the CLI: nothing for a local image; for one in an object store, its URL and
-    the store settings from this process's environment, checked here so that a missing
-    variable or a bad URL is refused before any sandbox is touched or started.
-    (``background`` is accepted for the callers that pass it; it changes nothing here.)"""
-    if image.is_local:
-        return {}
-    del background
-    from ckpt.storage.repository import split_image_url
-    from ckpt.storage.s3 import S3Settings
-
-    url = str(image)
-    repo_url, _ = split_image_url(url)
-    env = {name: os.environ[name] for name in STORE_VARS if os.environ.get(name)}
-    S3Settings.from_env(repo_url, env)
-    return {"image": url, "store_env": env}
 
 
 def _get(request: Any, name: str) -> Any:
@@ -328,33 +255,6 @@ def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> A
     return msgspec.structs.replace(request, **remote, **extra)
 
 
-def remote_before(url: str) -> str | None:
-    """For the CLI, before a checkpoint: a digest of the manifest at ``url`` now (None
-    if there is none, or the store cannot say), to tell afterwards whether a sandbox
-    that died had committed a new one."""
-    import hashlib
-
-    from ckpt.storage.repository import Repository
-
-    def read() -> str:
-        repo, name = Repository.for_image(url)
-        return hashlib.sha256(repo._read_manifest_bytes(name)).hexdigest()
-
-    with contextlib.suppress(Exception):
-        return within(BEFORE_DEADLINE_S, url, read, lambda _: None)  # type: ignore[no-any-return]
-    return None
-
-
-def died_message(head: str, url: str, sandbox_id: str, before: str | None) -> str:
-    """What a checkpoint whose sandbox died left at ``url``: the manifest is written
-    last, so either a new image is there, complete, or the previous one (or none)."""
-    now = remote_before(url)
-    if now is not None and now != before:
-        return f"{head} after committing its image: {url} holds the new checkpoint"
-    kept = "; the previous image there is unchanged" if before is not None else ""
-    return f"{head}; no image was committed at {url}{kept}"
-
-
 def upload_counters(writer: Any) -> dict[str, Any]:
     """What a committed store writer sent (chunks the store lacked), for the reply's
     counters; nothing for a directory."""
@@ -368,27 +268,6 @@ def upload_counters(writer: Any) -> dict[str, Any]:
         "upload_chunks_total": s.chunks_total,
         "upload_chunks_sent": s.chunks_uploaded,
     }
-
-
-def check_chain_urls(image: Location, parent: Location) -> None:
-    """For the CLI: a parent in the same place as its child, both in one repository
-    of a store or both local directories (a restore stages a store's chain beside
-    its child, and follows a local one by its relative path)."""
-    from ckpt.errors import StatefileError
-
-    if image.is_local != parent.is_local:
-        where = "a local directory" if parent.is_local else "an object store"
-        raise StatefileError(
-            f"--parent-path {parent} is in {where} but --image-path {image} is not: a chain "
-            "lives in one place; put both in the same repository of the store or both in "
-            "local directories, or take a checkpoint without --parent-path"
-        )
-    if not image.same_place(parent):
-        raise StatefileError(
-            f"--parent-path {parent} is in another repository than --image-path "
-            f"{image}: a chain lives under one BUCKET/PREFIX; write the image "
-            "beside its parent, or take a checkpoint without --parent-path"
-        )
 
 
 class StagedImage:
