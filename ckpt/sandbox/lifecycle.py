@@ -385,9 +385,12 @@ def _clean_checkpoint(st: SandboxState) -> None:
 
     if st.pid and st.pid_start:
         wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
+    from ckpt.images import Location
+
     with contextlib.suppress(CkptError, OSError):
-        if isinstance(image, Path):  # a store keeps no temporary files of its own
-            statefile.clean_stale(image)
+        where = Location.parse(image)
+        if where.path is not None:  # a store keeps no temporary files of its own
+            statefile.clean_stale(where.path)
 
 
 def checkpoint(
