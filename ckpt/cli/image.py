@@ -1,14 +1,17 @@
 """``ckpt image ls|rm|prune``: the images of a repository (``s3://BUCKET/PREFIX`` or a
 directory).
 
-Commands parse options and call :class:`ckpt.storage.repository.Repository`; every error
-is a CkptError, which ``ckpt.cli.main`` renders as one line.  rich and the storage layer
+Commands parse the URL into a :class:`ckpt.images.Location` and call
+:class:`ckpt.storage.repository.Repository` for a bucket or a directory holding a
+content-addressed repository, or ckpt/images/local.py for a directory of image
+directories (what ``checkpoint --image-path DIR/NAME`` writes); every error is a CkptError, which ``ckpt.cli.main`` renders as one line.  rich and the storage layer
 are imported by the commands that use them, so other commands start no slower.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -26,8 +29,25 @@ def register(app: typer.Typer) -> None:
 
 
 RepoArg = Annotated[
-    str, typer.Argument(metavar="URL", help="Repository: s3://BUCKET/PREFIX or a directory.")
+    str,
+    typer.Argument(
+        metavar="URL", help="Repository: s3://BUCKET/PREFIX, a directory or file:///DIR."
+    ),
 ]
+
+
+def _local_dir(url: str) -> Path | None:
+    """The directory of image directories ``url`` names, or None when it is a bucket or
+    a directory holding a content-addressed repository (ckpt.storage's to handle)."""
+    from ckpt.images import Location
+    from ckpt.images.local import is_chunk_repository
+
+    where = Location.parse(url)
+    if where.path is None or is_chunk_repository(where.path):
+        return None
+    return where.path
+
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -93,27 +113,36 @@ def ls_cmd(url: RepoArg, json_out: JsonOpt = False) -> None:
     """List images: size, unique bytes, sandbox, creation time, parent."""
     import msgspec
 
-    from ckpt.storage.repository import Repository
+    directory = _local_dir(url)
+    if directory is not None:
+        from ckpt.images import local
 
-    repo = Repository.open(url)
-    repo.store.check()
-    listing = repo.scan()
+        listing: Any = local.scan(directory)
+        where = str(directory)
+        name_of: Any = lambda name: str(directory / name)  # noqa: E731
+    else:
+        from ckpt.storage.repository import Repository
+
+        repo = Repository.open(url)
+        repo.store.check()
+        listing = repo.scan()
+        where, name_of = repo.store.url, repo.image_url
     images = listing.images
     if json_out:
         emit_json(
             {
-                "repository": repo.store.url,
+                "repository": where,
                 "images": msgspec.to_builtins(images),
                 "unreadable": msgspec.to_builtins(listing.bad),
             }
         )
         return
     if not images:
-        say(f"no images in {repo.store.url}")
+        say(f"no images in {where}")
     else:
-        tables([images_table(repo.store.url, images)], width=80)
+        tables([images_table(where, images)], width=80)
     for bad in listing.bad:
-        say(f"unreadable image {repo.image_url(bad.name)}: {bad.error}")
+        say(f"unreadable image {name_of(bad.name)}: {bad.error}")
 
 
 @image_app.command("rm")
@@ -127,6 +156,18 @@ def rm_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove an image (its manifest); its chunks go at the next prune."""
+    from ckpt.images import Location
+
+    where = Location.parse(url)
+    if where.path is not None and _local_dir(str(where.path.parent)) is not None:
+        from ckpt.images import local
+
+        local.remove(where.path, force=force)
+        if json_out:
+            emit_json({"removed": str(where.path)})
+            return
+        say(f"image {where.path} removed")
+        return
     from ckpt.storage.repository import Repository
 
     repo, name = Repository.for_image(url)
@@ -154,9 +195,13 @@ def prune_cmd(
     """Remove chunks no image uses and older than --grace."""
     import msgspec
 
+    seconds = parse_duration(grace)
+    directory = _local_dir(url)
+    if directory is not None:
+        _prune_local(directory, json_out)
+        return
     from ckpt.storage.repository import Repository
 
-    seconds = parse_duration(grace)
     repo = Repository.open(url)
     repo.store.check()
     result = repo.prune(seconds)
@@ -173,3 +218,25 @@ def prune_cmd(
             f"skipped {repo.image_url(name)}: its manifest is unreadable (its chunks were"
             " not kept for it); `ckpt image ls` says why, `ckpt image rm` removes it"
         )
+
+
+def _prune_local(directory: Path, json_out: bool) -> None:
+    """A directory of image directories shares no chunks: nothing to collect but the
+    temporary images of writers that died."""
+    from ckpt.images import local
+
+    removed, left = local.prune(directory)
+    if json_out:
+        emit_json(
+            {
+                "repository": str(directory),
+                "removed_leftovers": [str(p) for p in removed],
+                "left": [str(p) for p in left],
+            }
+        )
+        return
+    head = f"pruned {directory}: its images share no chunks, nothing to collect"
+    gone = f"; removed {len(removed)} leftover(s) of writers that died" if removed else ""
+    say(head + gone)
+    for path in left:
+        say(f"left {path}: not an image's file; look at it and remove it by hand")

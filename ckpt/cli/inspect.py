@@ -49,10 +49,13 @@ def inspect_statefile_cmd(
     from ckpt.statefile.render import render_report
 
     key = statefile.read_key_file(str(key_file)) if key_file is not None else None
-    if path.startswith("s3://"):
-        report = inspect_remote(path, key, objects=objects, verify=verify)
+    from ckpt.images import Location
+
+    where = Location.parse(path)
+    if where.path is None:
+        report = inspect_remote(str(where), key, objects=objects, verify=verify)
     else:
-        report = statefile.inspect_image(Path(path), key, objects=objects, verify=verify)
+        report = statefile.inspect_image(where.path, key, objects=objects, verify=verify)
     if json_out:
         emit_json(report)
     else:

@@ -35,7 +35,9 @@ IdArg = Annotated[str, typer.Argument(metavar="ID", help="Sandbox ID: its name u
 ImagePathOpt = Annotated[
     str,
     typer.Option(
-        "--image-path", metavar="PATH", help="Image directory, or s3://BUCKET/PREFIX/NAME."
+        "--image-path",
+        metavar="PATH",
+        help="Image directory, file:///DIR, or s3://BUCKET/PREFIX/NAME.",
     ),
 ]
 CpuOpt = Annotated[

@@ -340,11 +340,14 @@ def checkpoint_cmd(
         raise UsageError(
             "--compression-level sets the zstd level: drop it, or use --compression zstd"
         )
-    options = precopy.cli_options(pre_dump, parent_path, pre_copy, image_path)
+    from ckpt.images import Location
+
+    where = Location.parse(image_path)  # decided once, here
+    options = precopy.cli_options(pre_dump, parent_path, pre_copy, where)
     res = lifecycle().checkpoint(
         sandbox_root(),
         sandbox_id,
-        image_path,
+        where,
         leave_running=leave_running,
         compression=compression.value,
         level=compression_level,
@@ -391,10 +394,12 @@ def restore_cmd(
 
     A new sandbox process, under an optional CPU quota.
     """
+    from ckpt.images import Location
+
     res = lifecycle().restore(
         sandbox_root(),
         sandbox_id,
-        image_path,
+        Location.parse(image_path),
         cpus=lifecycle().parse_cpu(cpu),
         engine=engine.value if engine else None,
         stats=stats,

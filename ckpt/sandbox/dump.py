@@ -99,6 +99,7 @@ class Dump:
         kernel: Any,
         key: bytes | None,
         stall: Callable[[], None] | None,
+        images: Any,
         engine: str,
         metadata: dict[str, Any],
         link: dict[str, Any],
@@ -110,6 +111,7 @@ class Dump:
         dirty: Any,
     ) -> None:
         self.request, self.kernel, self.key, self.stall = request, kernel, key, stall
+        self.images = images  # the host's ImageSession: where the writer comes from
         self.engine, self.metadata = engine, metadata
         self.link, self.rounds, self.stats = link, rounds, stats
         self.frozen_at, self.freezing_ns = frozen_at, freezing_ns
@@ -160,7 +162,7 @@ def write_image(job: Dump) -> dict[str, Any]:
     request, k, stats, rounds = job.request, job.kernel, job.stats, job.rounds
     clock = Timings()
     try:
-        with remote_image.image_writer(
+        with job.images.image_writer(
             request,
             force=request.force,
             compression=request.compression or "zstd",

@@ -91,7 +91,7 @@ class RunResult:
 @dataclass
 class CheckpointResult:
     state: SandboxState
-    image: Path | str  # str: an s3:// URL
+    image: Path | str  # str: an object-store URL
     timings: Timings
     stats: dict[str, Any] | None = None
     stats_text: str | None = None
@@ -385,8 +385,12 @@ def _clean_checkpoint(st: SandboxState) -> None:
 
     if st.pid and st.pid_start:
         wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
+    from ckpt.images import Location
+
     with contextlib.suppress(CkptError, OSError):
-        statefile.clean_stale(Path(image))
+        where = Location.parse(image)
+        if where.path is not None:  # a store keeps no temporary files of its own
+            statefile.clean_stale(where.path)
 
 
 def checkpoint(
@@ -412,11 +416,14 @@ def checkpoint(
     serving), and hands its listening socket and idle connections to the template for
     the restore (``handover.py``)."""
     _check_engine(engine)
-    from ckpt.sandbox.remote_image import attach, remote_before, request_fields  # s3://
+    from ckpt.images import Location
+    from ckpt.images.remote import remote_before, request_fields
+    from ckpt.sandbox.remote_image import attach
 
-    remote = request_fields(image)
-    if force and not force_children and not remote:
-        _refuse_parent_of_others(image)
+    where = Location.of(image)  # a directory, file:// or a store's URL: decided here
+    remote = request_fields(where)
+    if force and not force_children and where.is_local:
+        _refuse_parent_of_others(where.path)
     st = _running(root, sandbox_id, "checkpoint")
     if not leave_running and not (options or {}).get("pre_dump"):
         template_client.wait_warming(root.path)  # somewhere for its sockets to go
@@ -431,7 +438,7 @@ def checkpoint(
     from ckpt.sandbox.protocol import CheckpointRequest, Handover
 
     request = CheckpointRequest(
-        image=str(Path(image).absolute()),
+        image=str(where),
         leave_running=leave_running,
         compression=compression,
         level=level,
@@ -443,8 +450,8 @@ def checkpoint(
         **(options or {}),  # pre_dump, parent, pre_copy: see precopy.py
     )
     request = attach(request, remote)
-    image = request.image if remote else Path(request.image)
-    before = remote_before(request.image) if remote else image_identity(image)
+    image = where.path if where.path is not None else str(where)
+    before = remote_before(str(where)) if remote else image_identity(image)
     st.extra["checkpointing_to"] = request.image  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
@@ -545,7 +552,8 @@ def _checkpoint_failed(
         with contextlib.suppress(CkptError):
             stop_all(root, st, root.cgroup_name(sandbox_id))
         wait_reaped(st.pid, st.pid_start, REAP_TIMEOUT_S)
-        statefile.clean_stale(Path(image))
+        if isinstance(image, Path):  # a store keeps no temporary files of its own
+            statefile.clean_stale(image)
         raise SandboxError(checkpoint_died(sandbox_id, image, before, key, exc)) from exc
 
 
@@ -584,12 +592,15 @@ def restore(
     ``prepare_restore``), its process is the one restored: only the image is loaded.
     """
     _check_engine(engine)
-    from ckpt.sandbox.remote_image import STAGE_DIR, attach, request_fields
+    from ckpt.images import Location
+    from ckpt.images.remote import request_fields
+    from ckpt.sandbox.remote_image import STAGE_DIR, attach
 
-    remote = request_fields(image, background=background)  # s3://: the store's settings
+    where = Location.of(image)
+    remote = request_fields(where, background=background)  # a store's settings
     t0 = time.perf_counter_ns()
-    image = Path(image).absolute()
-    if not remote and not image.exists():
+    image = where.path if where.path is not None else Path(os.devnull)  # a store's: no size
+    if where.is_local and not image.exists():
         if prepared is not None:
             discard(root, prepared.st)
         raise ImageNotFound(f"no image at {image}: check --image-path")
@@ -603,7 +614,7 @@ def restore(
     from ckpt.sandbox.protocol import Listener, RestoreRequest
 
     request = RestoreRequest(
-        image=str(image),
+        image=str(where),
         engine=engine,
         stats=stats,
         background=background,
@@ -633,7 +644,8 @@ def restore(
         timings.counters["listener"] = reply.listener.value
     elif reply.listener is Listener.BOUND_ANEW:
         timings.counters["listener"] = said(reply.listener.value, reply.bind_detail)
-    st.workload = reply.workload or _image_workload(image) or "unknown"
+    local_workload = _image_workload(image) if where.is_local else None
+    st.workload = reply.workload or local_workload or "unknown"
     st.address = reply.address
     st.status = RUNNING
     st.restored_from = _lasting(root, request.image, remote)

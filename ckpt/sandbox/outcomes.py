@@ -28,8 +28,10 @@ def checkpoint_died(
     """What a checkpoint whose sandbox died left at ``image``, said as it is: a new image
     in place (and whether it verifies), or none, the previous one (if any) unchanged."""
     head = f"checkpoint of {sandbox_id} failed: the sandbox process died ({exc})"
-    if str(image).startswith("s3://"):
-        from ckpt.sandbox.remote_image import died_message
+    from ckpt.images import Location
+
+    if not Location.of(image).is_local:
+        from ckpt.images.remote import died_message
 
         return died_message(head, str(image), sandbox_id, before)
     if image_identity(image) in (None, before):

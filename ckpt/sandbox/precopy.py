@@ -52,15 +52,16 @@ def parent_metadata(
 ) -> dict[str, Any]:
     """The link to ``parent`` for a new image at ``image``, refused unless ``parent`` is
     the last image taken of this sandbox (dirty tracking counts from there).  An
-    ``s3://`` parent is read through the request's store settings (``params``)."""
-    from ckpt.sandbox import remote_image
-    from ckpt.statefile import chain, open_image
+    object-store parent is read through the request's store settings (``params``)."""
+    from ckpt.images import Location, factory
+    from ckpt.statefile import chain
 
-    if remote_image.is_remote(parent):
-        with remote_image.parent_image(params, key) as (p, name, url):
+    where = Location.of(parent)
+    if not where.is_local:
+        with host.images.parent_image(params, key) as (p, name, url):
             _check_parent(host, p, parent)
             return chain.store_link_metadata(p, name, url)
-    p = open_image(parent, key)
+    p = factory.reader(where, key)
     _check_parent(host, p, parent)
     return chain.link_metadata(image, p)
 
@@ -111,7 +112,7 @@ def pre_dump(
         **(link or {}),
     }
     try:
-        with remote_image.image_writer(
+        with host.images.image_writer(
             {**params, "image": image},
             force=bool(params.get("force")),
             compression=params.get("compression") or "zstd",
@@ -241,8 +242,9 @@ def cli_options(
     pre_dump: bool, parent: Any, pre_copy: bool, image: str | None = None
 ) -> dict[str, Any]:
     """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``
-    (an ``s3://`` parent is kept as its URL, and must be in ``image``'s repository)."""
-    from ckpt.sandbox.remote_image import check_chain_urls, is_remote
+    (an object-store parent is kept as its URL, and must be in ``image``'s repository)."""
+    from ckpt.images import Location
+    from ckpt.images.remote import check_chain_urls
 
     if pre_copy and (pre_dump or parent is not None):
         raise SandboxError(
@@ -252,14 +254,15 @@ def cli_options(
     if pre_dump:
         options["pre_dump"] = True
     if parent is not None:
-        parent = str(parent)
+        parent = Location.of(parent)
         if image is not None:
-            check_chain_urls(str(image), parent)
-            if not is_remote(parent):
+            image = Location.of(image)
+            check_chain_urls(image, parent)
+            if parent.is_local:
                 from ckpt.statefile.chain import sibling_link
 
-                sibling_link(str(image), parent)  # refused now, not after the freeze
-        options["parent"] = parent if is_remote(parent) else os.path.abspath(parent)
+                sibling_link(str(image), str(parent))  # refused now, not after the freeze
+        options["parent"] = str(parent)
     if pre_copy:
         options["pre_copy"] = True
     return options

@@ -190,6 +190,9 @@ class Host:
         self.last_request = 0.0  # monotonic time of the last HTTP request
         self.stall, self.stall_release = _fault_stall()
         self.last_dump: str | None = None  # image id of the last dump (see precopy.py)
+        from ckpt.sandbox.remote_image import ImageSession
+
+        self.images = ImageSession()  # an object-store image's store, upload, fetch
         self.server = rpc.Server(
             socket_path,
             {
@@ -353,9 +356,7 @@ class Host:
             log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
             _stall(seconds, release)
         t0 = time.perf_counter_ns()
-        from ckpt.sandbox import remote_image
-
-        remote_image.begin_restore(request, _key(request.key_hex))  # s3://: while importing
+        self.images.begin_restore(request, _key(request.key_hex))  # a store's: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox.protocol import Listener, RestoreReply
 
@@ -364,7 +365,7 @@ class Host:
         stats = state.Stats() if request.stats else None
         from ckpt.statefile import chain
 
-        image, staged = remote_image.open_for_restore(request, _key(request.key_hex))
+        image, staged = self.images.open_for_restore(request, _key(request.key_hex))
         if chain.is_pre_dump(image):
             raise StatefileError(
                 f"{request.image} is a pre-dump (memory pages, no kernel state); restore "
@@ -497,10 +498,11 @@ class Host:
         from ckpt.sandbox.protocol import CheckpointReply
         from ckpt.sandbox.timings import Timings
 
-        if request.pre_copy and remote_image.is_remote(request.image):
+        where = remote_image.location_of(request)
+        if request.pre_copy and not where.is_local:
             raise SandboxError(
                 "--pre-copy writes a local image directory; pass a local --image-path, or "
-                "chain --pre-dump and --parent-path into s3://"
+                "chain --pre-dump and --parent-path into the object store"
             )
         params = {f: getattr(request, f) for f in request.__struct_fields__}
         if request.pre_dump:
@@ -510,8 +512,8 @@ class Host:
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
         rounds = precopy.Rounds(self, params) if request.pre_copy else None
-        link = self._link(request, rounds)  # an s3:// parent is read (and checked) here
-        remote_image.prepare(request, self.id)  # s3://: the store is asked, or fails, now
+        link = self._link(request, rounds)  # a store's parent is read (and checked) here
+        self.images.prepare(request, self.id)  # a store is asked, or fails, now
         try:
             clock = Timings()
             with clock.phase("freezing"):
@@ -520,21 +522,21 @@ class Host:
                 if was_running:
                     self._freeze()
         except BaseException:
-            remote_image.discard_prepared()
+            self.images.discard_prepared()
             raise
         job = self._dump_job(request, link, rounds, clock.phases_ns["freezing"])
         use_fork = bool(
             leave_running
             and was_running
             and not self.stall
-            and not remote_image.is_remote(request.image)  # its store client is not forked
+            and where.is_local  # a store's client is not forked
             and snapshot.usable(self.kernel)
         )
         try:
             written = self._write_forked(job) if use_fork else dump.write_image(job)
             self.last_dump = written["image_id"]
         except BaseException as exc:
-            remote_image.discard_prepared()  # if it failed before its writer took it
+            self.images.discard_prepared()  # if it failed before its writer took it
             precopy.untake(self, job.dirty, job.last)
             self._undo_checkpoint(request, rounds, was_running, drained, exc)
             if isinstance(exc, OSError):
@@ -597,6 +599,7 @@ class Host:
             kernel=k,
             key=_key(request.key_hex),
             stall=self._stall_checkpoint if self.stall else None,
+            images=self.images,
             engine=engine,
             metadata={
                 "sandbox_id": self.id,

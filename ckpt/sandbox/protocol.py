@@ -111,8 +111,8 @@ class RestoreRequest(Request, tag="restore"):
     background: bool = False
     key_hex: str | None = None
     port: int | None = None  # None: the port the image was listening on
-    store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
-    stage_dir: str | None = None  # s3:// images: where the image is fetched to
+    store_env: dict[str, str] | None = None  # object-store images: the AWS_* settings
+    stage_dir: str | None = None  # object-store images: where it is fetched to
     host: str | None = None  # as BootRequest's
     netns: str | None = None
 
@@ -130,7 +130,7 @@ class CheckpointRequest(Request, tag="checkpoint"):
     pre_dump: bool = False  # pages only, the sandbox keeps serving (precopy.py)
     parent: str | None = None  # the last image of this sandbox: write what is dirty since
     pre_copy: bool = False  # rounds of pre-dumps, then the final freeze
-    store_env: dict[str, str] | None = None  # s3:// images: the AWS_* settings
+    store_env: dict[str, str] | None = None  # object-store images: the AWS_* settings
     sync: bool = True  # fsync the image; False: one read back at once and removed
 
 

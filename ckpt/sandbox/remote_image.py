@@ -1,14 +1,8 @@
-"""Images at ``s3://BUCKET/PREFIX/NAME``, for checkpoint and restore: the hook points
-that ckpt/sandbox/lifecycle.py (the CLI's side) and ckpt/sandbox/process.py (the
-sandbox's side) call, so the store logic stays in one module.
-
-Where the store settings come from: the sandbox runs in a process forked from the
-root's template, which is shared and long-lived, so its environment is whatever the
-template started with, not the user's.  The CLI therefore reads the AWS variables
-(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
-AWS_REGION) and sends them in the request (``store_env``); the sandbox opens the store
-from them and never from its own environment.  The request travels over the sandbox's
-control socket (mode 0600 under the root) and is never logged or recorded.
+"""Images in an object store, inside the sandbox: the :class:`ImageSession` the sandbox
+host holds (ckpt/sandbox/process.py) opens the store, starts the upload before the
+freeze, reads the parent and fetches an image to restore; :func:`attach` puts the
+store settings the CLI gathered (ckpt/images/remote.py) into a request.  Where an image
+lives is a :class:`ckpt.images.Location`, parsed from the request's string on arrival.
 
 Restore downloads the image into ``stage_dir`` (a private directory under the
 sandbox's directory in the root), loads it eagerly and removes the directory before
@@ -24,22 +18,16 @@ not have.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ckpt.errors import SandboxError
+from ckpt.images import factory
+from ckpt.images.location import Location
+from ckpt.images.remote import BEFORE_DEADLINE_S as BEFORE_DEADLINE_S  # the CLI states
+from ckpt.images.remote import within
 
-STORE_VARS = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-)
 STAGE_DIR = "image-stage"
 PAGES_IMG = "pages.img"
 # ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
@@ -54,70 +42,12 @@ IMAGE_FILES = frozenset({"checkpoint.img", "pages.img", "pages_meta.img", "stats
 # all of it within PREPARE_DEADLINE_S fails the checkpoint with the sandbox untouched.
 PREPARE_DEADLINE_S = 15.0
 LEASE_WAIT_S = 5.0  # of those, waiting for a prune's lease to go
-BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
 
 
-def within(seconds: float, what: str, work: Callable[[], Any], undo: Callable[[Any], None]) -> Any:
-    """``work()``'s result, or StoreUnreachable once ``seconds`` pass (a store request
-    can take minutes to time out and be retried).  The late result of a ``work`` that
-    was given up on is passed to ``undo`` (to release what it took)."""
-    from ckpt.storage.errors import StoreUnreachable
-
-    lock, box, done = threading.Lock(), {}, threading.Event()
-
-    def run() -> None:
-        try:
-            result = work()
-        except BaseException as exc:
-            box["error"] = exc
-        else:
-            with lock:
-                box["result"] = result
-                late = box.get("late", False)
-            if late:
-                undo(result)
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="ckpt-store-check", daemon=True).start()
-    if not done.wait(seconds):
-        with lock:
-            box["late"] = True
-            result = box.get("result")
-        if result is not None:
-            undo(result)
-        raise StoreUnreachable(
-            f"{what}: the store did not answer within {seconds:g} s (endpoint down or"
-            " unreachable); check AWS_ENDPOINT_URL and the network"
-        )
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
-def is_remote(image: str | os.PathLike[str]) -> bool:
-    return str(image).startswith("s3://")
-
-
-def request_fields(image: str | os.PathLike[str], *, background: bool = False) -> dict[str, Any]:
-    """For the CLI: nothing for a local image; for an ``s3://`` one, the URL as given
-    and the store settings from this process's environment, checked here so that a
-    missing variable or a bad URL is refused before any sandbox is touched or started.
-    (``background`` is accepted for the callers that pass it; it changes nothing here.)"""
-    if not is_remote(image):
-        return {}
-    del background
-    from ckpt.storage.repository import split_image_url
-    from ckpt.storage.s3 import S3Settings
-
-    url = str(image)
-    repo_url, _ = split_image_url(url)
-    env = {name: os.environ[name] for name in STORE_VARS if os.environ.get(name)}
-    S3Settings.from_env(repo_url, env)
-    return {"image": url, "store_env": env}
-
-
-_warm: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+def location_of(params: Any, field: str = "image") -> Location:
+    """The request's ``field`` as a Location: the string on the wire, parsed where it is
+    received (the CLI parsed what the user typed; this checks what arrived)."""
+    return Location.of(_get(params, field) or "")
 
 
 def _get(request: Any, name: str) -> Any:
@@ -127,74 +57,191 @@ def _get(request: Any, name: str) -> Any:
     return getattr(request, name, None)
 
 
-def _store(params: Any) -> tuple[Any, str]:
-    """The store of the request's image's repository and the image name, opened with the
-    settings in the request only; reused for the same URL and settings."""
-    from ckpt.storage.repository import split_image_url
-    from ckpt.storage.s3 import S3Store
-
-    repo_url, name = split_image_url(_get(params, "image"))
-    env = dict(_get(params, "store_env") or {})
-    cache_key = (repo_url, tuple(sorted(env.items())))
-    store = _warm.get(cache_key)
-    if store is None:
-        store = S3Store.from_url(repo_url, env)
-        _warm.clear()  # one store at a time
-        _warm[cache_key] = store
-    return store, name
-
-
-def prepare(params: Any, sandbox_id: str = "") -> None:
-    """Before the sandbox drains: open the store and start the upload (the bucket and
-    credentials, the target, the parent, the lease), so the frozen time does not pay
-    for them and a store that refuses or does not answer fails the checkpoint with
-    the sandbox untouched, within PREPARE_DEADLINE_S; :func:`discard_prepared` ends an
-    upload no writer took."""
-    url = _get(params, "image") or ""
-    if not is_remote(url):
-        return
-    discard_prepared()
-    import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest; not timed)
-
-    def start() -> Any:
-        key = _get(params, "key_hex")
-        repo, name = open_repository(params, bytes.fromhex(key) if key else None)
-        upload = repo.upload(
-            name, sandbox_id=sandbox_id, wait=LEASE_WAIT_S, **_upload_options(params)
-        )
-        upload.start()
-        return upload
-
-    def abort(upload: Any) -> None:
-        with contextlib.suppress(Exception):
-            upload.abort()
-
-    _prepared[url] = (within(PREPARE_DEADLINE_S, url, start, abort), sandbox_id)
-
-
-_prepared: dict[str, Any] = {}  # image URL -> (a started ImageUpload, its sandbox)
-
-
-def discard_prepared() -> None:
-    """Abort the upload :func:`prepare` started if no writer took it (a checkpoint
-    that failed before writing): its lease goes at once, not at its expiry."""
-    for upload, _ in _prepared.values():
-        with contextlib.suppress(Exception):
-            upload.abort()
-    _prepared.clear()
-
-
-def _upload_options(params: Any) -> dict[str, Any]:
+def _upload_options(params: Any, parent_ids: dict[str, str]) -> dict[str, Any]:
     """The upload's options for the request: its force and its parent (by name, and
     its manifest id when already read)."""
-    from ckpt.storage.repository import split_image_url
-
     parent = _get(params, "parent")
+    where = location_of(params, "parent") if parent else None
     return {
         "force": bool(_get(params, "force")),
-        "parent": split_image_url(parent)[1] if parent else None,
-        "parent_id": _parent_ids.get(parent) if parent else None,
+        "parent": where.name if where is not None else None,
+        "parent_id": parent_ids.get(str(where)) if where is not None else None,
     }
+
+
+class ImageSession:
+    """What the sandbox host keeps between the steps of one checkpoint or restore of an
+    object-store image, and drops after: the store it opened (``store``), the upload
+    started before the freeze (``prepared``), the parent's manifest id read before the
+    freeze (``parent_ids``), and the fetch a restore started while the sandbox imports
+    its modules (``early``).  Local images use none of it."""
+
+    def __init__(self) -> None:
+        self.warm: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self.prepared: dict[str, tuple[Any, str]] = {}  # image URL -> (upload, its sandbox)
+        # The manifest id of the parent :meth:`parent_image` checked, by URL: read before
+        # the sandbox freezes, so the upload need not read it again while it is frozen.
+        self.parent_ids: dict[str, str] = {}
+        self.early: tuple[Any, Any] | None = None  # (the request, its StagedImage's future)
+
+    def store(self, params: Any) -> tuple[Any, str]:
+        """The store of the request's image's repository and the image name, opened with
+        the settings in the request only; reused for the same repository and settings."""
+
+        where = location_of(params)
+        env = dict(_get(params, "store_env") or {})
+        from ckpt.storage.repository import split_image_url
+
+        repo_url, name = split_image_url(str(where))
+        cache_key = (repo_url, tuple(sorted(env.items())))
+        store = self.warm.get(cache_key)
+        if store is None:
+            store, _, _ = factory.store_of(where, env)
+            self.warm.clear()  # one store at a time
+            self.warm[cache_key] = store
+        return store, name
+
+    def open_repository(self, params: Any, key: bytes | None) -> tuple[Any, str]:
+        """For the sandbox: the repository and image name of the request's image."""
+
+        store, name = self.store(params)
+        return factory.repository(store, key), name
+
+    def prepare(self, params: Any, sandbox_id: str = "") -> None:
+        """Before the sandbox drains: open the store and start the upload (the bucket
+        and credentials, the target, the parent, the lease), so the frozen time does not
+        pay for them and a store that refuses or does not answer fails the checkpoint
+        with the sandbox untouched, within PREPARE_DEADLINE_S; :meth:`discard_prepared`
+        ends an upload no writer took."""
+        where = location_of(params)
+        if where.is_local:
+            return
+        self.discard_prepared()
+        import ckpt.storage.repository  # noqa: F401  (msgspec, the manifest; not timed)
+
+        def start() -> Any:
+            key = _get(params, "key_hex")
+            repo, name = self.open_repository(params, bytes.fromhex(key) if key else None)
+            upload = repo.upload(
+                name,
+                sandbox_id=sandbox_id,
+                wait=LEASE_WAIT_S,
+                **_upload_options(params, self.parent_ids),
+            )
+            upload.start()
+            return upload
+
+        def abort(upload: Any) -> None:
+            with contextlib.suppress(Exception):
+                upload.abort()
+
+        url = str(where)
+        self.prepared[url] = (within(PREPARE_DEADLINE_S, url, start, abort), sandbox_id)
+
+    def discard_prepared(self) -> None:
+        """Abort the upload :meth:`prepare` started if no writer took it (a checkpoint
+        that failed before writing): its lease goes at once, not at its expiry."""
+        for upload, _ in self.prepared.values():
+            with contextlib.suppress(Exception):
+                upload.abort()
+        self.prepared.clear()
+
+    def image_writer(self, params: Any, **options: Any) -> Any:
+        """The writer for a checkpoint: an image directory, or an object store (whose
+        manifest names the request's ``parent``, an image of the same repository)."""
+
+        where = location_of(params)
+        if where.is_local:
+            return factory.writer(where, **options)
+        repo, _ = self.open_repository(params, options.get("key"))
+        self.warm.clear()  # the settings live as long as this writer, not in the sandbox
+        sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
+        upload_options = _upload_options(params, self.parent_ids)
+        self.parent_ids.clear()
+        upload, for_sandbox = self.prepared.pop(str(where), (None, None))
+        self.discard_prepared()
+        if upload is not None and (
+            for_sandbox != sandbox_id
+            or upload.repo.key != options.get("key")
+            or any(getattr(upload, k) != v for k, v in upload_options.items() if k != "parent_id")
+        ):
+            upload.abort()  # started for another request: not this one's
+            upload = None
+        return factory.writer(
+            where,
+            repository=repo,
+            sandbox_id=sandbox_id,
+            parent=upload_options["parent"],
+            parent_id=upload_options["parent_id"],
+            started=upload,
+            **options,
+        )
+
+    @contextlib.contextmanager
+    def parent_image(self, params: Any, key: bytes | None) -> Any:
+        """The request's object-store parent, opened from a private local copy of its
+        checkpoint.img (its manifest's HMAC, each chunk's digest and the statefile's own
+        tag checked, as for a restore); yields ``(image, name, url)``."""
+        import tempfile
+
+        from ckpt import statefile
+        from ckpt.statefile.format import CHECKPOINT_IMG
+
+        where = location_of(params, "parent")
+        url = str(where)
+        store, _ = self.store(params)  # the image's repository (checked by the CLI)
+        reader = factory.repository(store, key).open_image(where.name)
+        self.parent_ids.clear()
+        self.parent_ids[url] = reader.manifest.image_id
+        with tempfile.TemporaryDirectory(prefix="ckpt-parent-") as tmp:
+            path = Path(tmp) / CHECKPOINT_IMG
+            with open(path, "xb") as out:
+                for data in reader.iter_file(CHECKPOINT_IMG):
+                    out.write(data)
+            yield statefile.open_image(tmp, key=key), where.name, url
+
+    def begin_restore(self, params: Any, key: bytes | None) -> None:
+        """For an object-store image, start fetching it now, in a thread, while the
+        sandbox imports the kernel and state modules (a cold sandbox spends 60-300 ms
+        there); :meth:`open_for_restore` takes the result, or raises its error in place."""
+        if location_of(params).is_local:
+            return
+        from concurrent.futures import Future
+
+        future: Future[StagedImage] = Future()
+        lazy = bool(_get(params, "background"))
+
+        def fetch() -> None:
+            try:
+                future.set_result(StagedImage(params, key, lazy=lazy, session=self))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self.early = (params, future)
+        threading.Thread(target=fetch, name="ckpt-fetch", daemon=True).start()
+
+    def _staged(self, params: Any, key: bytes | None) -> StagedImage:
+        """The image fetched for this request: the one :meth:`begin_restore` started, or
+        fetched now."""
+        early, self.early = self.early, None
+        if early is not None and early[0] is params:
+            return early[1].result(timeout=EARLY_WAIT_S)  # type: ignore[no-any-return]
+        return StagedImage(params, key, lazy=bool(_get(params, "background")), session=self)
+
+    def open_for_restore(self, params: Any, key: bytes | None) -> tuple[Any, StagedImage | None]:
+        """The image a restore loads, and the staged copy to remove once it is loaded
+        (``--background`` from a store: the pages are read from the store from then on)."""
+
+        where = location_of(params)
+        if where.is_local:
+            return factory.reader(where, key), None
+        lazy = bool(_get(params, "background"))
+        staged = self._staged(params, key)
+        try:
+            return factory.reader(staged.dir, key, source=staged.source if lazy else None), staged
+        except BaseException:
+            staged.remove()
+            raise
 
 
 def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> Any:
@@ -206,81 +253,6 @@ def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> A
 
     extra = {} if stage is None else {"stage_dir": str(stage)}
     return msgspec.structs.replace(request, **remote, **extra)
-
-
-def remote_before(url: str) -> str | None:
-    """For the CLI, before a checkpoint: a digest of the manifest at ``url`` now (None
-    if there is none, or the store cannot say), to tell afterwards whether a sandbox
-    that died had committed a new one."""
-    import hashlib
-
-    from ckpt.storage.repository import Repository
-
-    def read() -> str:
-        repo, name = Repository.for_image(url)
-        return hashlib.sha256(repo._read_manifest_bytes(name)).hexdigest()
-
-    with contextlib.suppress(Exception):
-        return within(BEFORE_DEADLINE_S, url, read, lambda _: None)  # type: ignore[no-any-return]
-    return None
-
-
-def died_message(head: str, url: str, sandbox_id: str, before: str | None) -> str:
-    """What a checkpoint whose sandbox died left at ``url``: the manifest is written
-    last, so either a new image is there, complete, or the previous one (or none)."""
-    now = remote_before(url)
-    if now is not None and now != before:
-        return f"{head} after committing its image: {url} holds the new checkpoint"
-    kept = "; the previous image there is unchanged" if before is not None else ""
-    return f"{head}; no image was committed at {url}{kept}"
-
-
-def open_repository(params: Any, key: bytes | None) -> tuple[Any, str]:
-    """For the sandbox: the repository and image name of the request's image."""
-    from ckpt.storage.repository import Repository
-
-    store, name = _store(params)
-    return Repository(store, key), name
-
-
-def image_writer(params: Any, **options: Any) -> Any:
-    """The writer for a checkpoint: an image directory, or the store for ``s3://``
-    (whose manifest names the request's ``parent``, an image of the same repository)."""
-    from ckpt import statefile
-
-    if not is_remote(_get(params, "image")):
-        return statefile.ImageWriter(_get(params, "image"), **options)
-    from ckpt.statefile.sinks import StoreImageWriter
-
-    repo, name = open_repository(params, options.get("key"))
-    _warm.clear()  # the settings live as long as this writer, not in the sandbox after
-    sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
-    upload_options = _upload_options(params)
-    _parent_ids.clear()
-    upload, for_sandbox = _prepared.pop(_get(params, "image"), (None, None))
-    discard_prepared()
-    if upload is not None and (
-        for_sandbox != sandbox_id
-        or upload.repo.key != options.get("key")
-        or any(getattr(upload, k) != v for k, v in upload_options.items() if k != "parent_id")
-    ):
-        upload.abort()  # started for another request: not this one's
-        upload = None
-    return StoreImageWriter(
-        repo,
-        name,
-        sandbox_id=sandbox_id,
-        parent=upload_options["parent"],
-        parent_id=upload_options["parent_id"],
-        started=upload,
-        **options,
-    )
-
-
-# The manifest id of the parent :func:`parent_image` checked, by URL: read before the
-# sandbox freezes, so the upload need not read it again while it is frozen (8 ms of a
-# 45 ms frozen time measured on kv:64 against a local SeaweedFS).
-_parent_ids: dict[str, str] = {}
 
 
 def upload_counters(writer: Any) -> dict[str, Any]:
@@ -298,57 +270,6 @@ def upload_counters(writer: Any) -> dict[str, Any]:
     }
 
 
-def check_chain_urls(image: str, parent: str) -> None:
-    """For the CLI: a parent in the same place as its child, both in one repository
-    of a store or both local directories (a restore stages a store's chain beside
-    its child, and follows a local one by its relative path)."""
-    from ckpt.errors import StatefileError
-
-    if is_remote(image) != is_remote(parent):
-        where = "s3://" if is_remote(parent) else "a local directory"
-        raise StatefileError(
-            f"--parent-path {parent} is in {where} but --image-path {image} is not: a chain "
-            "lives in one place; put both in the same s3:// repository or both in local "
-            "directories, or take a checkpoint without --parent-path"
-        )
-    if is_remote(image):
-        from ckpt.storage.repository import split_image_url
-
-        if split_image_url(image)[0] != split_image_url(parent)[0]:
-            raise StatefileError(
-                f"--parent-path {parent} is in another repository than --image-path "
-                f"{image}: a chain lives under one s3://BUCKET/PREFIX; write the image "
-                "beside its parent, or take a checkpoint without --parent-path"
-            )
-
-
-@contextlib.contextmanager
-def parent_image(params: Any, key: bytes | None) -> Any:
-    """The request's ``s3://`` parent, opened from a private local copy of its
-    checkpoint.img (its manifest's HMAC, each chunk's digest and the statefile's own
-    tag checked, as for a restore); yields ``(image, name, url)``."""
-    import tempfile
-
-    from ckpt import statefile
-    from ckpt.statefile.format import CHECKPOINT_IMG
-    from ckpt.storage.repository import split_image_url
-
-    url = _get(params, "parent")
-    store, _ = _store(params)  # the same repository as the image (checked by the CLI)
-    from ckpt.storage.repository import Repository
-
-    name = split_image_url(url)[1]
-    reader = Repository(store, key).open_image(name)
-    _parent_ids.clear()
-    _parent_ids[url] = reader.manifest.image_id
-    with tempfile.TemporaryDirectory(prefix="ckpt-parent-") as tmp:
-        path = Path(tmp) / CHECKPOINT_IMG
-        with open(path, "xb") as out:
-            for data in reader.iter_file(CHECKPOINT_IMG):
-                out.write(data)
-        yield statefile.open_image(tmp, key=key), name, url
-
-
 class StagedImage:
     """An image fetched into ``stage_dir`` for a restore; :meth:`remove` after loading.
 
@@ -359,13 +280,20 @@ class StagedImage:
     fetched during the kernel state's load put 300 ms before the first answer
     (memory:512, loopback; 36 ms with the header alone)."""
 
-    def __init__(self, params: Any, key: bytes | None, *, lazy: bool = False) -> None:
+    def __init__(
+        self,
+        params: Any,
+        key: bytes | None,
+        *,
+        lazy: bool = False,
+        session: ImageSession | None = None,
+    ) -> None:
         stage = _get(params, "stage_dir")
         if not stage:
             raise SandboxError("restore from a store needs a stage directory (ckpt bug)")
         self.top = Path(stage)
         self.source: Any = None
-        repo, name = open_repository(params, key)
+        repo, name = (session or ImageSession()).open_repository(params, key)
         self.dir = self.top / name  # each image of the chain beside its child
         reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
         self.remove()  # a dead restore's leftover
@@ -432,58 +360,4 @@ def load_failure(exc: BaseException) -> str:
     return "page file damaged"
 
 
-_early: tuple[Any, Any] | None = None  # (the request, the future of its StagedImage)
 EARLY_WAIT_S = 3600.0  # each store request has its own deadline; this only bounds the join
-
-
-def begin_restore(params: Any, key: bytes | None) -> None:
-    """For an ``s3://`` image, start fetching it now, in a thread, while the sandbox
-    imports the kernel and state modules (a cold sandbox spends 60-300 ms there);
-    :func:`open_for_restore` takes the result, or raises its error in place."""
-    global _early
-    if not is_remote(_get(params, "image") or ""):
-        return
-    from concurrent.futures import Future
-
-    future: Future[StagedImage] = Future()
-
-    def fetch() -> None:
-        try:
-            future.set_result(StagedImage(params, key, lazy=bool(_get(params, "background"))))
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    _early = (params, future)
-    import threading
-
-    threading.Thread(target=fetch, name="ckpt-fetch", daemon=True).start()
-
-
-def _staged(params: Any, key: bytes | None) -> StagedImage:
-    """The image fetched for this request: the one :func:`begin_restore` started, or
-    fetched now."""
-    global _early
-    early, _early = _early, None
-    if early is not None and early[0] is params:
-        return early[1].result(timeout=EARLY_WAIT_S)  # type: ignore[no-any-return]
-    return StagedImage(params, key, lazy=bool(_get(params, "background")))
-
-
-def open_for_restore(params: Any, key: bytes | None) -> tuple[Any, StagedImage | None]:
-    """The image a restore loads, and the staged copy to remove once it is loaded
-    (``--background`` from a store: the pages are read from the store from then on)."""
-    from ckpt import statefile
-
-    if not is_remote(_get(params, "image")):
-        return statefile.open_image(_get(params, "image"), key=key), None
-    lazy = bool(_get(params, "background"))
-    staged = _staged(params, key)
-    try:
-        if lazy:
-            from ckpt.statefile.sources import StoreImage
-
-            return StoreImage(staged.dir, key, staged.source), staged
-        return statefile.open_image(staged.dir, key=key), staged
-    except BaseException:
-        staged.remove()
-        raise

@@ -295,6 +295,31 @@ def clean_stale(image_dir: str | os.PathLike[str]) -> list[Path]:
     return [Path(p) for p in removed]
 
 
+def remove_image(image_dir: str | os.PathLike[str]) -> list[Path]:
+    """Remove the image directory ``image_dir`` through directory descriptors, its own
+    files only; return what was left in place (anything not an image's)."""
+    path = os.path.abspath(image_dir)
+    return [Path(p) for p in _remove_image_dir(os.path.dirname(path), os.path.basename(path))]
+
+
+def clean_directory(directory: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]:
+    """:func:`clean_stale` for every image in ``directory`` that a writer left temporary
+    entries for (``.NAME.tmp-PID-*``, ``.NAME.old-PID-*``); (removed, left in place).
+    A live writer's entries are not touched."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    found = {m["name"] for n in names if (m := _LEFTOVER.fullmatch(n)) is not None}
+    removed: list[Path] = []
+    left: list[Path] = []
+    for name in sorted(found):
+        gone, kept = _clean_stale(_Target(os.path.join(directory, name)))
+        removed += [Path(p) for p in gone]
+        left += [Path(p) for p in kept]
+    return removed, left
+
+
 def is_real_dir(path: str) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)

@@ -2,7 +2,7 @@
 state and page map fetched first into a local directory, pages.img read from the store
 chunk by chunk as pages are needed (ckpt/storage/lazy.py).
 
-The counterpart of sinks.py: ``Image`` with one difference, where pages.img's bytes
+The counterpart of store_sink.py: ``Image`` with one difference, where pages.img's bytes
 come from.  Every check stays what it is for a directory: the statefile's and page
 map's tags, each run's tag, the page map against the kernel state; the chunk source
 adds its own check of each chunk against the manifest's digest before any of it is
