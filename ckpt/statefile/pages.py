@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from ckpt.errors import IntegrityError, StatefileError
+from ckpt.statefile import seal
 from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
 from ckpt.statefile.files import open_regular, read_regular
 from ckpt.statefile.format import (
@@ -109,10 +110,19 @@ def _run_tag(
 
 
 def _seal_run(
-    sealer: Sealer, image_id: bytes, first: int, npages: int, raw: bytes, codec: int, level: int
+    sealer: Sealer,
+    image_id: bytes,
+    first: int,
+    npages: int,
+    raw: bytes,
+    codec: int,
+    level: int,
+    index: int = 0,
 ) -> tuple[int, int, int, Any, bytes]:
-    """Pool job: compress one run and tag it."""
+    """Pool job: compress stored run ``index``, seal it (encrypted images), tag it."""
     used, stored = compress_chunk(raw, codec, level)
+    if sealer.cipher is not None:
+        stored = seal.seal_run(sealer.cipher, index, first, npages, used, stored)
     return first, npages, used, stored, _run_tag(sealer, image_id, first, npages, used, stored)
 
 
@@ -133,6 +143,7 @@ class PageWriter:
         self._offset = PAGES_HEADER.size
         self._scanned = self._zero = self._stored = 0
         self._stored_bytes = 0
+        self._submitted = 0  # stored runs handed to the pool: the next run's index
         self.written = False
         pages_f.write(PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id))
 
@@ -183,6 +194,10 @@ class PageWriter:
                 self._zero += npages
                 continue
             self._stored += npages
+            if self._sealer.cipher is not None:
+                stored = seal.seal_run(
+                    self._sealer.cipher, len(self._runs), first, npages, codec, stored
+                )
             tag = _run_tag(self._sealer, self._image_id, first, npages, codec, stored)
             self._emit((first, npages, codec, stored, tag))
         return self.summary()
@@ -234,8 +249,17 @@ class PageWriter:
 
     def _submit(self, first: int, raw: bytes) -> None:
         npages = len(raw) // PAGE_SIZE
+        index, self._submitted = self._submitted, self._submitted + 1
         for done in self._ordered.submit(
-            _seal_run, self._sealer, self._image_id, first, npages, raw, self._codec, self._level
+            _seal_run,
+            self._sealer,
+            self._image_id,
+            first,
+            npages,
+            raw,
+            self._codec,
+            self._level,
+            index,
         ):
             self._emit(done)
 
@@ -286,6 +310,8 @@ class PageWriter:
         for first, n in self._zero_runs:
             parts.append(ZERO_RUN.pack(first, n))
         body = b"".join(parts)
+        if s.cipher is not None:
+            return seal.seal_map(s.cipher, body + s.mac((body,)))
         return body + s.mac((body,))
 
 
@@ -422,6 +448,7 @@ def read_pages_meta(
     ``pages_path`` may be an open ``PageFile`` instead of a path; it is closed.
     """
     raw = read_regular(meta_path, "the page metadata", MAX_PAGES_META_LEN)
+    raw = seal.open_map(raw, sealer.cipher, image_id, meta_path)
     if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
         raise StatefileError(f"{meta_path}: not a ckpt page metadata file (bad magic at offset 0)")
     (_, version, flags, codec, nstored, meta_id, scanned, zero, stored, pages_size, nzero, _r) = (
@@ -431,6 +458,8 @@ def read_pages_meta(
         raise StatefileError(f"{meta_path}: page metadata version {version} is not supported")
     if codec not in CODEC_NAMES:
         raise StatefileError(f"{meta_path}: unknown compression id {codec} at offset 11")
+    if flags & ~FLAG_KEYED:
+        raise StatefileError(f"{meta_path}: unknown page metadata flags {flags:#x} at offset 10")
     tsize = tag_size(flags)
     if verify and bool(flags & FLAG_KEYED) != sealer.keyed:
         raise IntegrityError(
@@ -585,6 +614,8 @@ def _fetch_run(
     if verify:
         expected = _run_tag(sealer, image_id, r.first_page, r.npages, r.codec, raw)
         sealer.check(expected, r.tag, where)
+    if sealer.cipher is not None:
+        raw = seal.open_run(sealer.cipher, i, r.first_page, r.npages, r.codec, raw, where)
     data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
     return bytes(data)
 
@@ -633,6 +664,8 @@ def iter_stored(
                 raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
             if verify:
                 sealer.check(_run_tag(sealer, image_id, first, npages, r.codec, raw), r.tag, where)
+            if sealer.cipher is not None:
+                raw = seal.open_run(sealer.cipher, i, first, npages, r.codec, raw, where)
             yield first, npages, r.codec, raw
     finally:
         os.close(fd)
