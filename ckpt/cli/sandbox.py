@@ -327,6 +327,14 @@ def checkpoint_cmd(
             help="Copy memory in rounds while serving, then freeze briefly for the rest.",
         ),
     ] = False,
+    encrypt: Annotated[
+        bool,
+        typer.Option(
+            "--encrypt",
+            help="Encrypt the image (AES-256-GCM) with the --key-file key; restore and "
+            "inspect then need that key.",
+        ),
+    ] = False,
     timings: TimingsOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -341,6 +349,14 @@ def checkpoint_cmd(
             "--compression-level sets the zstd level: drop it, or use --compression zstd"
         )
     options = precopy.cli_options(pre_dump, parent_path, pre_copy, image_path)
+    if encrypt:
+        from ckpt.sandbox.remote_image import ENCRYPT_REMOTE, is_remote
+
+        if key_file is None:
+            raise UsageError("--encrypt seals the image with a key: pass --key-file PATH")
+        if is_remote(str(image_path)):
+            raise UsageError(ENCRYPT_REMOTE)
+        options["encrypt"] = True
     res = lifecycle().checkpoint(
         sandbox_root(),
         sandbox_id,

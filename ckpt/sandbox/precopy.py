@@ -55,6 +55,7 @@ def parent_metadata(
     ``s3://`` parent is read through the request's store settings (``params``)."""
     from ckpt.sandbox import remote_image
     from ckpt.statefile import chain, open_image
+    from ckpt.statefile.seal import check_parent_sealing
 
     if remote_image.is_remote(parent):
         with remote_image.parent_image(params, key) as (p, name, url):
@@ -62,6 +63,9 @@ def parent_metadata(
             return chain.store_link_metadata(p, name, url)
     p = open_image(parent, key)
     _check_parent(host, p, parent)
+    check_parent_sealing(
+        p.header.encrypted, bool(remote_image._get(params, "encrypt")), f"--parent-path {parent}"
+    )
     return chain.link_metadata(image, p)
 
 
@@ -119,6 +123,7 @@ def pre_dump(
             key=key,
             metadata=metadata,
             sync=bool(params.get("sync", True)),
+            **({"encrypt": True} if params.get("encrypt") else {}),
         ) as img:
             t1 = time.perf_counter_ns()
             summary = img.write_pages(_batched(host, frames, timer))

@@ -32,6 +32,11 @@ from typing import Any
 
 from ckpt.errors import SandboxError
 
+ENCRYPT_REMOTE = (
+    "--encrypt is not yet supported for object stores (s3://); checkpoint to a local "
+    "image directory"
+)
+
 STORE_VARS = (
     "AWS_ENDPOINT_URL",
     "AWS_ACCESS_KEY_ID",
@@ -250,6 +255,8 @@ def image_writer(params: Any, **options: Any) -> Any:
 
     if not is_remote(_get(params, "image")):
         return statefile.ImageWriter(_get(params, "image"), **options)
+    if options.get("encrypt"):
+        raise SandboxError(ENCRYPT_REMOTE)
     from ckpt.statefile.sinks import StoreImageWriter
 
     repo, name = open_repository(params, options.get("key"))
