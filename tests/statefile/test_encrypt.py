@@ -394,3 +394,15 @@ def test_a_chain_is_encrypted_throughout_or_not_at_all(tmp_path: Path, parent_en
     b = _pre_dump(tmp_path / "b", KEY, not parent_encrypted, a)
     with pytest.raises(IntegrityError, match="encrypted throughout or not at all"):
         chain.open_chain(statefile.open_image(b, KEY), KEY)
+
+
+def test_a_changed_chunk_frame_fails_its_seal(tmp_path: Path, forged_tags) -> None:
+    """The seal binds how a chunk is read (its codec, raw length), not only where it is."""
+    with statefile.ImageWriter(tmp_path / "a", key=KEY, encrypt=True, compression="none") as w:
+        w.state_file.write(os.urandom(5000))
+    table = statefile.open_image(tmp_path / "a", KEY)._reader.header.table_offset
+    data = bytearray((tmp_path / "a" / CHECKPOINT_IMG).read_bytes())
+    data[table + 8] = 1  # the codec byte of chunk 0: zstd instead of none
+    (tmp_path / "a" / CHECKPOINT_IMG).write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="aes-256-gcm tag mismatch"):
+        statefile.open_image(tmp_path / "a", KEY).read_state()
