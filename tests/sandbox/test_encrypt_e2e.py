@@ -1,5 +1,6 @@
 """``checkpoint --encrypt`` on a real ``kv:16`` sandbox: a value PUT before the checkpoint
-is in no file of the image, and comes back after a restore with the key."""
+is in no file of the image, and comes back after a restore with the key (its pages
+decrypted as they are filled in the background)."""
 
 from __future__ import annotations
 
@@ -40,5 +41,6 @@ def test_an_encrypted_image_holds_no_secret_and_restores_with_its_key(
     proc = cli("restore", SID, "--image-path", str(image), check=False, timeout=120)
     assert proc.returncode != 0 and "encrypted (key id" in proc.stderr
     assert len(proc.stderr.splitlines()) == 1
-    cli("restore", SID, "--image-path", str(image), "--key-file", str(key), timeout=120)
+    cli("restore", SID, "--image-path", str(image), "--key-file", str(key), "--background",
+        timeout=120)  # fmt: skip
     check_values(_address(cli), acked)
