@@ -44,3 +44,32 @@ def test_an_encrypted_image_holds_no_secret_and_restores_with_its_key(
     cli("restore", SID, "--image-path", str(image), "--key-file", str(key), "--background",
         timeout=120)  # fmt: skip
     check_values(_address(cli), acked)
+
+
+def test_a_child_of_an_encrypted_pre_dump_must_be_encrypted_with_its_key(
+    cli: Cli, tmp_path: Path
+) -> None:
+    key, other = tmp_path / "key", tmp_path / "other"
+    for path in (key, other):
+        path.write_bytes(os.urandom(32))
+        path.chmod(0o600)
+    cli("run", SID, "--workload", "kv:2", "--port", "0", timeout=120)
+    p0 = tmp_path / "p0"
+    cli("checkpoint", SID, "--image-path", str(p0), "--pre-dump", "--encrypt",
+        "--key-file", str(key), timeout=120)  # fmt: skip
+    base = ["checkpoint", SID, "--parent-path", str(p0), "--leave-running"]
+    plain = cli(*base, "--image-path", str(tmp_path / "c1"), "--key-file", str(key),
+                check=False, timeout=120)  # fmt: skip
+    assert plain.returncode != 0 and len(plain.stderr.splitlines()) == 1
+    assert "encrypted throughout or not at all" in plain.stderr
+    wrong = cli(*base, "--image-path", str(tmp_path / "c2"), "--encrypt", "--key-file",
+                str(other), check=False, timeout=120)  # fmt: skip
+    assert wrong.returncode != 0 and len(wrong.stderr.splitlines()) == 1
+    assert "the key file does not match this image" in wrong.stderr
+    assert not (tmp_path / "c1").exists() and not (tmp_path / "c2").exists()
+    assert cli.state(SID)["status"] == "running"
+    cli(*base, "--image-path", str(tmp_path / "c3"), "--encrypt", "--key-file", str(key),
+        timeout=120)  # fmt: skip
+    cli("delete", SID, "--force", timeout=60)
+    cli("restore", SID, "--image-path", str(tmp_path / "c3"), "--key-file", str(key), timeout=120)
+    assert cli.state(SID)["status"] == "running"
