@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "zstd": {"compression": "zstd"},
     "none": {"compression": "none"},
     "zstd+hmac": {"compression": "zstd", "key": KEY},
+    "zstd+aead": {"compression": "zstd", "key": KEY, "encrypt": True},  # --encrypt
 }
 
 

@@ -327,6 +327,14 @@ def checkpoint_cmd(
             help="Copy memory in rounds while serving, then freeze briefly for the rest.",
         ),
     ] = False,
+    encrypt: Annotated[
+        bool,
+        typer.Option(
+            "--encrypt",
+            help="Encrypt the image (AES-256-GCM) with the --key-file key; restore and "
+            "inspect then need that key.",
+        ),
+    ] = False,
     timings: TimingsOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -344,6 +352,14 @@ def checkpoint_cmd(
 
     where = Location.parse(image_path)  # decided once, here
     options = precopy.cli_options(pre_dump, parent_path, pre_copy, where)
+    if encrypt:
+        from ckpt.images.remote import ENCRYPT_REMOTE
+
+        if key_file is None:
+            raise UsageError("--encrypt seals the image with a key: pass --key-file PATH")
+        if not where.is_local:
+            raise UsageError(ENCRYPT_REMOTE)
+        options["encrypt"] = True
     res = lifecycle().checkpoint(
         sandbox_root(),
         sandbox_id,

@@ -50,6 +50,11 @@ def writer(
         from ckpt.statefile.image import ImageWriter
 
         return ImageWriter(location.path, **options)
+    if options.get("encrypt"):
+        from ckpt.errors import UsageError
+        from ckpt.images.remote import ENCRYPT_REMOTE
+
+        raise UsageError(ENCRYPT_REMOTE)
     if repository is None:
         raise ValueError(f"{location}: an object-store writer needs its repository")
     from ckpt.images.store_sink import StoreImageWriter

@@ -31,6 +31,9 @@ STORE_VARS = (
     "AWS_DEFAULT_REGION",
 )
 BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
+ENCRYPT_REMOTE = (
+    "--encrypt is not yet supported for object stores; checkpoint to a local image directory"
+)
 
 
 def within(seconds: float, what: str, work: Callable[[], Any], undo: Callable[[Any], None]) -> Any:

@@ -170,6 +170,7 @@ def write_image(job: Dump) -> dict[str, Any]:
             key=job.key,
             metadata=job.metadata,
             **({} if request.sync else {"sync": False}),
+            **({"encrypt": True} if request.encrypt else {}),
         ) as img:
             with clock.phase("state_dump"):
                 result = state.save(k, img.state_file, engine=job.engine, stats=stats)

@@ -54,7 +54,9 @@ def parent_metadata(
     the last image taken of this sandbox (dirty tracking counts from there).  An
     object-store parent is read through the request's store settings (``params``)."""
     from ckpt.images import Location, factory
+    from ckpt.sandbox import remote_image
     from ckpt.statefile import chain
+    from ckpt.statefile.seal import check_parent_sealing
 
     where = Location.of(parent)
     if not where.is_local:
@@ -63,6 +65,9 @@ def parent_metadata(
             return chain.store_link_metadata(p, name, url)
     p = factory.reader(where, key)
     _check_parent(host, p, parent)
+    check_parent_sealing(
+        p.header.encrypted, bool(remote_image._get(params, "encrypt")), f"--parent-path {parent}"
+    )
     return chain.link_metadata(image, p)
 
 
@@ -120,6 +125,7 @@ def pre_dump(
             key=key,
             metadata=metadata,
             sync=bool(params.get("sync", True)),
+            **({"encrypt": True} if params.get("encrypt") else {}),
         ) as img:
             t1 = time.perf_counter_ns()
             summary = img.write_pages(_batched(host, frames, timer))

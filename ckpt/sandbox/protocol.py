@@ -132,6 +132,7 @@ class CheckpointRequest(Request, tag="checkpoint"):
     pre_copy: bool = False  # rounds of pre-dumps, then the final freeze
     store_env: dict[str, str] | None = None  # object-store images: the AWS_* settings
     sync: bool = True  # fsync the image; False: one read back at once and removed
+    encrypt: bool = False  # seal the image's pieces with the key (statefile/seal.py)
 
 
 class PauseRequest(Request, tag="pause"):

@@ -43,6 +43,7 @@ from ckpt.statefile.image import (
     open_image_unverified,
 )
 from ckpt.statefile.pages import LoadedPages
+from ckpt.statefile.seal import check_parent_sealing
 
 MAX_CHAIN = 16  # images in one chain, the final one included
 PRE_DUMP = "pre-dump"
@@ -205,6 +206,7 @@ def open_parent(child: Image, key: bytes | None, *, verify: bool = True) -> Imag
         parent = open_image(where, key) if verify else open_image_unverified(where)
     except CkptError as exc:
         raise type(exc)(f"{what} cannot be used: {exc}; the chain is broken") from exc
+    check_parent_sealing(parent.header.encrypted, child.header.encrypted, what)
     if parent.header.image_id.hex() != link["image_id"]:
         raise IntegrityError(  # no id printed: either may have come from a stranger
             f"{what} is another image than the one its child recorded; the chain is broken"

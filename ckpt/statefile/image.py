@@ -63,6 +63,7 @@ from ckpt.statefile.pages import (
     read_pages_meta,
 )
 from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
+from ckpt.statefile.seal import Cipher
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
 # "rounds": the pre-copy rounds a final image keeps inside (sandbox/precopy.py)
@@ -367,7 +368,10 @@ class ImageWriter:
         metadata: dict[str, Any] | None = None,
         chunk_size: int = CHUNK_SIZE,
         sync: bool = True,
+        encrypt: bool = False,
     ) -> None:
+        if encrypt and key is None:
+            raise StatefileError("--encrypt seals the image with a key: pass --key-file")
         if compression not in CODECS:
             raise StatefileError(
                 f"unknown compression {compression!r}; choose one of {', '.join(CODECS)}"
@@ -394,6 +398,10 @@ class ImageWriter:
         self._chunk_size = chunk_size
         self._sealer = Sealer(key)
         self.image_id = os.urandom(IMAGE_ID_SIZE)
+        self.encrypted = encrypt
+        if encrypt:
+            assert key is not None
+            self._sealer.cipher = Cipher.new(key, self.image_id)
         self.metadata: dict[str, Any] = {
             "engine": None,
             "workload": None,
@@ -546,6 +554,7 @@ class ImageWriter:
                 "chunks": self._stream.chunk_count,
                 "image_id": self.image_id.hex(),
                 "integrity": self._sealer.algorithm,
+                "encryption": "aes-256-gcm" if self.encrypted else None,
             }
             write_trailer(
                 f,

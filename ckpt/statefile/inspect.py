@@ -63,6 +63,7 @@ def _header(image: Image) -> dict[str, Any]:
         "stream_bytes": h.stream_len,
         "file_bytes": h.file_size,
         "image_id": h.image_id.hex(),
+        "encryption": f"aes-256-gcm (key id {h.key_id})" if h.encrypted else "none",
     }
 
 
@@ -81,6 +82,10 @@ def inspect_image(
     """
     # Structure first: a non-statefile fails here with a one-line StatefileError.
     unverified = open_image_unverified(path)
+    if unverified.header.encrypted:
+        # Without the key (or with another) nothing of it is shown: the one-line
+        # refusal names the image's key id.
+        unverified = open_image(path, key)
     keyed = unverified.header.keyed
     integrity: dict[str, Any] = {
         "algorithm": unverified.integrity,

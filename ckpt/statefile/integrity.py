@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
 from ckpt.errors import IntegrityError, StatefileError
 from ckpt.statefile.format import CHUNK_INDEX, TAG_SIZE_KEYED, TAG_SIZE_PLAIN
@@ -22,7 +23,7 @@ MIN_KEY_LEN = 16
 class Sealer:
     """Computes and checks tags; keyed (HMAC-SHA256) or plain (CRC-32)."""
 
-    __slots__ = ("key", "size")
+    __slots__ = ("cipher", "key", "size")
 
     def __init__(self, key: bytes | None) -> None:
         if key is not None and len(key) < MIN_KEY_LEN:
@@ -31,6 +32,9 @@ class Sealer:
                 "random bytes (e.g. head -c 32 /dev/urandom > key)"
             )
         self.key = key
+        # An encrypted image's seal.Cipher: the stored pieces are sealed with it, and
+        # the tags above cover what is stored (the ciphertext).
+        self.cipher: Any = None
         self.size = TAG_SIZE_KEYED if key is not None else TAG_SIZE_PLAIN
 
     @property

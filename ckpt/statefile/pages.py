@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ckpt.errors import IntegrityError, StatefileError
+from ckpt.statefile import seal
 from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
 from ckpt.statefile.files import open_regular
 from ckpt.statefile.format import (
@@ -74,10 +75,19 @@ from ckpt.statefile.pages_map import (  # noqa: F401
 
 
 def _seal_run(
-    sealer: Sealer, image_id: bytes, first: int, npages: int, raw: bytes, codec: int, level: int
+    sealer: Sealer,
+    image_id: bytes,
+    first: int,
+    npages: int,
+    raw: bytes,
+    codec: int,
+    level: int,
+    index: int = 0,
 ) -> tuple[int, int, int, Any, bytes]:
-    """Pool job: compress one run and tag it."""
+    """Pool job: compress stored run ``index``, seal it (encrypted images), tag it."""
     used, stored = compress_chunk(raw, codec, level)
+    if sealer.cipher is not None:
+        stored = seal.seal_run(sealer.cipher, index, first, npages, used, stored)
     return first, npages, used, stored, _run_tag(sealer, image_id, first, npages, used, stored)
 
 
@@ -98,6 +108,7 @@ class PageWriter:
         self._offset = PAGES_HEADER.size
         self._scanned = self._zero = self._stored = 0
         self._stored_bytes = 0
+        self._submitted = 0  # stored runs handed to the pool: the next run's index
         self.written = False
         pages_f.write(PAGES_HEADER.pack(PAGES_MAGIC, FORMAT_VERSION, image_id))
 
@@ -148,6 +159,10 @@ class PageWriter:
                 self._zero += npages
                 continue
             self._stored += npages
+            if self._sealer.cipher is not None:
+                stored = seal.seal_run(
+                    self._sealer.cipher, len(self._runs), first, npages, codec, stored
+                )
             tag = _run_tag(self._sealer, self._image_id, first, npages, codec, stored)
             self._emit((first, npages, codec, stored, tag))
         return self.summary()
@@ -199,8 +214,17 @@ class PageWriter:
 
     def _submit(self, first: int, raw: bytes) -> None:
         npages = len(raw) // PAGE_SIZE
+        index, self._submitted = self._submitted, self._submitted + 1
         for done in self._ordered.submit(
-            _seal_run, self._sealer, self._image_id, first, npages, raw, self._codec, self._level
+            _seal_run,
+            self._sealer,
+            self._image_id,
+            first,
+            npages,
+            raw,
+            self._codec,
+            self._level,
+            index,
         ):
             self._emit(done)
 
@@ -251,6 +275,8 @@ class PageWriter:
         for first, n in self._zero_runs:
             parts.append(ZERO_RUN.pack(first, n))
         body = b"".join(parts)
+        if s.cipher is not None:
+            return seal.seal_map(s.cipher, body + s.mac((body,)))
         return body + s.mac((body,))
 
 
@@ -317,6 +343,8 @@ def _fetch_run(
     if verify:
         expected = _run_tag(sealer, image_id, r.first_page, r.npages, r.codec, raw)
         sealer.check(expected, r.tag, where)
+    if sealer.cipher is not None:
+        raw = seal.open_run(sealer.cipher, i, r.first_page, r.npages, r.codec, raw, where)
     data = decompress_chunk(raw, r.codec, r.npages * PAGE_SIZE, where)
     return bytes(data)
 
@@ -365,6 +393,8 @@ def iter_stored(
                 raise IntegrityError(f"{where}: truncated ({len(raw)} of {r.stored_len} bytes)")
             if verify:
                 sealer.check(_run_tag(sealer, image_id, first, npages, r.codec, raw), r.tag, where)
+            if sealer.cipher is not None:
+                raw = seal.open_run(sealer.cipher, i, first, npages, r.codec, raw, where)
             yield first, npages, r.codec, raw
     finally:
         os.close(fd)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from ckpt.errors import IntegrityError, StatefileError
+from ckpt.statefile import seal
 from ckpt.statefile.files import open_regular, read_regular
 from ckpt.statefile.format import (
     CODEC_NAMES,
@@ -211,6 +212,7 @@ def read_pages_meta(
     ``pages_path`` may be an open ``PageFile`` instead of a path; it is closed.
     """
     raw = read_regular(meta_path, "the page metadata", MAX_PAGES_META_LEN)
+    raw = seal.open_map(raw, sealer.cipher, image_id, meta_path)
     if len(raw) < PAGES_META_HEADER.size or raw[:8] != PAGES_META_MAGIC:
         raise StatefileError(f"{meta_path}: not a ckpt page metadata file (bad magic at offset 0)")
     (_, version, flags, codec, nstored, meta_id, scanned, zero, stored, pages_size, nzero, _r) = (
@@ -220,6 +222,8 @@ def read_pages_meta(
         raise StatefileError(f"{meta_path}: page metadata version {version} is not supported")
     if codec not in CODEC_NAMES:
         raise StatefileError(f"{meta_path}: unknown compression id {codec} at offset 11")
+    if flags & ~FLAG_KEYED:
+        raise StatefileError(f"{meta_path}: unknown page metadata flags {flags:#x} at offset 10")
     tsize = tag_size(flags)
     if verify and bool(flags & FLAG_KEYED) != sealer.keyed:
         raise IntegrityError(

@@ -27,6 +27,7 @@ from ckpt.statefile.format import (
     CODEC_NAMES,
     CODEC_NONE,
     END_MAGIC,
+    FLAG_ENCRYPTED,
     FLAG_KEYED,
     FOOTER,
     FORMAT_VERSION,
@@ -40,6 +41,16 @@ from ckpt.statefile.format import (
     tag_size,
 )
 from ckpt.statefile.integrity import Sealer
+from ckpt.statefile.seal import (
+    AEAD_TAG_SIZE,
+    ENC_HEADER,
+    PURPOSE_CHUNKS,
+    PURPOSE_METADATA,
+    EncryptedImageError,
+    chunk_fields,
+    cipher_for,
+    header_key_id,
+)
 
 MAX_METADATA_DEPTH = 64  # an image's own metadata nests 3 deep; printing recurses
 
@@ -74,6 +85,8 @@ class Header:
     metadata_offset: int
     file_size: int
     table_offset: int
+    encrypted: bool = False
+    key_id: str = ""  # an encrypted image's key fingerprint (hex)
 
 
 def read_exact(f: Any, n: int, path: Path, offset: int, what: str) -> bytes:
@@ -138,6 +151,17 @@ class StatefileReader:
         if not 0 < chunk_size <= MAX_CHUNK_SIZE:
             raise StatefileError(f"{p}: chunk size {chunk_size} at offset 12 is out of range")
         keyed = bool(flags & FLAG_KEYED)
+        encrypted = bool(flags & FLAG_ENCRYPTED)
+        if encrypted and not keyed:
+            raise StatefileError(f"{p}: header flags {flags:#x} at offset 10 are inconsistent")
+        ext = (
+            read_exact(f, ENC_HEADER.size, p, HEADER.size, "encryption header")
+            if encrypted
+            else b""
+        )
+        # Before any tag: a missing or wrong key is named as such, in one line.
+        cipher = cipher_for(key, ext, image_id, str(p), verify=self.verify) if encrypted else None
+        self.key_id = header_key_id(ext) if encrypted else ""
         if self.verify:
             if keyed and key is None:
                 raise IntegrityError(
@@ -149,11 +173,12 @@ class StatefileReader:
                     "(its signature may have been stripped)"
                 )
         self.sealer = Sealer(key if keyed and self.verify else None)
+        self.sealer.cipher = cipher
         tsize = tag_size(flags)
-        hdr_tag = read_exact(f, tsize, p, HEADER.size, "header tag")
-        self._check(self.sealer.mac((raw,)), hdr_tag, f"{p}: header (offset 0)")
+        hdr_tag = read_exact(f, tsize, p, HEADER.size + len(ext), "header tag")
+        self._check(self.sealer.mac((raw + ext,)), hdr_tag, f"{p}: header (offset 0)")
         self.header_tag = hdr_tag
-        self.data_offset = HEADER.size + tsize
+        self.data_offset = HEADER.size + len(ext) + tsize
         fsize = footer_size(flags)
         min_size = self.data_offset + META_LEN.size + tsize + fsize
         if size < min_size:
@@ -222,8 +247,13 @@ class StatefileReader:
         self.chunks_table = self._parse_table(
             table, table_offset, chunk_count, chunk_size, stream_len
         )
+        if cipher is not None:
+            meta_json = cipher.open(
+                PURPOSE_METADATA, 0, b"", meta_json, f"{p}: metadata (offset {metadata_offset})"
+            )
         try:
-            metadata = json.loads(meta_json)
+            # Unverified and encrypted: nothing of the contents can be read.
+            metadata = {} if encrypted and cipher is None else json.loads(meta_json)
         except (UnicodeDecodeError, ValueError) as exc:
             raise StatefileError(
                 f"{p}: metadata at offset {metadata_offset} is not valid JSON: {exc}"
@@ -253,6 +283,8 @@ class StatefileReader:
             metadata_offset=metadata_offset,
             file_size=size,
             table_offset=table_offset,
+            encrypted=encrypted,
+            key_id=self.key_id,
         )
 
     def _parse_table(
@@ -308,10 +340,22 @@ class StatefileReader:
             s = self.sealer
             expected = s.chain(fr.prev_tag, s.digest(fr.index, fr.frame, stored))
             s.check(expected, fr.tag, where)
+        cipher = self.sealer.cipher
+        if cipher is not None:
+            fields = chunk_fields(fr.raw_len, fr.codec, fr.stored_len - AEAD_TAG_SIZE)
+            stored = cipher.open(PURPOSE_CHUNKS, fr.index, fields, stored, where)
         return decompress_chunk(stored, fr.codec, fr.raw_len, where)
+
+    def _check_readable(self) -> None:
+        """An encrypted image opened without its key has no readable stream."""
+        if self.header.encrypted and self.sealer.cipher is None:
+            raise EncryptedImageError(
+                f"{self.path}: encrypted (key id {self.key_id}); pass its key with --key-file"
+            )
 
     def chunks(self) -> Iterator[bytes]:
         """The stream's chunks in order, each verified before it is yielded."""
+        self._check_readable()
         with self._file(buffering=0) as f:
             try:
                 if len(self.chunks_table) == 1:  # nothing to overlap: no pool handoff
@@ -333,6 +377,7 @@ class StatefileReader:
         into the result itself and verified in place on the pool, with no copy beyond
         the read.  Otherwise chunks are verified and decompressed on the pool and joined.
         """
+        self._check_readable()
         self._check_fits(self.header.stream_len)
         table = self.chunks_table
         if not table or any(fr.codec != CODEC_NONE or fr.stored_len != fr.raw_len for fr in table):

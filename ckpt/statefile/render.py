@@ -122,6 +122,7 @@ def render_report(report: dict[str, Any]) -> RenderableType:
             ("compression", f"{h['compression']} ({h['chunks']} chunks of ≤{h['chunk_size']:,} B)"),
             ("stream", f"{h['stream_bytes']:,} bytes in a {h['file_bytes']:,}-byte file"),
             ("image id", h["image_id"]),
+            ("encryption", h.get("encryption", "none")),
         ],
     )
     meta = _kv_table(

@@ -18,6 +18,7 @@ from ckpt.statefile.chunks import Ordered, compress_chunk
 from ckpt.statefile.format import (
     CHUNK_FRAME,
     END_MAGIC,
+    FLAG_ENCRYPTED,
     FLAG_KEYED,
     FOOTER,
     FORMAT_VERSION,
@@ -27,14 +28,20 @@ from ckpt.statefile.format import (
     META_LEN,
 )
 from ckpt.statefile.integrity import Sealer
+from ckpt.statefile.seal import PURPOSE_CHUNKS, PURPOSE_METADATA, chunk_fields
 
 
 def write_header(
     f: BinaryIO, sealer: Sealer, codec: int, chunk_size: int, image_id: bytes
 ) -> bytes:
-    """Write the fixed header and its tag; return the tag (the start of the chain)."""
+    """Write the fixed header and its tag; return the tag (the start of the chain).
+    An encrypted image's clear ``ENC_HEADER`` follows the header, under the same tag."""
     flags = FLAG_KEYED if sealer.keyed else 0
+    if sealer.cipher is not None:
+        flags |= FLAG_ENCRYPTED
     header = HEADER.pack(MAGIC, FORMAT_VERSION, flags, codec, chunk_size, 0, 0, image_id)
+    if sealer.cipher is not None:
+        header += sealer.cipher.header()
     tag = sealer.mac((header,))
     f.write(header + tag)
     return tag
@@ -43,8 +50,11 @@ def write_header(
 def _seal_chunk(
     sealer: Sealer, index: int, raw: bytes | bytearray | memoryview, codec: int, level: int
 ) -> tuple[bytes, Any, bytes, int]:
-    """Pool job: compress one chunk and compute its digest."""
+    """Pool job: compress one chunk, seal it (encrypted images), compute its digest."""
     used, stored = compress_chunk(raw, codec, level)
+    if sealer.cipher is not None:
+        fields = chunk_fields(len(raw), used, len(stored))
+        stored = sealer.cipher.seal(PURPOSE_CHUNKS, index, fields, stored)
     frame = CHUNK_FRAME.pack(len(raw), len(stored), used)
     return frame, stored, sealer.digest(index, frame, stored), len(raw)
 
@@ -184,7 +194,10 @@ def write_trailer(
     stream_len: int,
     metadata_json: bytes,
 ) -> None:
-    """Write the chunk table, the metadata block and the footer that closes the chain."""
+    """Write the chunk table, the metadata block and the footer that closes the chain.
+    An encrypted image's metadata is stored sealed."""
+    if sealer.cipher is not None:
+        metadata_json = sealer.cipher.seal(PURPOSE_METADATA, 0, b"", metadata_json)
     mlen = META_LEN.pack(len(metadata_json))
     meta_tag = sealer.mac((header_tag, b"meta", mlen, metadata_json))
     metadata_offset = table_offset + len(table)

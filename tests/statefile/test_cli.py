@@ -142,6 +142,7 @@ def test_bench_statefile_small(tmp_path: Path) -> None:
     names = {(r["name"], r["variant"]) for r in doc["results"]}
     assert ("Write/incompressible", "copy") in names
     assert ("Read/compressible", "zstd+hmac") in names
+    assert ("Write/compressible", "zstd+aead") in names
     assert ("Pages/write", "zstd") in names
     assert all(r["wall_ns"] > 0 for r in doc["results"])
     assert doc["pages"]["zero"] * 2 == doc["pages"]["scanned"]
