@@ -59,6 +59,11 @@ class Timings:
     def summary(self) -> str:
         """The phases and CPU on one line of plain text, as the CLI prints them."""
         parts = [f"{name} {ns / 1e6:.1f} ms" for name, ns in self.phases_ns.items()]
+        frozen = self.counters.get("frozen_time_ms")
+        if isinstance(frozen, int | float):
+            # what --pre-copy, --pre-dump and --parent-path are for: SuspendTotal counts
+            # time the sandbox kept serving, so the freeze is said on its own
+            parts.insert(0, f"frozen {frozen:.1f} ms")
         if self.cpu_usec is not None:
             parts.append(f"CPU {self.cpu_usec / 1e3:.1f} ms ({self.cpu_source})")
         if self.counters.get("listener"):
