@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from ckpt.kernel import build_workload
 from ckpt.sandbox import precopy
+from ckpt.sandbox.remote_image import ImageSession
 from ckpt.statefile import chain, open_image
 
 
@@ -24,6 +25,7 @@ class _Host:
         self.cond = threading.Condition()
         self.kernel = build_workload("kv:1")
         self.last_dump: str | None = None
+        self.images = ImageSession()
 
 
 OPS = st.lists(

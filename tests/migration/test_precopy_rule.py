@@ -14,6 +14,7 @@ import pytest
 
 from ckpt.sandbox import precopy
 from ckpt.sandbox.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
+from ckpt.sandbox.remote_image import ImageSession
 
 from .source_kit import FakeDestination, StandIn, migrate
 
@@ -89,7 +90,13 @@ class ScriptedMemory:
 
 def _host(script: list[int]) -> SimpleNamespace:
     kernel = SimpleNamespace(memory_file=ScriptedMemory(PAGES, script), workload="kv:1")
-    return SimpleNamespace(kernel=kernel, cond=threading.Condition(), id="s1", last_dump=None)
+    return SimpleNamespace(
+        kernel=kernel,
+        cond=threading.Condition(),
+        id="s1",
+        last_dump=None,
+        images=ImageSession(),
+    )
 
 
 def _precopy_rounds(tmp_path: Path, script: list[int]) -> list[dict]:
