@@ -58,6 +58,13 @@ class ImageExistsError(StatefileError):
     exit_code = EXIT_REFUSED
 
 
+class NotAnImage(StatefileError):
+    """The target directory holds files no image has: ckpt writes only into a new or
+    empty directory or over an image, never over someone's files (not even with --force)."""
+
+    exit_code = EXIT_REFUSED
+
+
 class ImageNotFound(StatefileError):
     """No image at the path given."""
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ckpt import __version__
-from ckpt.errors import ImageExistsError, StatefileError
+from ckpt.errors import ImageExistsError, NotAnImage, StatefileError
 from ckpt.statefile import chunks
 from ckpt.statefile.files import check_image_dir, read_regular
 from ckpt.statefile.format import (
@@ -446,7 +446,7 @@ class ImageWriter:
         # directory that is not one is refused as such, with or without --force.
         foreign = sorted(name for name in names if name not in IMAGE_FILES)
         if foreign:
-            raise StatefileError(
+            raise NotAnImage(
                 f"{t}: is not an image directory (it holds {', '.join(foreign[:3])}); "
                 "write the image to a new or empty directory (--force replaces only an image)"
             )

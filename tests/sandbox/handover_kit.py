@@ -57,9 +57,9 @@ def sid(name: str) -> str:
     return f"hov{name}-{TAG}"
 
 
-def error_line(proc: Any) -> str:
-    """The CLI's error: exit 1 and one ``error: ...`` line, no traceback."""
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+def error_line(proc: Any, code: int = 1) -> str:
+    """The CLI's error: exit ``code`` and one ``error: ...`` line, no traceback."""
+    assert proc.returncode == code, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: "), proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from ckpt.errors import EXIT_DEADLINE
+
 from .conftest import Cli, cgroup_dirs, sandbox_processes
 from .handover_kit import (
     HOST,
@@ -279,7 +281,7 @@ def test_a_hung_restore_ends_at_its_deadline_and_leaves_nothing(
         timeout=60,
         env={"CKPT_FAULT": "restore-stall:20", "CKPT_RESTORE_TIMEOUT_S": "2"},
     )
-    line = error_line(proc)
+    line = error_line(proc, EXIT_DEADLINE)
     assert "within 2 s" in line and "CKPT_RESTORE_TIMEOUT_S" in line, line
     wait_for(
         lambda: {p.pid for p in sandbox_processes(tcli.root)} <= before,

@@ -530,7 +530,8 @@ def test_template_verbs_print_one_line_and_behave(tcli: Cli) -> None:
         out = tcli(*args)
         assert out.stdout.strip().startswith(f"no template serving {root}"), out.stdout
         assert len(out.stdout.strip().splitlines()) == 1 and out.stderr == ""
-    assert json.loads(tcli("template", "status", "--json").stdout) == {"running": False}
+    info = json.loads(tcli("template", "status", "--json").stdout)
+    assert info == {"root": str(tcli.root), "running": False}, info
 
     out = tcli("template", "start")
     assert len(out.stdout.strip().splitlines()) == 1
