@@ -148,7 +148,7 @@ class RoundEnd(Message):
 
 class Restored(Message):
     """The destination runs the sandbox; it keeps it only once the source says ``Done``.
-    ``proof`` shows it restored this session's state (proof.py); without it the source
+    ``proof`` shows it restored this migration's state (proof.py); without it the source
     keeps its copy."""
 
     KIND: ClassVar[Kind] = Kind.RESTORED

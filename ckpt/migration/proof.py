@@ -6,10 +6,10 @@ The source draws a fresh ``NONCE_BYTES`` nonce per migration and sends it in its
 running, with ``proof(nonce, id, address, digest)``: an HMAC keyed by the nonce over the
 sandbox ID, the address it runs at and the SHA-256 of the kernel-state stream it
 received and restored.  The source computes the same from what it sent; a destination
-that did not receive the whole state, or answers ``Restored`` from an earlier session,
+that did not receive the whole state, or answers ``Restored`` from an earlier migration,
 cannot match it, and the source then resumes its own copy.  (A peer that holds the key
 and keeps the state could still compute it without running anything: the proof binds
-the answer to this session's state, it cannot look inside the peer's host.)
+the answer to this migration's state, it cannot look inside the peer's host.)
 """
 
 from __future__ import annotations
