@@ -64,7 +64,7 @@ from ckpt.sandbox.pids import (
     wait_reaped,
 )
 from ckpt.sandbox.spawn import discard, finish, make_sandbox, note_start, remove_files
-from ckpt.sandbox.status import CHECKPOINTED, KILLED, STOPPED_KEY, refresh, unreadable
+from ckpt.sandbox.status import CHECKPOINTED, KILLED, STOPPED_KEY, live, refresh, unreadable
 from ckpt.sandbox.testhooks import pause_point
 from ckpt.sandbox.timings import (
     CHECKPOINT,
@@ -135,14 +135,6 @@ def list_sandboxes(root: Root) -> list[SandboxState]:
         except SandboxError:
             out.append(unreadable(sandbox_id))
     return out
-
-
-def _running(root: Root, sandbox_id: str, verb: str) -> SandboxState:
-    st = refresh(root, sandbox_id)
-    own_group(root, st, strict=True)
-    if st.status not in (RUNNING, PAUSED):
-        raise SandboxError(f"cannot {verb} sandbox {sandbox_id}: it is {st.status}")
-    return st
 
 
 def _call(root: Root, st: SandboxState, request: p.Request, **kw: Any) -> Any:
@@ -235,7 +227,7 @@ def state(root: Root, sandbox_id: str) -> SandboxState:
 
 def pause(root: Root, sandbox_id: str) -> SandboxState:
     """Freeze the kernel (HTTP requests start waiting), then the cgroup."""
-    st = _running(root, sandbox_id, "pause")
+    st = live(root, sandbox_id, "pause")
     if st.status == PAUSED:
         return st
     from ckpt.sandbox.protocol import PauseRequest, ResumeRequest
@@ -257,7 +249,7 @@ def pause(root: Root, sandbox_id: str) -> SandboxState:
 
 def resume(root: Root, sandbox_id: str) -> SandboxState:
     """Thaw the cgroup, then the kernel; waiting HTTP requests are answered."""
-    st = _running(root, sandbox_id, "resume")
+    st = live(root, sandbox_id, "resume")
     if st.status == RUNNING:
         return st
     mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
@@ -274,7 +266,7 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
 def set_cpu(root: Root, sandbox_id: str, cpus: float | None) -> SandboxState:
     """Put a running sandbox under a quota of ``cpus`` CPUs (None: uncapped) through its
     own cgroup, and record it.  A sandbox without a cgroup can only stay uncapped."""
-    st = _running(root, sandbox_id, "set the CPU quota of")
+    st = live(root, sandbox_id, "set the CPU quota of")
     if st.cgroup is None:
         if cpus is not None:
             raise CgroupError(
@@ -365,7 +357,7 @@ def hang_up(root: Root, sandbox_id: str, timeout: float = HANG_UP_TIMEOUT_S) -> 
     from ckpt.sandbox.protocol import StopRequest
 
     try:
-        st = _running(root, sandbox_id, "hang up")
+        st = live(root, sandbox_id, "hang up")
         mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
         if mgr is not None:
             mgr.thaw()
@@ -424,7 +416,7 @@ def checkpoint(
     remote = request_fields(where)
     if force and not force_children and where.is_local:
         _refuse_parent_of_others(where.path)
-    st = _running(root, sandbox_id, "checkpoint")
+    st = live(root, sandbox_id, "checkpoint")
     if not leave_running and not (options or {}).get("pre_dump"):
         template_client.wait_warming(root.path)  # somewhere for its sockets to go
     t0 = time.perf_counter_ns()
@@ -733,7 +725,7 @@ def fingerprint(root: Root, sandbox_id: str) -> p.FingerprintReply:
     """The kernel's fingerprint and description (for before/after comparisons)."""
     from ckpt.sandbox.protocol import FingerprintRequest
 
-    st = _running(root, sandbox_id, "fingerprint")
+    st = live(root, sandbox_id, "fingerprint")
     return _call(root, st, FingerprintRequest())
 
 

@@ -20,7 +20,7 @@ from ckpt.sandbox import rpc
 from ckpt.sandbox.group import freezable, open_cgroup, own_group
 from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, UNREADABLE, Root, SandboxState
 from ckpt.sandbox.pids import alive, wait_dead
-from ckpt.sandbox.status import refresh, status_text, stop_reason
+from ckpt.sandbox.status import live, refresh, status_text, stop_reason
 
 if TYPE_CHECKING:
     from ckpt.cgroups.base import BaseManager
@@ -29,14 +29,6 @@ if TYPE_CHECKING:
 RPC_TIMEOUT_S = 10.0
 WAIT_SLICE_S = 1.0
 MIN_INTERVAL_S = 0.05
-
-
-def _live(root: Root, sandbox_id: str, verb: str) -> SandboxState:
-    st = refresh(root, sandbox_id)
-    own_group(root, st, strict=True)
-    if st.status not in (RUNNING, PAUSED):
-        raise SandboxError(f"cannot {verb} sandbox {sandbox_id}: it is {status_text(st)}")
-    return st
 
 
 def _frozen(root: Root, st: SandboxState) -> bool:
@@ -63,7 +55,7 @@ def tasks(root: Root, sandbox_id: str) -> p.TasksReply:
     """The tasks of the sandbox's kernel, by tid."""
     from ckpt.sandbox.protocol import TasksRequest
 
-    st = _live(root, sandbox_id, "list the tasks of")
+    st = live(root, sandbox_id, "list the tasks of", say_why=True)
     if _frozen(root, st):
         raise SandboxError(
             f"sandbox {sandbox_id} is paused (its process is frozen and cannot answer); "
@@ -99,7 +91,7 @@ class Sampler:
 
     def __init__(self, root: Root, sandbox_id: str) -> None:
         self.root = root
-        self.st = _live(root, sandbox_id, "watch")
+        self.st = live(root, sandbox_id, "watch", say_why=True)
         self.mgr: BaseManager | None = open_cgroup(own_group(root, self.st, strict=True))
 
     def sample(self) -> dict[str, Any] | None:

@@ -72,6 +72,19 @@ def stop_reason(st: SandboxState) -> dict[str, object]:
     return why if isinstance(why, dict) else {}
 
 
+def live(root: Root, sandbox_id: str, verb: str, *, say_why: bool = False) -> SandboxState:
+    """The record of a running or paused sandbox whose cgroup is ckpt's own; any other
+    is refused in one line naming its status (with ``say_why``, why it stopped)."""
+    from ckpt.errors import SandboxError
+
+    st = refresh(root, sandbox_id)
+    own_group(root, st, strict=True)
+    if st.status not in (RUNNING, PAUSED):
+        shown = status_text(st) if say_why else st.status
+        raise SandboxError(f"cannot {verb} sandbox {sandbox_id}: it is {shown}")
+    return st
+
+
 def status_text(st: SandboxState) -> str:
     """The status as a person reads it: a stopped sandbox says why (``checkpointed``,
     ``killed``, ``killed (TERM)``, ``exited (code 0)``); others say their status."""
