@@ -106,7 +106,7 @@ def test_imports_are_found_wherever_they_are() -> None:
         "import os\n"
         "from ckpt.state import wire\n"
         "def f():\n"
-        "    from ckpt.sandbox.process import Sandbox\n"
+        "    from ckpt.sandbox.host.process import Sandbox\n"
         "    import ckpt.storage.s3\n"
         "    from .. import migration\n"
         "    from . import chunks\n"
@@ -115,7 +115,7 @@ def test_imports_are_found_wherever_they_are() -> None:
     )
     assert imports_of(source, "ckpt.statefile.image") == {
         "ckpt.state",
-        "ckpt.sandbox.process",
+        "ckpt.sandbox.host.process",
         "ckpt.storage.s3",
         "ckpt.migration",
         "ckpt.statefile.chunks",
@@ -142,8 +142,8 @@ def test_the_scan_sees_the_tree() -> None:
         ("ckpt.statefile.image", "storage"),
         ("ckpt.storage.s3", "statefile"),
         ("ckpt.cgroups.manager", "sandbox"),
-        ("ckpt.sandbox.process", "migration"),
-        ("ckpt.sandbox.process", "cli"),
+        ("ckpt.sandbox.host.process", "migration"),
+        ("ckpt.sandbox.host.process", "cli"),
         ("ckpt.migration.session", "bench"),
         ("ckpt.images.remote", "sandbox"),
         ("ckpt.statefile.image", "storage"),
@@ -161,7 +161,7 @@ def test_a_forbidden_import_is_a_violation(module: str, part: str) -> None:
         ("ckpt.kernel.mm", "state"),
         ("ckpt.statefile.image", "state"),
         ("ckpt.storage.s3", "errors"),
-        ("ckpt.sandbox.process", "statefile"),
+        ("ckpt.sandbox.host.process", "statefile"),
         ("ckpt.migration.session", "sandbox"),
         ("ckpt.cli.base", "bench"),
         ("ckpt.keyfile", "errors"),

@@ -66,7 +66,7 @@ from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
 from ckpt.statefile.seal import Cipher
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
-# "rounds": the pre-copy rounds a final image keeps inside (sandbox/precopy.py)
+# "rounds": the pre-copy rounds a final image keeps inside (sandbox/host/precopy.py)
 ROUNDS_DIR = "rounds"
 ROUND_NAME = re.compile(r"r[0-9]{1,3}")  # a round inside ROUNDS_DIR; fullmatch ("$" takes a "\n")
 IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON, ROUNDS_DIR))
@@ -221,7 +221,7 @@ def _remove_dir_at(pfd: int, name: str, entry: str, level: int) -> list[str]:
 def _empty_image_dir(dfd: int, entry: str, level: int) -> list[str]:
     """Unlink an image's own files in the open directory ``dfd`` (``entry``); return what
     was left.  A pre-copy image keeps its rounds as ``rounds/rN`` image directories
-    (``sandbox/precopy.py``): level 0 is the image, 1 its ``rounds``, 2 one round."""
+    (``sandbox/host/precopy.py``): level 0 is the image, 1 its ``rounds``, 2 one round."""
     left: list[str] = []
     for file in os.listdir(dfd):
         path = os.path.join(entry, file)

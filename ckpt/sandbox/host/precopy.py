@@ -23,7 +23,7 @@ import os
 import time
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
+from ckpt.sandbox.host.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
 
 __all__ = ["FEW_DIRTY", "GROWTH", "MAX_ROUNDS", "Rounds", "StopRule", "pre_dump"]
 
@@ -54,7 +54,7 @@ def parent_metadata(
     the last image taken of this sandbox (dirty tracking counts from there).  An
     object-store parent is read through the request's store settings (``params``)."""
     from ckpt.images import Location, factory
-    from ckpt.sandbox import remote_image
+    from ckpt.sandbox.host import remote_image
     from ckpt.statefile import chain
     from ckpt.statefile.seal import check_parent_sealing
 
@@ -93,7 +93,7 @@ def pre_dump(
 
     ``link`` (a parent's link metadata) is worked out from ``params["parent"]`` unless
     given; with none, every allocated page is written."""
-    from ckpt.sandbox import remote_image
+    from ckpt.sandbox.host import remote_image
     from ckpt.statefile import chain
 
     if host.kernel is None:
@@ -242,33 +242,3 @@ class Rounds:
             "precopy_pages_written": sum(r["pages_written"] for r in self.results),
             "precopy_time_ms": round(sum(r["ms"] for r in self.results), 3),
         }
-
-
-def cli_options(
-    pre_dump: bool, parent: Any, pre_copy: bool, image: str | None = None
-) -> dict[str, Any]:
-    """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``
-    (an object-store parent is kept as its URL, and must be in ``image``'s repository)."""
-    from ckpt.images import Location
-    from ckpt.images.remote import check_chain_urls
-
-    if pre_copy and (pre_dump or parent is not None):
-        raise SandboxError(
-            "--pre-copy does its own pre-dumps: pass it without --pre-dump and --parent-path"
-        )
-    options: dict[str, Any] = {}
-    if pre_dump:
-        options["pre_dump"] = True
-    if parent is not None:
-        parent = Location.of(parent)
-        if image is not None:
-            image = Location.of(image)
-            check_chain_urls(image, parent)
-            if parent.is_local:
-                from ckpt.statefile.chain import sibling_link
-
-                sibling_link(str(image), str(parent))  # refused now, not after the freeze
-        options["parent"] = str(parent)
-    if pre_copy:
-        options["pre_copy"] = True
-    return options

@@ -1,6 +1,6 @@
 """The sandbox process: hosts one simulated kernel, serves its control socket and HTTP.
 
-Started by ``ckpt run`` / ``ckpt restore`` as ``python -m ckpt.sandbox.process --id ID
+Started by ``ckpt run`` / ``ckpt restore`` as ``python -m ckpt.sandbox.host.process --id ID
 --socket PATH --ready-fd N``, already inside cgroup ``ckpt/ID`` (the parent joins it in
 ``preexec_fn`` before exec), in its own session, with stdout/stderr going to the sandbox
 log.  It starts empty: binds its control socket, writes ``ready`` to the ready pipe, then
@@ -42,9 +42,10 @@ import threading
 import time
 
 from ckpt.errors import KernelError, SandboxError, StatefileError
-from ckpt.sandbox import introspect, rpc
-from ckpt.sandbox.http import HttpServer, bind
-from ckpt.sandbox.sandboxlog import exit_now, log
+from ckpt.sandbox.host import introspect
+from ckpt.sandbox.host.http import HttpServer, bind
+from ckpt.sandbox.wire import rpc
+from ckpt.sandbox.wire.sandboxlog import exit_now, log
 
 # Annotations are strings; importing ``typing`` (or ``argparse``, which brings ``re``
 # and ``gettext``) would be a large share of the time before the process is ready.
@@ -52,8 +53,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ckpt.sandbox import dump
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.host import dump
+    from ckpt.sandbox.wire import protocol as p
 
 TICK_S = 0.05
 TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
@@ -121,11 +122,12 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
     running when the request arrives is waited for and counted as ``import_ms``.
     """
     if root is not None:
-        from ckpt.sandbox import title
+        from ckpt.sandbox.wire import title
 
         title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import dump, timings  # noqa: F401  (the checkpoint path)
+    from ckpt.sandbox.host import dump  # noqa: F401  (the checkpoint path)
+    from ckpt.sandbox.wire import timings  # noqa: F401  (the checkpoint path)
 
 
 def _serves_http(k: Any) -> bool:
@@ -143,7 +145,7 @@ def _bind_error(
     """Why a restore could not bind its port, and what to do, in one line."""
     import errno
 
-    from ckpt.sandbox.protocol import BindReason
+    from ckpt.sandbox.wire.protocol import BindReason
 
     msg = f"cannot listen on {host}:{port}: {exc.strerror}"
     if exc.errno == errno.EADDRINUSE and reason is BindReason.TEMPLATE_UNREACHABLE:
@@ -190,7 +192,7 @@ class Host:
         self.last_request = 0.0  # monotonic time of the last HTTP request
         self.stall, self.stall_release = _fault_stall()
         self.last_dump: str | None = None  # image id of the last dump (see precopy.py)
-        from ckpt.sandbox.remote_image import ImageSession
+        from ckpt.sandbox.host.remote_image import ImageSession
 
         self.images = ImageSession()  # an object-store image's store, upload, fetch
         self.server = rpc.Server(
@@ -259,9 +261,9 @@ class Host:
             conns = []
             try:
                 if netns:
-                    from ckpt.sandbox import netns as netns_mod
+                    from ckpt.sandbox.wire import netns as netns_mod
 
-                    sock = netns_mod.listen(netns, host or HOST, port)
+                    sock = netns_mod.listen(netns, host or HOST, port, bind)
                 else:
                     sock = bind(host or HOST, port)
             except OSError as exc:
@@ -277,8 +279,8 @@ class Host:
         """The sockets the checkpointed sandbox handed to the template, if they are for
         this port, or why not.  ``held_for`` is set whenever something was held, adopted
         or not, so that a successful restore lets the template close it."""
-        from ckpt.sandbox import handover
-        from ckpt.sandbox.protocol import BindReason
+        from ckpt.sandbox.wire import handover
+        from ckpt.sandbox.wire.protocol import BindReason
 
         held_for = image_metadata.get("sandbox_id")
         if not isinstance(held_for, str) or not _serves_http(self.kernel):
@@ -309,7 +311,7 @@ class Host:
     # -- RPC handlers ------------------------------------------------------------------
 
     def ping(self, request: p.PingRequest) -> p.PingReply:
-        from ckpt.sandbox.protocol import PingReply
+        from ckpt.sandbox.wire.protocol import PingReply
 
         return PingReply(
             pid=os.getpid(),
@@ -322,7 +324,7 @@ class Host:
         )
 
     def fingerprint(self, request: p.FingerprintRequest) -> p.FingerprintReply:
-        from ckpt.sandbox.protocol import FingerprintReply
+        from ckpt.sandbox.wire.protocol import FingerprintReply
 
         with self.cond:
             if self.kernel is None:
@@ -334,7 +336,7 @@ class Host:
             raise SandboxError("sandbox already has a kernel")
         from ckpt import kernel as kernel_mod
         from ckpt import statefile  # noqa: F401  (loaded now, not during the checkpoint)
-        from ckpt.sandbox.protocol import BootReply
+        from ckpt.sandbox.wire.protocol import BootReply
 
         workload = request.workload
         try:
@@ -358,7 +360,7 @@ class Host:
         t0 = time.perf_counter_ns()
         self.images.begin_restore(request, _key(request.key_hex))  # a store's: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
-        from ckpt.sandbox.protocol import Listener, RestoreReply
+        from ckpt.sandbox.wire.protocol import Listener, RestoreReply
 
         del kernel
         t_import = time.perf_counter_ns()
@@ -444,7 +446,7 @@ class Host:
         """A background page load found the page file damaged, or its store failed:
         stop, never run on with memory we do not have (called once, from the thread
         that found it)."""
-        from ckpt.sandbox.remote_image import load_failure
+        from ckpt.sandbox.host.remote_image import load_failure
 
         log(
             f"restore: {load_failure(exc)} during background load: {exc}; "
@@ -469,7 +471,7 @@ class Host:
             self.cond.notify_all()
 
     def pause(self, request: p.PauseRequest) -> p.FrozenReply:
-        from ckpt.sandbox.protocol import FrozenReply
+        from ckpt.sandbox.wire.protocol import FrozenReply
 
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to pause")
@@ -478,7 +480,7 @@ class Host:
         return FrozenReply(frozen=True)
 
     def resume(self, request: p.ResumeRequest) -> p.FrozenReply:
-        from ckpt.sandbox.protocol import FrozenReply
+        from ckpt.sandbox.wire.protocol import FrozenReply
 
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to resume")
@@ -494,9 +496,9 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt.sandbox import dump, precopy, remote_image, snapshot
-        from ckpt.sandbox.protocol import CheckpointReply
-        from ckpt.sandbox.timings import Timings
+        from ckpt.sandbox.host import dump, precopy, remote_image, snapshot
+        from ckpt.sandbox.wire.protocol import CheckpointReply
+        from ckpt.sandbox.wire.timings import Timings
 
         where = remote_image.location_of(request)
         if request.pre_copy and not where.is_local:
@@ -588,7 +590,7 @@ class Host:
     ) -> dump.Dump:
         """What the image of the kernel, just frozen, is written from."""
         from ckpt import state
-        from ckpt.sandbox.dump import Dump
+        from ckpt.sandbox.host.dump import Dump
 
         frozen_at = time.perf_counter_ns()
         engine = request.engine or state.default_engine()
@@ -623,7 +625,7 @@ class Host:
         """``--leave-running``: a forked child writes the image from its copy-on-write
         copy of the frozen kernel while this process thaws at once; the frozen time is
         the fork."""
-        from ckpt.sandbox import dump, snapshot
+        from ckpt.sandbox.host import dump, snapshot
 
         pid, fd = snapshot.start(lambda: dump.write_image(job))
         self._thaw()
@@ -644,7 +646,7 @@ class Host:
     def _link(self, request: p.CheckpointRequest, rounds: Any) -> dict[str, Any]:
         """The metadata linking this image to its parent: the last pre-copy round's, the
         ``--parent-path`` image's, or none (a full image)."""
-        from ckpt.sandbox import precopy
+        from ckpt.sandbox.host import precopy
 
         key = _key(request.key_hex)
         try:
@@ -660,15 +662,15 @@ class Host:
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
-        from ckpt.sandbox import precopy
-        from ckpt.sandbox.protocol import CheckpointReply
+        from ckpt.sandbox.host import precopy
+        from ckpt.sandbox.wire.protocol import CheckpointReply
 
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
         try:
             counters = precopy.pre_dump(self, params)
         except OSError as exc:
-            from ckpt.sandbox.dump import image_write_error
+            from ckpt.sandbox.host.dump import image_write_error
 
             raise image_write_error(exc, params["image"]) from exc
         counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
@@ -687,7 +689,7 @@ class Host:
         if self.http is None:
             return None
         timeout = DRAIN_TIMEOUT_S if given is None else float(given)
-        from ckpt.sandbox.http import DrainTimeout
+        from ckpt.sandbox.host.http import DrainTimeout
 
         try:
             return self.http.drain(timeout)
@@ -706,8 +708,8 @@ class Host:
     def _hand_over(self) -> tuple[p.Handover, str]:
         """Give the drained sockets to the template for the restore: what happened, and
         why in words when they were not (or perhaps not) taken."""
-        from ckpt.sandbox import handover
-        from ckpt.sandbox.protocol import Handover
+        from ckpt.sandbox.wire import handover
+        from ckpt.sandbox.wire.protocol import Handover
 
         if self.http is None:
             return Handover.NONE, ""
@@ -722,7 +724,7 @@ class Host:
         return outcome, why
 
     def stop(self, request: p.StopRequest) -> p.StopReply:
-        from ckpt.sandbox.protocol import StopReply
+        from ckpt.sandbox.wire.protocol import StopReply
 
         self.server.after_reply(self._exit)
         return StopReply(stopping=True)
@@ -751,11 +753,13 @@ class Host:
         self.exiting.wait()
 
 
-USAGE = "usage: python -m ckpt.sandbox.process --id ID --socket PATH [--ready-fd N] [--root ROOT]"
+USAGE = (
+    "usage: python -m ckpt.sandbox.host.process --id ID --socket PATH [--ready-fd N] [--root ROOT]"
+)
 
 
 def _usage_error(msg: str) -> SystemExit:
-    sys.stderr.write(f"{USAGE}\npython -m ckpt.sandbox.process: error: {msg}\n")
+    sys.stderr.write(f"{USAGE}\npython -m ckpt.sandbox.host.process: error: {msg}\n")
     return SystemExit(2)
 
 

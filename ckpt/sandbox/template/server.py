@@ -68,8 +68,8 @@ import struct
 import sys
 import time
 
-from ckpt.sandbox import handover
-from ckpt.sandbox import template_proto as proto
+from ckpt.sandbox.wire import handover
+from ckpt.sandbox.wire import template_proto as proto
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,7 +103,8 @@ def warm() -> dict[str, Any]:
     """
     t0 = time.perf_counter_ns()
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import dump, http, process, protocol, rpc, timings  # noqa: F401
+    from ckpt.sandbox.host import dump, http, process  # noqa: F401
+    from ckpt.sandbox.wire import protocol, rpc, timings  # noqa: F401
 
     t_import = time.perf_counter_ns()
     for workload in proto.WARM_WORKLOADS:
@@ -193,7 +194,7 @@ def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any
         raise Refused("spawn needs an absolute 'socket' path")
     if len(os.fsencode(sock)) > 107:
         raise Refused("socket path too long")
-    from ckpt.sandbox.paths import Root
+    from ckpt.sandbox.wire.paths import Root
 
     if sock != str(Root(root).socket_path(sandbox_id)):
         raise Refused("socket must be the sandbox's own control socket under this root")
@@ -290,7 +291,8 @@ def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
         os.environ[handover.ENV] = spec["template_socket"]
         gc.unfreeze()
         gc.enable()
-        from ckpt.sandbox import process, title
+        from ckpt.sandbox.host import process
+        from ckpt.sandbox.wire import title
 
         title.set_title(title.sandbox_title(spec["id"], spec["root"]))
         process.log("forked from the warm template")
@@ -765,7 +767,7 @@ def _fault_delay(which: str) -> float:
 
 
 def _checked_id(req: dict[str, Any]) -> str:
-    from ckpt.sandbox.paths import check_id
+    from ckpt.sandbox.wire.paths import check_id
 
     sandbox_id = req.get("id")
     if not isinstance(sandbox_id, str):
@@ -828,7 +830,7 @@ def main(argv: list[str] | None = None) -> None:
         return  # another template for this root is starting or serving
     t = Template(os.path.abspath(opts["root"]), opts["socket"], opts["version"])
     t.lock_fd = lock_fd
-    from ckpt.sandbox import title  # its module is loaded now, so forked sandboxes pay nothing
+    from ckpt.sandbox.wire import title  # its module is loaded now, so forked sandboxes pay nothing
 
     title.set_title(title.template_title(t.root))
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
