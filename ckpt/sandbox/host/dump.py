@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from ckpt.sandbox.host.precopy import Rounds
+    from ckpt.sandbox.host.remote_image import ImageSession
     from ckpt.sandbox.wire import protocol as p
 
 
@@ -99,11 +101,11 @@ class Dump:
         kernel: Any,
         key: bytes | None,
         stall: Callable[[], None] | None,
-        images: Any,
+        images: ImageSession,
         engine: str,
         metadata: dict[str, Any],
         link: dict[str, Any],
-        rounds: Any,
+        rounds: Rounds | None,
         stats: Any,
         frozen_at: int,
         freezing_ns: int,

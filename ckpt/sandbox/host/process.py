@@ -28,8 +28,9 @@ Why one file: ``Host`` is one state machine.  Its RPC handlers, the HTTP respond
 the ticker share one lock (``Host.cond``), the frozen flag and the listener, and each
 handler's failure path undoes the others' steps (a failed restore drops the kernel it
 loaded, a failed checkpoint thaws and accepts again).  What stands apart has its module:
-the image (``dump.py``), pre-copy (``precopy.py``), the template's sockets
-(``handover.py``), HTTP (``http.py``), read-only views (``introspect.py``).  Argument
+the image (``dump.py``), pre-copy (``precopy.py``), the listening socket kept or bound
+anew (``listener.py``), the template's sockets (``wire/handover.py``), HTTP
+(``http.py``), read-only views (``introspect.py``).  Argument
 parsing stays here, in the cold start's entry point: one module fewer to import.
 """
 
@@ -43,7 +44,7 @@ import time
 
 from ckpt.errors import KernelError, SandboxError, StatefileError
 from ckpt.sandbox.host import introspect
-from ckpt.sandbox.host.http import HttpServer, bind
+from ckpt.sandbox.host.http import HttpServer
 from ckpt.sandbox.wire import rpc
 from ckpt.sandbox.wire.sandboxlog import exit_now, log
 
@@ -53,7 +54,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ckpt.sandbox.host import dump
+    from ckpt.sandbox.host import dump, listener, precopy
     from ckpt.sandbox.wire import protocol as p
 
 TICK_S = 0.05
@@ -66,7 +67,6 @@ TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
 # sandbox wakes (20 -> 4 a second for nginx's 50 ms timer).
 TICK_SLACK = 5
 QUIET_AFTER_S = 1.0
-HOST = "127.0.0.1"
 DRAIN_TIMEOUT_S = 10.0
 
 
@@ -128,53 +128,6 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
     from ckpt import kernel, state, statefile  # noqa: F401
     from ckpt.sandbox.host import dump  # noqa: F401  (the checkpoint path)
     from ckpt.sandbox.wire import timings  # noqa: F401  (the checkpoint path)
-
-
-def _serves_http(k: Any) -> bool:
-    """Does the workload have an HTTP service whose listener we must bind for real?
-
-    A fresh ``http`` kernel has a listener with no host port yet (None until the sandbox
-    records one); a restored one has the port it was serving on.
-    """
-    return k.http_listen_address() is not None or getattr(k, "http", None) is not None
-
-
-def _bind_error(
-    port: int, exc: OSError, reason: p.BindReason | None, why: str, host: str = HOST
-) -> str:
-    """Why a restore could not bind its port, and what to do, in one line."""
-    import errno
-
-    from ckpt.sandbox.wire.protocol import BindReason
-
-    msg = f"cannot listen on {host}:{port}: {exc.strerror}"
-    if exc.errno == errno.EADDRINUSE and reason is BindReason.TEMPLATE_UNREACHABLE:
-        return (
-            f"{msg}: the template holding it does not answer ({why}); `ckpt template stop` "
-            "(what it holds is lost) and restore again, or pass --port 0 for a free port"
-        )
-    if exc.errno == errno.EADDRINUSE and reason is BindReason.OTHER_SANDBOX:
-        return f"{msg} ({why}, kept for its restore); pass --port 0 for a free port"
-    return f"{msg}; pass --port 0 for a free port"
-
-
-class _Adoption:
-    """What a restore found held for its listener: the socket and parked connections,
-    or why it binds anew (``reason``, and the same in words)."""
-
-    __slots__ = ("conns", "held_for", "listener", "reason", "why")
-
-    def __init__(
-        self,
-        reason: p.BindReason | None,
-        why: str,
-        listener: Any = None,
-        conns: list[Any] | None = None,
-        held_for: str = "",
-    ) -> None:
-        self.reason, self.why, self.listener = reason, why, listener
-        self.conns = conns or []
-        self.held_for = held_for
 
 
 class Host:
@@ -244,63 +197,22 @@ class Host:
     def _listen(
         self,
         port: int,
-        adoption: _Adoption | None = None,
+        adoption: listener.Adoption | None = None,
         host: str | None = None,
         netns: str | None = None,
     ) -> str | None:
-        """Serve the workload's listening socket for real: the one handed over by the
-        previous sandbox when there is one (with its parked connections), else one
-        bound now (``adoption`` says why it was not handed over), on ``host`` inside
-        namespace ``netns`` when the sandbox has its own address.  Returns
+        """Serve the workload's listening socket for real (see listener.py); returns
         ``host:port``."""
-        if not _serves_http(self.kernel):
-            return None
-        if adoption is not None and adoption.listener is not None:
-            sock, conns = adoption.listener, adoption.conns
-        else:
-            conns = []
-            try:
-                if netns:
-                    from ckpt.sandbox.wire import netns as netns_mod
+        from ckpt.sandbox.host import listener
 
-                    sock = netns_mod.listen(netns, host or HOST, port, bind)
-                else:
-                    sock = bind(host or HOST, port)
-            except OSError as exc:
-                reason, why = (adoption.reason, adoption.why) if adoption else (None, "")
-                raise SandboxError(_bind_error(port, exc, reason, why, host or HOST)) from exc
+        if not listener.serves_http(self.kernel):
+            return None
+        sock, conns = listener.take_or_bind(port, adoption, host, netns)
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
         self.http = HttpServer(sock, self.respond, conns)
         self.http.start()
         return f"{host}:{real_port}"
-
-    def _adopt(self, image_metadata: dict[str, Any], port: int, host: str = HOST) -> _Adoption:
-        """The sockets the checkpointed sandbox handed to the template, if they are for
-        this port, or why not.  ``held_for`` is set whenever something was held, adopted
-        or not, so that a successful restore lets the template close it."""
-        from ckpt.sandbox.wire import handover
-        from ckpt.sandbox.wire.protocol import BindReason
-
-        held_for = image_metadata.get("sandbox_id")
-        if not isinstance(held_for, str) or not _serves_http(self.kernel):
-            return _Adoption(BindReason.IMAGE_NAMES_NO_SANDBOX, "the image names no sandbox")
-        if held_for != self.id:
-            # What the template holds belongs to sandbox ``held_for``, whose own restore
-            # may come at any moment: a copy of its image restored elsewhere never
-            # takes (or releases) them.
-            return _Adoption(BindReason.OTHER_SANDBOX, f"the held sockets are {held_for}'s")
-        listener, conns, reason, why = handover.adopt(held_for)
-        if listener is None:
-            return _Adoption(reason, why)
-        held_host, held_port = listener.getsockname()[:2]
-        if held_port != port or held_host != host:  # --port 0, another port or address
-            for s in (listener, *conns):
-                s.close()
-            # a restore elsewhere: the CLI releases the held socket once this succeeds
-            why = f"the held socket is on {held_host}:{held_port}, not {host}:{port}"
-            return _Adoption(BindReason.OTHER_PORT, why, held_for=held_for)
-        return _Adoption(None, "", listener, conns, held_for)
 
     def _address(self) -> str | None:
         if self.http is None:
@@ -360,6 +272,7 @@ class Host:
         t0 = time.perf_counter_ns()
         self.images.begin_restore(request, _key(request.key_hex))  # a store's: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
+        from ckpt.sandbox.host import listener
         from ckpt.sandbox.wire.protocol import Listener, RestoreReply
 
         del kernel
@@ -404,7 +317,8 @@ class Host:
         with self.cond:
             self.kernel = k
             self.frozen = True
-            adoption = self._adopt(image.metadata, int(port), request.host or HOST)
+            where = request.host or listener.HOST
+            adoption = listener.adopt(self.id, k, image.metadata, int(port), where)
             try:
                 address = self._listen(int(port), adoption, request.host, request.netns)
             except BaseException:
@@ -570,7 +484,7 @@ class Host:
     def _undo_checkpoint(
         self,
         request: p.CheckpointRequest,
-        rounds: Any,
+        rounds: precopy.Rounds | None,
         was_running: bool,
         drained: int | None,
         exc: BaseException,
@@ -586,7 +500,11 @@ class Host:
         log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
 
     def _dump_job(
-        self, request: p.CheckpointRequest, link: dict[str, Any], rounds: Any, freezing_ns: int
+        self,
+        request: p.CheckpointRequest,
+        link: dict[str, Any],
+        rounds: precopy.Rounds | None,
+        freezing_ns: int,
     ) -> dump.Dump:
         """What the image of the kernel, just frozen, is written from."""
         from ckpt import state
@@ -643,7 +561,7 @@ class Host:
         log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
         _stall(self.stall, self.stall_release)
 
-    def _link(self, request: p.CheckpointRequest, rounds: Any) -> dict[str, Any]:
+    def _link(self, request: p.CheckpointRequest, rounds: precopy.Rounds | None) -> dict[str, Any]:
         """The metadata linking this image to its parent: the last pre-copy round's, the
         ``--parent-path`` image's, or none (a full image)."""
         from ckpt.sandbox.host import precopy
