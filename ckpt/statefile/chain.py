@@ -34,14 +34,8 @@ from typing import Any
 
 from ckpt.errors import CkptError, IntegrityError, StatefileError
 from ckpt.statefile.format import MAX_PAGES
-from ckpt.statefile.image import (
-    ROUND_NAME,
-    ROUNDS_DIR,
-    Image,
-    is_real_dir,
-    open_image,
-    open_image_unverified,
-)
+from ckpt.statefile.image import ROUND_NAME, ROUNDS_DIR, is_real_dir
+from ckpt.statefile.image_reader import Image, open_image, open_image_unverified
 from ckpt.statefile.pages import LoadedPages
 from ckpt.statefile.seal import check_parent_sealing
 
