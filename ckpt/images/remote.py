@@ -1,7 +1,8 @@
 """The CLI's side of an object-store image, before and after it asks a sandbox to
 write or read one: the store settings it sends (:func:`attach` puts them into the
 request), the checks it makes first (so a bad setting or chain is refused before any
-sandbox is touched), and what it says when a sandbox died writing.  The sandbox host's side is ckpt/sandbox/host/remote_image.py.
+sandbox is touched), and what it says when a sandbox died writing.  The sandbox
+host's side is ckpt/sandbox/host/remote_image.py.
 
 Where the store settings come from: the sandbox runs in a process forked from the
 root's template, which is shared and long-lived, so its environment is whatever the

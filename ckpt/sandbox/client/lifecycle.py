@@ -174,7 +174,7 @@ def run(
     ip: str | None = None,
 ) -> RunResult:
     """Start a sandbox running ``workload``; returns once it is ready (and listening).
-    With ``bridge`` and ``ip`` it listens on an address of its own (``netns.py``)."""
+    With ``bridge`` and ``ip`` it listens on an address of its own (``wire/netns.py``)."""
     _check_engine(engine)
     if root.exists(sandbox_id):
         st = refresh(root, sandbox_id)
@@ -407,7 +407,7 @@ def checkpoint(
     A sandbox that stops first drains: it stops accepting, lets accepted requests finish
     (for at most ``drain_timeout`` seconds, else the checkpoint fails and it goes on
     serving), and hands its listening socket and idle connections to the template for
-    the restore (``handover.py``)."""
+    the restore (``wire/handover.py``)."""
     _check_engine(engine)
     from ckpt.images import Location
     from ckpt.images.remote import attach, remote_before, request_fields
@@ -439,7 +439,7 @@ def checkpoint(
         key_hex=key.hex() if key else None,
         force=force,
         drain_timeout=drain_timeout,
-        **(options or {}),  # pre_dump, parent, pre_copy: see precopy.py
+        **(options or {}),  # pre_dump, parent, pre_copy: see precopy_options.py
     )
     request = attach(request, remote)
     image = where.path if where.path is not None else str(where)

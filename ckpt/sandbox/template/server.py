@@ -440,7 +440,7 @@ class Template:
         if not self.running:
             self.close()
 
-    # -- sockets held between a checkpoint and its restore (see handover.py) --------
+    # -- sockets held between a checkpoint and its restore (see wire/handover.py) --------
 
     def _hold(self, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         sandbox_id = checked_id(req)
