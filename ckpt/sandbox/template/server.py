@@ -683,7 +683,3 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         t.close()
         log("stopped")
-
-
-if __name__ == "__main__":
-    main()
