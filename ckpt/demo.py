@@ -19,10 +19,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ckpt.errors import CkptError
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.http import get_json
-from ckpt.sandbox.paths import Root
-from ckpt.sandbox.render import stats_renderable, timings_table
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.client.render import stats_renderable, timings_table
+from ckpt.sandbox.host.http import get_json
+from ckpt.sandbox.wire.paths import Root
 
 DEMO_CPU = 0.5
 
@@ -62,7 +62,7 @@ def run(console: Console) -> None:
     sandbox_id = f"demo-{os.getpid()}"  # cgroups are host-wide: two demos must not clash
     root = Root(tmp / "root")
     image = tmp / "image"
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     try:
         console.rule("0. start the warm template (it forks ready-made sandboxes)")

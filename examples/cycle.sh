@@ -27,7 +27,7 @@ trap cleanup EXIT INT TERM
 address() { ck state "$ID" | sed -n 's/.*"address": "\(.*\)".*/\1/p'; }
 # GET / n times from the sandbox at $ADDR (curl would do; python3 is always there)
 hit() {
-    "$PYTHON" -c 'import sys; from ckpt.sandbox.http import get_json
+    "$PYTHON" -c 'import sys; from ckpt.sandbox.host.http import get_json
 host, port = sys.argv[1].rsplit(":", 1)
 for _ in range(int(sys.argv[2])): print(get_json(host, int(port))[1])' "$ADDR" "$1"
 }

@@ -1,4 +1,5 @@
-"""The package layering, read from the source: which ``ckpt`` package may import which.
+"""The package layering, read from the source: which ``ckpt`` package may import which,
+and inside ``ckpt.sandbox``, which process's subpackage may import which.
 
 Each module's imports are parsed with ``ast`` (nothing is imported), counting imports
 inside functions and ``TYPE_CHECKING`` blocks too, so a rule cannot be dodged by a
@@ -10,6 +11,7 @@ from anywhere.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,15 @@ NEVER = {
     "sandbox": {"migration", "cli", "bench"},
     "migration": {"cli", "bench"},
     "images": {"sandbox", "migration", "cli", "bench"},
+}
+# ckpt.sandbox is split by the process that runs the code: subpackage -> the others it
+# may import.  The wire is shared by all and imports none; the CLI side and the host talk
+# over the wire and never run each other's code; the template forks hosts.
+SANDBOX_MAY = {
+    "wire": set(),
+    "client": {"wire"},
+    "host": {"wire"},
+    "template": {"wire", "host"},
 }
 # Imports that break a rule today, each to be removed from here by the change that ends
 # it (test_every_known_exception_is_still_there fails once it is gone).  No new entries.
@@ -68,13 +79,87 @@ def imports_of(source: str, module: str, is_package: bool = False) -> set[str]:
     return {name for name in found if name == "ckpt" or name.startswith("ckpt.")}
 
 
+@functools.cache
+def _is_module(name: str) -> bool:
+    path = ROOT.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def module_imports(source: str, module: str, is_package: bool = False) -> set[str]:
+    """The ``ckpt`` modules ``source`` imports, anywhere in it, each to the module:
+    ``from ckpt.sandbox.wire import rpc`` gives ``ckpt.sandbox.wire.rpc``, and
+    ``from ckpt.sandbox.wire.rpc import call`` the same."""
+    found = set()
+    for name in imports_of(source, module, is_package):
+        found.add(name if _is_module(name) else name.rpartition(".")[0])
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if _is_module(f"{node.module}.{a.name}"):
+                    found.add(f"{node.module}.{a.name}")
+    return {name for name in found if name.startswith("ckpt")}
+
+
+def _sandbox_part(name: str) -> str | None:
+    """The subpackage of ``ckpt.sandbox`` a module is in (``wire``...), "" for the
+    package itself, None outside it."""
+    parts = name.split(".")
+    if parts[:2] != ["ckpt", "sandbox"]:
+        return None
+    return parts[2] if len(parts) > 2 else ""
+
+
+@functools.cache
+def public(subpackage: str) -> frozenset[str]:
+    """The modules a sandbox subpackage's ``__init__`` lists in ``__all__``."""
+    tree = ast.parse((ROOT / "sandbox" / subpackage / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return frozenset(ast.literal_eval(node.value))
+    return frozenset()
+
+
+@functools.cache
+def sandbox_edges() -> frozenset[tuple[str, str]]:
+    """(module of ckpt, ``ckpt.sandbox`` module it imports) for every such import."""
+    found = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_name(path)
+        source = path.read_text(encoding="utf-8")
+        for name in module_imports(source, module, path.name == "__init__.py"):
+            if _sandbox_part(name):
+                found.add((module, name))
+    return frozenset(found)
+
+
+def sandbox_violations(
+    found: set[tuple[str, str]] | frozenset[tuple[str, str]],
+) -> set[tuple[str, str]]:
+    """Imports into another process's subpackage that it may not make (``SANDBOX_MAY``),
+    or of a module that subpackage does not list as its surface (``__all__``)."""
+    bad = set()
+    for module, name in found:
+        own, target = _sandbox_part(module), _sandbox_part(name)
+        if not target or own == target:
+            continue
+        if own is not None and target not in SANDBOX_MAY.get(own, ()):
+            bad.add((module, name))
+        inner = name.split(".")[3:4]
+        if inner and inner[0] not in public(target):
+            bad.add((module, name))
+    return bad
+
+
 def _part(name: str) -> str:
     """The top-level part of ckpt a name is in: a package, a leaf module, or ""."""
     top = name.split(".")[1] if "." in name else ""
     return top if (ROOT / top).is_dir() or (ROOT / f"{top}.py").is_file() else ""
 
 
-def edges() -> set[tuple[str, str]]:
+@functools.cache
+def edges() -> frozenset[tuple[str, str]]:
     """(module, part of ckpt it imports) for every import that leaves the module's part."""
     found = set()
     for path in sorted(ROOT.rglob("*.py")):
@@ -85,10 +170,10 @@ def edges() -> set[tuple[str, str]]:
             part = _part(name)
             if part != own:
                 found.add((module, part))
-    return found
+    return frozenset(found)
 
 
-def violations(found: set[tuple[str, str]]) -> set[tuple[str, str]]:
+def violations(found: set[tuple[str, str]] | frozenset[tuple[str, str]]) -> set[tuple[str, str]]:
     bad = set()
     for module, part in found:
         own = _part(module)
@@ -106,7 +191,7 @@ def test_imports_are_found_wherever_they_are() -> None:
         "import os\n"
         "from ckpt.state import wire\n"
         "def f():\n"
-        "    from ckpt.sandbox.process import Sandbox\n"
+        "    from ckpt.sandbox.host.process import Sandbox\n"
         "    import ckpt.storage.s3\n"
         "    from .. import migration\n"
         "    from . import chunks\n"
@@ -115,7 +200,7 @@ def test_imports_are_found_wherever_they_are() -> None:
     )
     assert imports_of(source, "ckpt.statefile.image") == {
         "ckpt.state",
-        "ckpt.sandbox.process",
+        "ckpt.sandbox.host.process",
         "ckpt.storage.s3",
         "ckpt.migration",
         "ckpt.statefile.chunks",
@@ -142,8 +227,8 @@ def test_the_scan_sees_the_tree() -> None:
         ("ckpt.statefile.image", "storage"),
         ("ckpt.storage.s3", "statefile"),
         ("ckpt.cgroups.manager", "sandbox"),
-        ("ckpt.sandbox.process", "migration"),
-        ("ckpt.sandbox.process", "cli"),
+        ("ckpt.sandbox.host.process", "migration"),
+        ("ckpt.sandbox.host.process", "cli"),
         ("ckpt.migration.session", "bench"),
         ("ckpt.images.remote", "sandbox"),
         ("ckpt.statefile.image", "storage"),
@@ -161,7 +246,7 @@ def test_a_forbidden_import_is_a_violation(module: str, part: str) -> None:
         ("ckpt.kernel.mm", "state"),
         ("ckpt.statefile.image", "state"),
         ("ckpt.storage.s3", "errors"),
-        ("ckpt.sandbox.process", "statefile"),
+        ("ckpt.sandbox.host.process", "statefile"),
         ("ckpt.migration.session", "sandbox"),
         ("ckpt.cli.base", "bench"),
         ("ckpt.keyfile", "errors"),
@@ -181,3 +266,74 @@ def test_no_package_imports_what_its_layer_must_not() -> None:
 def test_every_known_exception_is_still_there() -> None:
     gone = KNOWN - violations(edges())
     assert not gone, f"no longer imported, remove from KNOWN: {sorted(gone)}"
+
+
+# -- inside ckpt.sandbox: one subpackage per process ----------------------------------
+
+
+def test_every_sandbox_module_belongs_to_a_process() -> None:
+    here = ROOT / "sandbox"
+    flat = sorted(p.name for p in here.glob("*.py") if p.name != "__init__.py")
+    assert not flat, f"modules of no process's subpackage in ckpt/sandbox: {flat}"
+    subpackages = {p.name for p in here.iterdir() if (p / "__init__.py").is_file()}
+    assert subpackages == set(SANDBOX_MAY)
+    for sub in subpackages:
+        listed = public(sub)
+        assert listed, f"ckpt.sandbox.{sub} declares no surface (__all__)"
+        missing = {m for m in listed if not _is_module(f"ckpt.sandbox.{sub}.{m}")}
+        assert not missing, f"ckpt.sandbox.{sub}.__all__ names no module: {sorted(missing)}"
+
+
+def test_the_sandbox_scan_sees_the_tree() -> None:
+    found = sandbox_edges()
+    assert ("ckpt.sandbox.host.process", "ckpt.sandbox.wire.rpc") in found
+    assert ("ckpt.sandbox.client.lifecycle", "ckpt.sandbox.client.spawn") in found
+    assert ("ckpt.sandbox.template.server", "ckpt.sandbox.host.process") in found
+    assert ("ckpt.cli.options", "ckpt.sandbox.client.lifecycle") in found
+    assert module_imports("from ckpt.sandbox.wire.rpc import call", "ckpt.x") == {
+        "ckpt.sandbox.wire.rpc"
+    }
+
+
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [
+        ("ckpt.sandbox.wire.rpc", "ckpt.sandbox.host.http"),
+        ("ckpt.sandbox.wire.paths", "ckpt.sandbox.client.status"),
+        ("ckpt.sandbox.wire.handover", "ckpt.sandbox.template.server"),
+        ("ckpt.sandbox.host.dump", "ckpt.sandbox.client.lifecycle"),
+        ("ckpt.sandbox.host.process", "ckpt.sandbox.template.server"),
+        ("ckpt.sandbox.template.server", "ckpt.sandbox.client.template_client"),
+        ("ckpt.sandbox.client.lifecycle", "ckpt.sandbox.host.remote_image"),
+        ("ckpt.sandbox.client.spawn", "ckpt.sandbox.template.server"),
+        ("ckpt.cli.sandbox", "ckpt.sandbox.client.pids"),  # not in client's __all__
+        ("ckpt.migration.outgoing", "ckpt.sandbox.host.snapshot"),
+        ("ckpt.sandbox.template.server", "ckpt.sandbox.host.introspect"),
+    ],
+)
+def test_a_forbidden_sandbox_import_is_a_violation(module: str, imported: str) -> None:
+    assert sandbox_violations({(module, imported)}) == {(module, imported)}
+
+
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [
+        ("ckpt.sandbox.client.lifecycle", "ckpt.sandbox.wire.protocol"),
+        ("ckpt.sandbox.client.lifecycle", "ckpt.sandbox.client.pids"),
+        ("ckpt.sandbox.host.process", "ckpt.sandbox.wire.handover"),
+        ("ckpt.sandbox.host.process", "ckpt.sandbox.host.snapshot"),
+        ("ckpt.sandbox.template.server", "ckpt.sandbox.host.process"),
+        ("ckpt.cli.sandbox", "ckpt.sandbox.client.lifecycle"),
+        ("ckpt.migration.session", "ckpt.sandbox.wire.netns"),
+        ("ckpt.bench.load", "ckpt.sandbox.host.http"),
+    ],
+)
+def test_an_allowed_sandbox_import_is_not(module: str, imported: str) -> None:
+    assert sandbox_violations({(module, imported)}) == set()
+
+
+def test_no_sandbox_process_imports_what_it_must_not() -> None:
+    bad = sandbox_violations(sandbox_edges())
+    assert not bad, "imports across ckpt.sandbox's processes: " + ", ".join(
+        f"{module} imports {name}" for module, name in sorted(bad)
+    )

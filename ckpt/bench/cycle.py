@@ -28,9 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.errors import CkptError, SandboxError
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.paths import Root
-from ckpt.sandbox.timings import CHECKPOINT, RESTORE, RESUME_TOTAL, SANDBOX_CREATE, SUSPEND_TOTAL
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.wire.paths import Root
+from ckpt.sandbox.wire.timings import (
+    CHECKPOINT,
+    RESTORE,
+    RESUME_TOTAL,
+    SANDBOX_CREATE,
+    SUSPEND_TOTAL,
+)
 
 CPU_PER_CYCLE = "CPUPerCycle"
 PHASES = (CHECKPOINT, SUSPEND_TOTAL, SANDBOX_CREATE, RESTORE, RESUME_TOTAL, CPU_PER_CYCLE)
@@ -89,7 +95,7 @@ class Plan:
             raise SandboxError("--count must be at least 1")
         if hold < 0:
             raise SandboxError("--hold must not be negative")
-        from ckpt.sandbox import template_client
+        from ckpt.sandbox.client import template_client
 
         return cls(
             sandbox_id, Path(image_dir), count, quotas, hold, names, not template_client.disabled()

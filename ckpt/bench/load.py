@@ -98,7 +98,7 @@ def _client(port: int, stop: threading.Event, deadline: float, out: Tally) -> No
 
 
 def _get_count(port: int) -> int:
-    from ckpt.sandbox.http import get_json
+    from ckpt.sandbox.host.http import get_json
 
     status, body = get_json(HOST, port, "/", timeout=CLIENT_TIMEOUT_S)
     if status != 200:
@@ -205,7 +205,7 @@ def modes_allowed(modes: tuple[str, ...], *, template_off: bool) -> tuple[str, .
 
 def template_disabled() -> bool:
     """Whether the global ``--no-template`` (or ``CKPT_TEMPLATE=0``) is in force."""
-    from ckpt.sandbox.template_client import disabled
+    from ckpt.sandbox.client.template_client import disabled
 
     return disabled()
 

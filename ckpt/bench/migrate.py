@@ -577,7 +577,7 @@ def run_netns(
 
 
 def _ids(root: Path) -> list[str]:
-    from ckpt.sandbox.paths import Root
+    from ckpt.sandbox.wire.paths import Root
 
     return Root(root).ids() if root.is_dir() else []
 

@@ -156,7 +156,7 @@ def _reset_peak(pid: int) -> bool:
 
 
 def _get(st: Any, path: str = "/") -> dict[str, Any]:
-    from ckpt.sandbox.http import get_json
+    from ckpt.sandbox.host.http import get_json
 
     host, _, port = st.address.rpartition(":")
     status, body = get_json(host, int(port), path, timeout=300)
@@ -206,7 +206,7 @@ class _Rep:
 def _one(root: Any, workdir: Path, workload: str, tag: str, say: Callable[[str], None]) -> _Rep:
     """Boot, checkpoint (left running), restore eagerly (and in the background for
     memory); every sandbox is deleted before returning."""
-    from ckpt.sandbox import lifecycle
+    from ckpt.sandbox.client import lifecycle
     from ckpt.statefile.chunks import workers
     from ckpt.statefile.format import DEFAULT_LEVEL
 
@@ -316,7 +316,7 @@ def run(
 ) -> dict[str, Any]:
     """Every size of every kind; returns {"points": [...], "summary": {...}, "machine"}."""
     from ckpt.bench.harness import machine_info
-    from ckpt.sandbox.paths import Root
+    from ckpt.sandbox.wire.paths import Root
 
     if count < 1:
         raise ScaleError("--count must be at least 1")
@@ -341,7 +341,7 @@ def run(
     try:
         points = [measure(w, count, root, base, say) for w in workloads]
     finally:
-        from ckpt.sandbox import template_client
+        from ckpt.sandbox.client import template_client
 
         template_client.stop(root.path)  # restores fork from it; it must not outlive us
         if own:

@@ -94,7 +94,7 @@ def _address(lifecycle: Any, root: Any) -> tuple[str, int] | None:
 
 def _digest(lifecycle: Any, root: Any, workload: str) -> str | None:
     """The memory digest of a ``memory:N`` sandbox (every page read); None otherwise."""
-    from ckpt.sandbox.http import get_json
+    from ckpt.sandbox.host.http import get_json
 
     if not workload.startswith("memory:"):
         return None
@@ -125,7 +125,7 @@ def _first_response(address: tuple[str, int] | None, deadline: float) -> None:
 
 def _filled(lifecycle: Any, root: Any, workload: str) -> None:
     """Wait until a memory:N sandbox's background fill is done."""
-    from ckpt.sandbox.http import get_json
+    from ckpt.sandbox.host.http import get_json
 
     if not workload.startswith("memory:"):
         return
@@ -213,8 +213,8 @@ def _round(lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: i
 def _rounds(work: Path, base: str, workload: str, count: int) -> list[dict[str, Any]]:
     """``count`` rounds in a root under ``work``, against the store the AWS variables of
     this process name."""
-    from ckpt.sandbox import lifecycle
-    from ckpt.sandbox.paths import Root
+    from ckpt.sandbox.client import lifecycle
+    from ckpt.sandbox.wire.paths import Root
 
     root = Root(work / "root")
     root.ensure()

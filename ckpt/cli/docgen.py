@@ -106,8 +106,10 @@ def deadlines() -> list[tuple[str, str, str]]:
     """(environment variable, default, what waits on it): every ``CKPT_*`` deadline,
     its default read from the constant the code uses."""
     from ckpt.migration import outgoing
-    from ckpt.sandbox import deadlines as dl
-    from ckpt.sandbox import handover, template, template_client
+    from ckpt.sandbox.client import deadlines as dl
+    from ckpt.sandbox.client import template_client
+    from ckpt.sandbox.template import server as template
+    from ckpt.sandbox.wire import handover
 
     return [
         (

@@ -38,7 +38,7 @@ TlsCaOpt = Annotated[
 
 def _root(given: Path | None) -> Any:
     from ckpt.cli.base import Globals, default_root
-    from ckpt.sandbox import paths
+    from ckpt.sandbox.wire import paths
 
     return paths.Root(given or Globals.root or default_root()).check()
 
@@ -208,7 +208,7 @@ def migrate_cmd(
     host, dport = parse_address(to, "--to")
     secret = _secret(key_file)
     sandbox_root = _root(None)
-    from ckpt.sandbox import lifecycle
+    from ckpt.sandbox.client import lifecycle
 
     old_address = lifecycle.state(sandbox_root, sandbox_id).address
     old = _forward_from(sandbox_id, old_address, host, port) if forward > 0 else None

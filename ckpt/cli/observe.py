@@ -1,6 +1,6 @@
 """Commands that watch a sandbox or the host: ps, events, wait, logs, and check.
 
-Each parses its options, calls ``ckpt.sandbox.observe``, ``logs`` or ``hostcheck``
+Each parses its options, calls ``ckpt.sandbox.client.observe``, ``logs`` or ``hostcheck``
 (imported on use) and prints through ``ckpt.cli.output``.  A stream (``events``,
 ``logs -f``) ends when the sandbox does, or quietly on Ctrl-C.
 """
@@ -27,13 +27,13 @@ def register(app: typer.Typer) -> None:
 @commands.command("ps")
 def ps_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     """List the tasks of a sandbox's kernel."""
-    from ckpt.sandbox import observe
+    from ckpt.sandbox.client import observe
 
     reply = observe.tasks(sandbox_root(), sandbox_id)
     if json_out:
         emit_json({"id": sandbox_id, **observe.task_json(reply)})
         return
-    from ckpt.sandbox.render import tasks_table
+    from ckpt.sandbox.client.render import tasks_table
 
     tables([tasks_table(reply)])
 
@@ -57,7 +57,7 @@ def events_cmd(
     One JSON line per interval until the sandbox stops or Ctrl-C, with or without
     --json; --stats prints one and exits.
     """
-    from ckpt.sandbox import observe
+    from ckpt.sandbox.client import observe
 
     try:
         for event in observe.events(
@@ -84,8 +84,8 @@ def wait_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Wait until a sandbox stops; print how it ended."""
-    from ckpt.sandbox import observe
-    from ckpt.sandbox.status import status_text
+    from ckpt.sandbox.client import observe
+    from ckpt.sandbox.client.status import status_text
 
     st = observe.wait(sandbox_root(), sandbox_id, timeout)
     if json_out:
@@ -109,7 +109,7 @@ def logs_cmd(
     import codecs
 
     from ckpt.cli.output import printable_lines
-    from ckpt.sandbox import logs
+    from ckpt.sandbox.client import logs
 
     decode = codecs.getincrementaldecoder("utf-8")("backslashreplace").decode
     out = sys.stdout
@@ -153,12 +153,12 @@ def check_cmd(json_out: JsonOpt = False) -> None:
     cgroups and CPU quotas, the native engine, the template, network namespaces and
     tc, and whether an object store is configured: each ok or missing, and why.
     """
-    from ckpt.sandbox import hostcheck
+    from ckpt.sandbox.client import hostcheck
 
     items = hostcheck.check(Globals.root or default_root())
     if json_out:
         emit_json({"items": [item.to_json() for item in items]})
         return
-    from ckpt.sandbox.render import check_table
+    from ckpt.sandbox.client.render import check_table
 
     tables([check_table(items)])

@@ -109,13 +109,13 @@ def workdir_opt(what: str) -> Any:
 
 def sandbox_root() -> Any:
     """The checked ``paths.Root`` of ``--root`` (imported on use: start-up stays lean)."""
-    from ckpt.sandbox import paths
+    from ckpt.sandbox.wire import paths
 
     return paths.Root(Globals.root or default_root()).check()
 
 
 def lifecycle() -> Any:
-    """``ckpt.sandbox.lifecycle``, imported on use so other commands start fast."""
-    from ckpt.sandbox import lifecycle
+    """``ckpt.sandbox.client.lifecycle``, imported on use so other commands start fast."""
+    from ckpt.sandbox.client import lifecycle
 
     return lifecycle

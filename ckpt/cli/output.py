@@ -198,7 +198,7 @@ def result(headline: str, res: Result, *, title: str, table: bool, stats: bool) 
     if not (table or stats):
         say("  " + res.timings.summary())
         return
-    from ckpt.sandbox import render
+    from ckpt.sandbox.client import render
 
     shown = [render.timings_table(title, res.timings)]
     if stats:

@@ -1,7 +1,7 @@
 """Sandbox lifecycle commands: run, list, state, pause, resume, kill, delete,
 checkpoint, restore, and cycle (checkpoint/restore repeated, engines interleaved).
 
-Each command parses its options, calls ``ckpt.sandbox.lifecycle`` (imported on use) and
+Each command parses its options, calls ``ckpt.sandbox.client.lifecycle`` (imported on use) and
 prints through ``ckpt.cli.output``.
 """
 
@@ -125,7 +125,7 @@ def list_cmd(
     if json_out or fmt is ListFormat.JSON:
         emit_json([st.to_json() for st in states])
     else:
-        from ckpt.sandbox.render import sandboxes_table
+        from ckpt.sandbox.client.render import sandboxes_table
 
         tables([sandboxes_table(states)])
 
@@ -181,7 +181,7 @@ AllOpt = Annotated[bool, typer.Option("--all", help="Every sandbox under the roo
 def _each(outcomes: list, done: str, verb: str, json_out: bool, **extra: object) -> None:
     """One line per sandbox of ``--all`` (or one JSON object listing them), then one
     error for those that failed."""
-    from ckpt.sandbox import control
+    from ckpt.sandbox.client import control
 
     if json_out:
         emit_json(
@@ -222,7 +222,7 @@ def kill_cmd(
     Another signal goes to its process alone.  With --all: every sandbox not stopped,
     and the one argument is the SIGNAL.
     """
-    from ckpt.sandbox import control
+    from ckpt.sandbox.client import control
 
     if all_:  # the one argument is the SIGNAL
         if sandbox_id is not None and signal_name is not None:
@@ -256,7 +256,7 @@ def delete_cmd(
     """
     sandbox_id = _one_id(sandbox_id, all_)
     if all_:
-        from ckpt.sandbox import control
+        from ckpt.sandbox.client import control
 
         outcomes = control.delete_all(sandbox_root(), force=force)
         _each(outcomes, "deleted", "delete", json_out)
@@ -342,7 +342,7 @@ def checkpoint_cmd(
 
     The sandbox stops afterwards unless --leave-running.
     """
-    from ckpt.sandbox import precopy
+    from ckpt.sandbox.client import precopy_options
 
     if compression is Compression.NONE and compression_level is not None:
         raise UsageError(
@@ -351,7 +351,7 @@ def checkpoint_cmd(
     from ckpt.images import Location
 
     where = Location.parse(image_path)  # decided once, here
-    options = precopy.cli_options(pre_dump, parent_path, pre_copy, where)
+    options = precopy_options.cli_options(pre_dump, parent_path, pre_copy, where)
     if encrypt:
         from ckpt.images.remote import ENCRYPT_REMOTE
 

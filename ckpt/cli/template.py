@@ -1,5 +1,5 @@
 """``ckpt template status|start|stop``: the warm template of a root, a process that
-forks sandboxes ready-made (``ckpt.sandbox.template_client`` does the work)."""
+forks sandboxes ready-made (``ckpt.sandbox.client.template_client`` does the work)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 @template_app.command("status")
 def template_status_cmd(json_out: JsonOpt = False) -> None:
     """Show the root's template: pid, version, uptime, forks, memory."""
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     root = sandbox_root().path
     info = template_client.status(root)
@@ -51,7 +51,7 @@ def template_start_cmd(json_out: JsonOpt = False) -> None:
 
     run and restore otherwise start it when they first need it.
     """
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     root = sandbox_root().path
     if template_client.status(root) is None:
@@ -66,7 +66,7 @@ def template_start_cmd(json_out: JsonOpt = False) -> None:
 @template_app.command("stop")
 def template_stop_cmd(json_out: JsonOpt = False) -> None:
     """Stop the root's template; sandboxes it forked keep running."""
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     root = sandbox_root().path
     stopped = template_client.stop(root)

@@ -1,7 +1,8 @@
 """The CLI's side of an object-store image, before and after it asks a sandbox to
-write or read one: the store settings it sends, the checks it makes first (so a bad
-setting or chain is refused before any sandbox is touched), and what it says when a
-sandbox died writing.  The sandbox host's side is ckpt/sandbox/remote_image.py.
+write or read one: the store settings it sends (:func:`attach` puts them into the
+request), the checks it makes first (so a bad setting or chain is refused before any
+sandbox is touched), and what it says when a sandbox died writing.  The sandbox
+host's side is ckpt/sandbox/host/remote_image.py.
 
 Where the store settings come from: the sandbox runs in a process forked from the
 root's template, which is shared and long-lived, so its environment is whatever the
@@ -18,9 +19,12 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpt.images.location import Location
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 STORE_VARS = (
     "AWS_ENDPOINT_URL",
@@ -30,6 +34,7 @@ STORE_VARS = (
     "AWS_REGION",
     "AWS_DEFAULT_REGION",
 )
+STAGE_DIR = "image-stage"  # in the sandbox's directory: where a restore fetches an image
 BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
 ENCRYPT_REMOTE = (
     "--encrypt is not yet supported for object stores; checkpoint to a local image directory"
@@ -138,3 +143,14 @@ def check_chain_urls(image: Location, parent: Location) -> None:
             f"{image}: a chain lives under one BUCKET/PREFIX; write the image "
             "beside its parent, or take a checkpoint without --parent-path"
         )
+
+
+def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> Any:
+    """``request`` (a protocol struct) with the image URL and store settings of
+    ``remote`` (from :func:`request_fields`) and, for a restore, the stage directory."""
+    if not remote:
+        return request
+    import msgspec
+
+    extra = {} if stage is None else {"stage_dir": str(stage)}
+    return msgspec.structs.replace(request, **remote, **extra)

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ckpt.statefile.format import PAGES_IMG
-from ckpt.statefile.image import Image
+from ckpt.statefile.image_reader import Image
 from ckpt.statefile.pages import PageFile
 from ckpt.storage.lazy import ChunkSource
 

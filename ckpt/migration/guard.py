@@ -129,7 +129,7 @@ def source_act(root: object, sandbox_id: str) -> Callable[[bytes], None]:
     """What the source's guard does for a dead ``ckpt migrate``."""
 
     def act(said: bytes) -> None:
-        from ckpt.sandbox import lifecycle
+        from ckpt.sandbox.client import lifecycle
 
         what = source_action(said)
         if what is Action.DELETE:
@@ -144,7 +144,7 @@ def destination_act(root: object, sandbox_id: str) -> Callable[[bytes], None]:
     """What the destination's guard does for a dead ``ckpt serve``."""
 
     def act(said: bytes) -> None:
-        from ckpt.sandbox import lifecycle
+        from ckpt.sandbox.client import lifecycle
 
         if destination_action(said) is Action.DELETE and root.exists(sandbox_id):  # type: ignore[attr-defined]
             lifecycle.delete(root, sandbox_id, force=True)  # type: ignore[arg-type]

@@ -119,7 +119,7 @@ class Offer(Message):
     in pages); ``port`` is where the destination binds (None: the port it had);
     ``nonce`` is what the destination's proof in ``Restored`` is keyed by (proof.py);
     ``ip``/``prefix``/``mac``: the sandbox's own address, which a destination serving
-    with ``--bridge`` gives it again (``ckpt.sandbox.netns``)."""
+    with ``--bridge`` gives it again (``ckpt.sandbox.wire.netns``)."""
 
     KIND: ClassVar[Kind] = Kind.OFFER
     sandbox_id: str

@@ -33,7 +33,7 @@ from ckpt.migration import messages as m
 from ckpt.migration import proof
 from ckpt.migration.errors import FrameError, MigrationError, PeerError
 from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING
-from ckpt.sandbox.precopy_policy import StopRule
+from ckpt.sandbox.host.precopy_policy import StopRule
 from ckpt.statefile.format import MAX_PAGES, PAGE_SIZE
 from ckpt.statefile.pages import ZERO_PAGE
 
@@ -130,7 +130,7 @@ def send_image(
     """Send one local image: its state stream (final only, fed to ``state_hash`` too
     when given), its pages, its ``RoundEnd``.  Returns the pages sent."""
     from ckpt import statefile
-    from ckpt.sandbox.lifecycle import pause_point
+    from ckpt.sandbox.client.lifecycle import pause_point
 
     img = statefile.open_image(image_dir)
     state_len = 0
@@ -197,8 +197,8 @@ class Migration:
     def run(self) -> Report:
         from ckpt.migration.channel import connect
         from ckpt.migration.guard import Guard, source_act
-        from ckpt.sandbox import lifecycle
-        from ckpt.sandbox.paths import RUNNING
+        from ckpt.sandbox.client import lifecycle
+        from ckpt.sandbox.wire.paths import RUNNING
 
         st = lifecycle.state(self.root, self.sid)
         if st.status != RUNNING:
@@ -247,8 +247,8 @@ class Migration:
     def _here(self, resume_failed: CkptError | None) -> str:
         """What became of the sandbox here after a failed migration, as it is now: a
         concurrent migration of the same sandbox may have moved and deleted it."""
-        from ckpt.sandbox import lifecycle
-        from ckpt.sandbox.paths import RUNNING
+        from ckpt.sandbox.client import lifecycle
+        from ckpt.sandbox.wire.paths import RUNNING
 
         try:
             st = lifecycle.state(self.root, self.sid)
@@ -260,7 +260,7 @@ class Migration:
         return f"{self.sid} is {st.status} here{why}: `ckpt resume {self.sid}` or check it"
 
     def _session(self, ch: Any, st: Any, workdir: Path, guard: Any) -> None:
-        from ckpt.sandbox import lifecycle
+        from ckpt.sandbox.client import lifecycle
 
         ch.send(
             m.Offer(
@@ -394,7 +394,7 @@ class Migration:
 
 def _offered_net(root: Any, st: Any) -> dict[str, Any]:
     """The sandbox's own address and MAC, for a destination that serves a bridge."""
-    from ckpt.sandbox import netns
+    from ckpt.sandbox.wire import netns
 
     net = netns.of(root, st)
     return {"ip": net.ip, "prefix": net.prefix, "mac": net.mac} if net is not None else {}

@@ -336,7 +336,7 @@ def serve(
     from ckpt.migration.incoming import sweep
 
     if bridge is not None:
-        from ckpt.sandbox import netns
+        from ckpt.sandbox.wire import netns
 
         netns.check_bridge_name(bridge)
         netns.check_mount_ns()

@@ -50,7 +50,7 @@ class Exists(MigrationError):
 
 def check_offer(offer: m.Offer) -> None:
     """Refuse an offer whose values are out of range, before anything is made for it."""
-    from ckpt.sandbox.paths import check_id
+    from ckpt.sandbox.wire.paths import check_id
     from ckpt.statefile.format import MAX_PAGES
 
     try:
@@ -66,7 +66,7 @@ def check_offer(offer: m.Offer) -> None:
     if offer.port is not None and not 0 <= offer.port <= 65535:
         raise FrameError(f"the peer offered port {offer.port}")
     if offer.ip is not None or offer.prefix is not None or offer.mac is not None:
-        from ckpt.sandbox import netns
+        from ckpt.sandbox.wire import netns
 
         if not netns.offered_ok(offer.ip, offer.prefix, offer.mac):
             raise FrameError("the peer offered a malformed address or MAC")
@@ -96,7 +96,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     told to the source when the channel still works."""
     from ckpt.migration.guard import COMMITTED, RESTORING, Guard, destination_act
     from ckpt.migration.incoming import Incoming, NoSpace
-    from ckpt.sandbox import lifecycle
+    from ckpt.sandbox.client import lifecycle
 
     offer = ch.recv()
     try:
@@ -181,7 +181,7 @@ def _arriving_net(root: Any, sid: str, offer: m.Offer, bridge: str | None) -> An
     server's bridge, under the names this root derives for it; None without both."""
     if bridge is None or offer.ip is None or offer.prefix is None or offer.mac is None:
         return None
-    from ckpt.sandbox import netns
+    from ckpt.sandbox.wire import netns
 
     ns_name, veth = netns.names(netns.root_hash(root.cgroup_parent()), sid)
     net = netns.Net(bridge, offer.ip, offer.prefix, offer.mac, ns_name, veth)
@@ -192,7 +192,7 @@ def _arriving_net(root: Any, sid: str, offer: m.Offer, bridge: str | None) -> An
 def _warm_template(root: Any) -> None:
     """Start the root's template if it is not running (it may have idled out)."""
     from ckpt.errors import CkptError
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     if not template_client.disabled():
         with contextlib.suppress(CkptError, OSError):
@@ -201,7 +201,7 @@ def _warm_template(root: Any) -> None:
 
 def _running_address(lifecycle: Any, root: Any, sid: str) -> str | None:
     """The restored sandbox's address, once its record and process say it runs."""
-    from ckpt.sandbox.paths import RUNNING
+    from ckpt.sandbox.wire.paths import RUNNING
 
     st = lifecycle.state(root, sid)
     if st.status != RUNNING:

@@ -20,13 +20,8 @@ from ckpt.statefile.format import (
     DEFAULT_LEVEL,
     PAGE_SIZE,
 )
-from ckpt.statefile.image import (
-    Image,
-    ImageWriter,
-    clean_stale,
-    open_image,
-    open_image_unverified,
-)
+from ckpt.statefile.image import ImageWriter, clean_stale
+from ckpt.statefile.image_reader import Image, open_image, open_image_unverified
 from ckpt.statefile.pages import LoadedPages, PageSummary
 
 COMPRESSIONS = ("none", "zstd")

@@ -8,7 +8,7 @@ image holds the kernel state.  Either may name a parent in its metadata::
 
 A parent link stays inside the child's repository (the directory holding the child):
 ``../NAME`` names an image beside the child, ``rounds/rN`` a pre-copy round inside it
-(``sandbox/precopy.py``).  Nothing else is followed, not an absolute path, not a
+(``sandbox/host/precopy.py``).  Nothing else is followed, not an absolute path, not a
 ``..`` further up, not a symbolic link: a user who can write one image directory must
 not be able to make a restore read an image elsewhere (another root's memory).  An
 error about a link never prints the image id it found there.
@@ -34,14 +34,8 @@ from typing import Any
 
 from ckpt.errors import CkptError, IntegrityError, StatefileError
 from ckpt.statefile.format import MAX_PAGES
-from ckpt.statefile.image import (
-    ROUND_NAME,
-    ROUNDS_DIR,
-    Image,
-    is_real_dir,
-    open_image,
-    open_image_unverified,
-)
+from ckpt.statefile.image import ROUND_NAME, ROUNDS_DIR, is_real_dir
+from ckpt.statefile.image_reader import Image, open_image, open_image_unverified
 from ckpt.statefile.pages import LoadedPages
 from ckpt.statefile.seal import check_parent_sealing
 
@@ -115,7 +109,7 @@ def _link(parent: Image, path: str, where: object) -> dict[str, Any]:
 def store_link_metadata(parent: Image, parent_name: str, parent_url: str) -> dict[str, Any]:
     """The link a new image in a store records to ``parent`` (``parent_name`` in the same
     repository, fetched into ``parent.dir``): the path ``../NAME``, which is where a
-    restore stages the parent beside its child (ckpt/sandbox/remote_image.py)."""
+    restore stages the parent beside its child (ckpt/sandbox/host/remote_image.py)."""
     if not _is_name(parent_name):
         raise StatefileError(f"{parent_url}: not an image name a link can hold")
     return _link(parent, f"../{parent_name}", parent_url)

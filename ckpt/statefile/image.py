@@ -1,4 +1,5 @@
-"""The image directory: written atomically by ``ImageWriter``, read by ``open_image``.
+"""The image directory, written atomically by ``ImageWriter`` (read by ``open_image``,
+in image_reader.py).
 
 An image is written into a temporary directory beside the target (same filesystem),
 every file and the directory itself are fsynced (at once), and only then is it renamed
@@ -12,8 +13,7 @@ same target sweeps away (or restores, if the crash hit between the two renames).
 Why one file: the commit and the removal of a replaced or stale image are one
 protocol over one set of names (the temporary and the set-aside directories beside the
 target, the exchange rename, the sweep of dead writers' leftovers): each step presumes
-the others' naming and their order, and ``Image`` reads what ``ImageWriter`` commits.
-About a third of the file is the removal through directory descriptors, which could
+the others' naming and their order.  About a third of the file is the removal through directory descriptors, which could
 stand alone if another writer came to need it.
 """
 
@@ -27,7 +27,6 @@ import os
 import platform
 import re
 import stat
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,7 +34,6 @@ from typing import Any, BinaryIO
 from ckpt import __version__
 from ckpt.errors import ImageExistsError, NotAnImage, StatefileError
 from ckpt.statefile import chunks
-from ckpt.statefile.files import check_image_dir, read_regular
 from ckpt.statefile.format import (
     CHECKPOINT_IMG,
     CHUNK_SIZE,
@@ -44,8 +42,6 @@ from ckpt.statefile.format import (
     DEFAULT_LEVEL,
     IMAGE_ID_SIZE,
     MAX_CHUNK_SIZE,
-    MAX_METADATA_LEN,
-    MAX_PAGES,
     PAGES_IMG,
     PAGES_META_IMG,
     STATS_JSON,
@@ -53,20 +49,13 @@ from ckpt.statefile.format import (
 )
 from ckpt.statefile.integrity import Sealer
 from ckpt.statefile.pages import (
-    LoadedPages,
-    PageFile,
-    PagesMeta,
     PageSummary,
     PageWriter,
-    check_runs,
-    iter_stored,
-    read_pages_meta,
 )
-from ckpt.statefile.reader import ChunkStream, Header, StatefileReader
 from ckpt.statefile.seal import Cipher
 from ckpt.statefile.writer import StateStreamWriter, encode_metadata, write_header, write_trailer
 
-# "rounds": the pre-copy rounds a final image keeps inside (sandbox/precopy.py)
+# "rounds": the pre-copy rounds a final image keeps inside (sandbox/host/precopy.py)
 ROUNDS_DIR = "rounds"
 ROUND_NAME = re.compile(r"r[0-9]{1,3}")  # a round inside ROUNDS_DIR; fullmatch ("$" takes a "\n")
 IMAGE_FILES = frozenset((CHECKPOINT_IMG, PAGES_IMG, PAGES_META_IMG, STATS_JSON, ROUNDS_DIR))
@@ -221,7 +210,7 @@ def _remove_dir_at(pfd: int, name: str, entry: str, level: int) -> list[str]:
 def _empty_image_dir(dfd: int, entry: str, level: int) -> list[str]:
     """Unlink an image's own files in the open directory ``dfd`` (``entry``); return what
     was left.  A pre-copy image keeps its rounds as ``rounds/rN`` image directories
-    (``sandbox/precopy.py``): level 0 is the image, 1 its ``rounds``, 2 one round."""
+    (``sandbox/host/precopy.py``): level 0 is the image, 1 its ``rounds``, 2 one round."""
     left: list[str] = []
     for file in os.listdir(dfd):
         path = os.path.join(entry, file)
@@ -676,129 +665,3 @@ class ImageWriter:
         if self._tmp is not None:
             tmp, self._tmp = self._tmp, None
             self.left_behind.extend(_remove_image_dir(self._t.parent, os.path.basename(tmp)))
-
-
-# -- reading -----------------------------------------------------------------------
-
-
-class Image:
-    """An opened image: metadata checked on open, stream and pages checked as read."""
-
-    def __init__(self, path: str | os.PathLike[str], key: bytes | None, *, verify: bool) -> None:
-        p = Path(path)
-        if check_image_dir(p):  # a symlink is refused, the files are read under it
-            self.dir = p
-            self.statefile = p / CHECKPOINT_IMG
-            if not os.path.lexists(self.statefile):
-                raise StatefileError(f"{p}: no {CHECKPOINT_IMG} here; not an image directory")
-        else:  # the statefile itself: opened as a regular file or refused
-            self.dir = p.parent
-            self.statefile = p
-        self.verified = verify
-        self._reader = StatefileReader(self.statefile, key, verify=verify)
-        self._sealer = self._reader.sealer
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self._reader.metadata
-
-    @property
-    def header(self) -> Header:
-        return self._reader.header
-
-    @property
-    def integrity(self) -> str:
-        """``hmac-sha256`` or ``crc32``: what protects this image."""
-        return "hmac-sha256" if self.header.keyed else "crc32"
-
-    def read_state(self) -> bytes:
-        """The whole object stream, every chunk verified and decompressed."""
-        return self._reader.read_all()
-
-    def state_reader(self) -> ChunkStream:
-        """The object stream as a readable binary file (verified chunk by chunk)."""
-        return ChunkStream(self._reader)
-
-    def pages_file(self) -> Path | PageFile:
-        """Where pages.img's bytes are read from: the file beside the statefile here;
-        a subclass may serve them from elsewhere (ckpt/statefile/lazy.py)."""
-        return self.dir / PAGES_IMG
-
-    def pages_meta(self, *, limit: int = MAX_PAGES, frames: int = -1) -> PagesMeta:
-        """pages_meta.img, checked (``check_page_map``), without loading any page."""
-        return read_pages_meta(
-            self.dir / PAGES_META_IMG,
-            self.pages_file(),
-            self._sealer,
-            self.header.image_id,
-            verify=self.verified,
-            limit=limit,
-            frames=frames,
-        )
-
-    def check_pages(self) -> int:
-        """Read and check every stored page, holding none (``inspect --verify``)."""
-        return check_runs(
-            self.pages_meta(),
-            self.pages_file(),
-            self._sealer,
-            self.header.image_id,
-            verify=self.verified,
-        )
-
-    def iter_stored(self) -> Iterator[tuple[int, int, int, bytes]]:
-        """Every run as stored, checked, not decompressed (``pages.iter_stored``)."""
-        return iter_stored(
-            self.pages_meta(),
-            self.dir / PAGES_IMG,
-            self._sealer,
-            self.header.image_id,
-            verify=self.verified,
-        )
-
-    def open_pages(
-        self,
-        lazy: bool = False,
-        on_error: Callable[[BaseException], None] | None = None,
-        *,
-        limit: int = MAX_PAGES,
-        frames: int = -1,
-    ) -> LoadedPages:
-        """Load the pages (eager), or return at once and fill them in the background;
-        ``on_error`` hears once of a run found truncated or corrupt while filling.
-
-        A restore passes what its kernel state declares: ``limit``, the size of the
-        address space in pages, and ``frames``, how many frames are allocated; a page map
-        outside them is refused (``check_page_map``) before any page is read."""
-        return LoadedPages(
-            self.pages_meta(limit=limit, frames=frames),
-            self.pages_file(),
-            self._sealer,
-            self.header.image_id,
-            lazy=lazy,
-            verify=self.verified,
-            on_error=on_error,
-        )
-
-    def stats(self) -> dict[str, Any] | None:
-        """stats.json, if the image has one."""
-        p = self.dir / STATS_JSON
-        if not os.path.lexists(p):
-            return None
-        raw = read_regular(p, "the stats", MAX_METADATA_LEN)
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise StatefileError(f"{p}: unreadable stats: {exc}") from exc
-        return data if isinstance(data, dict) else None
-
-
-def open_image(path: str | os.PathLike[str], key: bytes | None = None) -> Image:
-    """Open an image directory (or its checkpoint.img), checking header and metadata."""
-    return Image(path, key, verify=True)
-
-
-def open_image_unverified(path: str | os.PathLike[str]) -> Image:
-    """Open an image without checking integrity tags (for inspecting a signed image
-    without its key).  Structure and lengths are still checked; nothing is trusted."""
-    return Image(path, None, verify=False)

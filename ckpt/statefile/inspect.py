@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ckpt.errors import CkptError, IntegrityError, StatefileError
-from ckpt.statefile.image import Image, open_image, open_image_unverified
+from ckpt.statefile.image_reader import Image, open_image, open_image_unverified
 
 MAX_VALUE_CHARS = 200  # longer plain values are cut in the objects listing
 

@@ -56,7 +56,7 @@ def test_keep_alive_clients_each_hold_one_connection(monkeypatch) -> None:
     answered: the load is of kept-alive connections, not new ones."""
     import http.client
 
-    from ckpt.sandbox import http as served
+    from ckpt.sandbox.host import http as served
 
     def respond(method: str, path: str, body: bytes) -> tuple[int, dict]:
         return 200, {}

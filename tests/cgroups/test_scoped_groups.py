@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckpt import cgroups
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.wire.paths import Root
 
 from .fakefs import make_tree, pid_alive
 

@@ -153,7 +153,7 @@ def test_a_signal_goes_only_to_the_verified_process(cli: Cli) -> None:
 
     import psutil
 
-    from ckpt.sandbox.paths import Root
+    from ckpt.sandbox.wire.paths import Root
 
     cli("run", "verified", "--workload", "empty")
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

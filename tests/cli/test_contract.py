@@ -174,7 +174,7 @@ def _render(renderable: object) -> list[str]:
 
 
 def _state(sandbox_id: str, address: str, status: str = "running"):  # type: ignore[no-untyped-def]
-    from ckpt.sandbox.paths import SandboxState
+    from ckpt.sandbox.wire.paths import SandboxState
 
     return SandboxState(
         id=sandbox_id,
@@ -191,7 +191,7 @@ def _state(sandbox_id: str, address: str, status: str = "running"):  # type: ign
 @pytest.mark.parametrize("sandbox_id", ["abcdefghijkl", "web-frontend-0001-very-long-id"])
 @pytest.mark.parametrize("address", ["127.0.0.1:65535", "255.255.255.255:65535", "[::1]:80"])
 def test_list_keeps_every_address_whole_at_80_columns(sandbox_id: str, address: str) -> None:
-    from ckpt.sandbox.render import sandboxes_table
+    from ckpt.sandbox.client.render import sandboxes_table
 
     lines = _render(sandboxes_table([_state(sandbox_id, address), _state("b", "[::1]:8")]))
     assert all(len(line) <= WIDTH for line in lines), lines
@@ -201,7 +201,7 @@ def test_list_keeps_every_address_whole_at_80_columns(sandbox_id: str, address: 
 
 
 def test_an_address_is_shown_as_text_not_as_an_emoji_code() -> None:
-    from ckpt.sandbox.render import sandboxes_table
+    from ckpt.sandbox.client.render import sandboxes_table
 
     lines = _render(sandboxes_table([_state("v6", "[2001:db8::1234:5678]:65535")]))
     shown = "".join(line.split()[4] if len(line.split()) > 4 else "" for line in lines[2:])

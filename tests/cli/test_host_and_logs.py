@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from ckpt.errors import SandboxError, SandboxNotFound
-from ckpt.sandbox import hostcheck, logs, observe
-from ckpt.sandbox import protocol as p
-from ckpt.sandbox.paths import STOPPED, Root
+from ckpt.sandbox.client import hostcheck, logs, observe
+from ckpt.sandbox.wire import protocol as p
+from ckpt.sandbox.wire.paths import STOPPED, Root
 
 from .test_stop_reasons import GONE_PID, record
 
@@ -158,7 +158,7 @@ def _render(renderable: object) -> list[str]:
 
 
 def test_the_tasks_table_fits_80_columns_and_keeps_long_names_whole() -> None:
-    from ckpt.sandbox.render import tasks_table
+    from ckpt.sandbox.client.render import tasks_table
 
     name = "a-very-long-command-name-" * 4
     reply = p.TasksReply(
@@ -171,8 +171,8 @@ def test_the_tasks_table_fits_80_columns_and_keeps_long_names_whole() -> None:
 
 
 def test_the_check_and_list_tables_fit_80_columns() -> None:
-    from ckpt.sandbox.paths import SandboxState
-    from ckpt.sandbox.render import check_table, sandboxes_table
+    from ckpt.sandbox.client.render import check_table, sandboxes_table
+    from ckpt.sandbox.wire.paths import SandboxState
 
     items = [hostcheck.Item("network namespaces", False, "x" * 150)]
     assert all(len(line) <= WIDTH for line in _render(check_table(items)))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox.paths import Root, check_id
+from ckpt.sandbox.wire.paths import Root, check_id
 from ckpt.statefile import ImageWriter
 
 

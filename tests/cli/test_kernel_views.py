@@ -7,8 +7,8 @@ import threading
 
 from ckpt import kernel
 from ckpt.kernel.task import TaskState
-from ckpt.sandbox import introspect
-from ckpt.sandbox import protocol as p
+from ckpt.sandbox.host import introspect
+from ckpt.sandbox.wire import protocol as p
 
 
 def test_tasks_name_their_parent_thread_group_and_state() -> None:

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from ckpt import cli
 from ckpt.errors import SandboxError
-from ckpt.sandbox import control, hostcheck, observe
-from ckpt.sandbox.paths import STOPPED, Root, SandboxState
+from ckpt.sandbox.client import control, hostcheck, observe
+from ckpt.sandbox.wire.paths import STOPPED, Root, SandboxState
 
 from .test_stop_reasons import record
 

@@ -36,4 +36,11 @@ def test_the_lifecycle_commands_do_not_import_the_observing_ones(tmp_path: Path)
     for args in (("state", "ghost"), ("list", "--json"), ("kill", "ghost")):
         mods = imported(tmp_path, *args)
         assert "ckpt.cli.observe" not in mods
-        assert not {"ckpt.sandbox.observe", "ckpt.sandbox.logs", "ckpt.sandbox.hostcheck"} & mods
+        assert (
+            not {
+                "ckpt.sandbox.client.observe",
+                "ckpt.sandbox.client.logs",
+                "ckpt.sandbox.client.hostcheck",
+            }
+            & mods
+        )

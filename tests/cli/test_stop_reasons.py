@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import sandboxlog, status
-from ckpt.sandbox.paths import RUNNING, STOPPED, Root, SandboxState
+from ckpt.sandbox.client import status
+from ckpt.sandbox.wire import sandboxlog
+from ckpt.sandbox.wire.paths import RUNNING, STOPPED, Root, SandboxState
 
 GONE_PID = 4_000_000  # above pid_max's default: never a live process
 
@@ -111,7 +112,7 @@ def test_a_record_without_a_reason_reads_as_stopped(root: Root) -> None:
 
 
 def test_killing_a_sandbox_that_had_exited_keeps_its_exit(root: Root) -> None:
-    from ckpt.sandbox import lifecycle
+    from ckpt.sandbox.client import lifecycle
 
     record(root, "a")
     log(root, "a", f"x [{GONE_PID}] exit status 2\n")
@@ -130,7 +131,11 @@ def test_exit_now_logs_its_status_as_the_last_line(tmp_path: Path) -> None:
     logfile = tmp_path / "sandbox.log"
     with open(logfile, "wb") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from ckpt.sandbox import sandboxlog; sandboxlog.exit_now(7)"],
+            [
+                sys.executable,
+                "-c",
+                "from ckpt.sandbox.wire import sandboxlog; sandboxlog.exit_now(7)",
+            ],
             stderr=f,
         )
         assert proc.wait(timeout=60) == 7

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckpt.images import Location
-from ckpt.sandbox import lifecycle, precopy
-from ckpt.sandbox.paths import SandboxState
+from ckpt.sandbox.client import lifecycle, precopy_options
+from ckpt.sandbox.wire.paths import SandboxState
 
 
 def _state(image: str) -> SandboxState:
@@ -43,7 +43,7 @@ def test_a_store_checkpoint_leaves_the_cwd_alone(tmp_path: Path, monkeypatch) ->
 
 def test_a_parent_path_travels_as_the_location_it_names(tmp_path: Path) -> None:
     image = Location.parse(f"file://{tmp_path}/c")
-    options = precopy.cli_options(False, f"file://{tmp_path}/p", False, image)
+    options = precopy_options.cli_options(False, f"file://{tmp_path}/p", False, image)
     assert options == {"parent": str(tmp_path / "p")}
-    store = precopy.cli_options(False, "s3://b/r/p", False, Location.parse("s3://b/r/c"))
+    store = precopy_options.cli_options(False, "s3://b/r/p", False, Location.parse("s3://b/r/c"))
     assert store == {"parent": "s3://b/r/p"}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ckpt.images.store_sink import StoreImageWriter
-from ckpt.sandbox.remote_image import ImageSession, location_of
+from ckpt.sandbox.host.remote_image import ImageSession, location_of
 from ckpt.statefile import ImageWriter
 from ckpt.statefile.format import PAGE_SIZE
 from ckpt.storage.lease import PREFIX as LEASES

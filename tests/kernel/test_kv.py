@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ckpt.errors import KernelError
 from ckpt.kernel import Kernel, build_workload
 from ckpt.kernel.programs import KV_MAX_VALUE, KvServer, kv_slot_class
-from ckpt.sandbox import http
+from ckpt.sandbox.host import http
 
 from .conftest import through_image
 

@@ -14,7 +14,7 @@ from sandbox import conftest as sandbox_fixtures
 from sandbox.conftest import Cli
 from sandbox.kv_client import check_values, put_values
 
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host.http import get_json
 
 cli = sandbox_fixtures.cli  # the sandbox tests' fixture, with its teardown
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckpt.kernel import build_workload
-from ckpt.sandbox import precopy
-from ckpt.sandbox.remote_image import ImageSession
+from ckpt.sandbox.host import precopy
+from ckpt.sandbox.host.remote_image import ImageSession
 from ckpt.statefile import chain, open_image
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host.http import get_json
 from tests.sandbox.kv_client import check_values, put_values
 
 HOST = "127.0.0.1"

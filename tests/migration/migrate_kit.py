@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.http import get_json
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.host.http import get_json
+from ckpt.sandbox.wire.paths import Root
 from tests.sandbox.conftest import Cli, cgroup_dirs, sandbox_processes, stop_template
 from tests.sandbox.waiting import wait_for
 

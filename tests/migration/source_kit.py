@@ -27,7 +27,7 @@ from ckpt.migration import Listener, guard, proof
 from ckpt.migration import messages as m
 from ckpt.migration.errors import MigrationError
 from ckpt.migration.outgoing import Migration, Options
-from ckpt.sandbox import lifecycle
+from ckpt.sandbox.client import lifecycle
 from ckpt.statefile import chain
 
 from .conftest import SECRET

@@ -34,7 +34,7 @@ from ckpt.migration import (
 from ckpt.migration.framing import Deadline, Wire
 from ckpt.migration.handshake import MAGIC, OPENING
 from ckpt.migration.serve import Limits, Server, listen
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.wire.paths import Root
 from tests.sandbox.conftest import sandbox_processes
 from tests.sandbox.waiting import wait_for
 

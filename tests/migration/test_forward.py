@@ -18,7 +18,7 @@ import pytest
 
 from ckpt.migration import MigrationError
 from ckpt.migration.forward import relay
-from ckpt.sandbox.paths import STOPPED, Root, SandboxState
+from ckpt.sandbox.wire.paths import STOPPED, Root, SandboxState
 from tests.sandbox.waiting import wait_for
 
 from .conftest import key_file

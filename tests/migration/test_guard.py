@@ -21,7 +21,7 @@ from ckpt.migration.guard import (
     destination_action,
     source_action,
 )
-from ckpt.sandbox import lifecycle
+from ckpt.sandbox.client import lifecycle
 
 # what was told, in order -> what the source's guard does with the source's sandbox
 SOURCE = {

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from ckpt.bench.netns import HostNetwork, host_network, list_namespaces, unavailable_reason
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.wire.paths import Root
 from tests.sandbox.conftest import sandbox_processes, stop_template
 from tests.sandbox.waiting import wait_for
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ckpt.sandbox import precopy
-from ckpt.sandbox.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
-from ckpt.sandbox.remote_image import ImageSession
+from ckpt.sandbox.host import precopy
+from ckpt.sandbox.host.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
+from ckpt.sandbox.host.remote_image import ImageSession
 
 from .source_kit import FakeDestination, StandIn, migrate
 

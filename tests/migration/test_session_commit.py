@@ -19,8 +19,8 @@ from ckpt.migration import Ack, Done, Offer, PeerError, Restored, RoundEnd, Stat
 from ckpt.migration import guard as guard_mod
 from ckpt.migration import messages as m
 from ckpt.migration.session import receive
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import open_pair
 

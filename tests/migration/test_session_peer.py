@@ -26,7 +26,7 @@ from ckpt.migration import (
 )
 from ckpt.migration.incoming import INCOMING_DIR, sweep
 from ckpt.migration.session import Exists, receive
-from ckpt.sandbox.paths import STOPPED, Root, SandboxState
+from ckpt.sandbox.wire.paths import STOPPED, Root, SandboxState
 from tests.sandbox.conftest import sandbox_processes
 
 from .conftest import open_pair

@@ -15,9 +15,9 @@ from typing import Any
 import psutil
 import pytest
 
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.http import get_json
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.host.http import get_json
+from ckpt.sandbox.wire.paths import Root
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -38,7 +38,7 @@ def sandbox_processes(root: Path) -> list[psutil.Process]:
     """Live processes of ``root``, found by their command line: the template and every
     sandbox by their titles (``ckpt template ROOT``, ``ckpt sandbox ID (ROOT)``), and
     by the command lines they start with, before they set them: cold-started sandboxes
-    (``ckpt.sandbox.process``) and the template (``ckpt.sandbox.template --root ROOT``,
+    (``ckpt.sandbox.host.process``) and the template (``ckpt.sandbox.template --root ROOT``,
     which a sandbox forked from it has until it names itself)."""
     found = []
     where = str(root.absolute())
@@ -51,7 +51,7 @@ def sandbox_processes(root: Path) -> list[psutil.Process]:
             shown.startswith("ckpt sandbox ") and shown.endswith(f" ({where})")
         ):
             found.append(proc)
-        elif "ckpt.sandbox.process" in cmd:
+        elif "ckpt.sandbox.host.process" in cmd:
             sock = cmd[cmd.index("--socket") + 1] if "--socket" in cmd else ""
             sid = cmd[cmd.index("--id") + 1] if "--id" in cmd else ""
             if sock.startswith(str(root)) or (root / sid).exists():
@@ -67,7 +67,7 @@ def sandbox_processes(root: Path) -> list[psutil.Process]:
 
 def stop_template(root: Path) -> None:
     """Stop the root's template, as ``ckpt template stop`` does, and wait for it."""
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     template_client.stop(root)
 

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ckpt.sandbox import rpc, template_client
-from ckpt.sandbox.protocol import PingRequest
+from ckpt.sandbox.client import template_client
+from ckpt.sandbox.wire import rpc
+from ckpt.sandbox.wire.protocol import PingRequest
 
 from .conftest import Cli
 from .waiting import free_port, gone, wait_for

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import deadlines
+from ckpt.sandbox.client import deadlines
 
 from .conftest import Cli
 from .test_fault_campaign import cold, new_id, one_line_error

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import childenv
+from ckpt.sandbox.client import childenv
 from ckpt.state import codecache
 
 

@@ -74,7 +74,7 @@ def test_a_command_that_takes_an_id_says_what_it_is(path: list[str]) -> None:
 
 def test_fixed_choices_are_listed_and_match_the_library() -> None:
     from ckpt import statefile
-    from ckpt.sandbox import lifecycle
+    from ckpt.sandbox.client import lifecycle
 
     assert tuple(e.value for e in Engine) == lifecycle.ENGINES
     assert tuple(c.value for c in Compression) == statefile.COMPRESSIONS
@@ -100,8 +100,8 @@ def _render(renderable) -> list[str]:
 
 
 def test_list_keeps_the_creation_time_on_one_line_at_80_columns() -> None:
-    from ckpt.sandbox.paths import SandboxState
-    from ckpt.sandbox.render import sandboxes_table
+    from ckpt.sandbox.client.render import sandboxes_table
+    from ckpt.sandbox.wire.paths import SandboxState
 
     states = [
         SandboxState(
@@ -241,7 +241,7 @@ def test_a_result_is_its_headline_then_timings_on_one_line_or_as_a_table(capsys)
     from types import SimpleNamespace
 
     from ckpt.cli import output
-    from ckpt.sandbox.timings import Timings
+    from ckpt.sandbox.wire.timings import Timings
 
     res = SimpleNamespace(
         timings=Timings(phases_ns={"freeze": 2_000_000}), stats=None, stats_text="none"
@@ -280,8 +280,8 @@ def _first_column(lines: list[str]) -> str:
 
 
 def test_result_tables_fold_long_names_rather_than_cut_them() -> None:
-    from ckpt.sandbox.render import stats_renderable, timings_table
-    from ckpt.sandbox.timings import Timings
+    from ckpt.sandbox.client.render import stats_renderable, timings_table
+    from ckpt.sandbox.wire.timings import Timings
 
     stats = {
         "types": [

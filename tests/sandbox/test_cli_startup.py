@@ -159,7 +159,7 @@ def test_cli_bytecode_goes_to_the_cache_when_the_host_turns_bytecode_off(
     written = {
         f"{p.parent.name}/{p.name.split('.')[0]}" for p in (cache / "pycache").rglob("*.pyc")
     }
-    assert {"cli/base", "cli/sandbox", "sandbox/lifecycle", "sandbox/paths"} <= written
+    assert {"cli/base", "cli/sandbox", "client/lifecycle", "wire/paths"} <= written
 
 
 def test_importing_ckpt_as_a_library_leaves_bytecode_settings_alone() -> None:

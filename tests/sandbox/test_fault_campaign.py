@@ -23,8 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ckpt.sandbox import template_client, testhooks
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import template_client, testhooks
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import CGROUP_ROOT, Cli
 from .waiting import gone, wait_for

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox import lifecycle, paths, template_client
-from ckpt.sandbox.paths import CREATING, Root, SandboxState
+from ckpt.sandbox.client import lifecycle, template_client
+from ckpt.sandbox.wire import paths
+from ckpt.sandbox.wire.paths import CREATING, Root, SandboxState
 
 from .conftest import CGROUP_ROOT, Cli, sandbox_processes
 from .test_fault_campaign import paused

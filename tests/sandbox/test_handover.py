@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.sandbox import template_client
+from ckpt.sandbox.client import template_client
 
 from .conftest import Cli, cgroup_dirs, sandbox_processes
 from .handover_kit import (

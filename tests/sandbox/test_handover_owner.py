@@ -240,8 +240,9 @@ def test_a_hold_that_times_out_leaves_the_sockets_alive_for_the_restore(
 def test_adopt_refuses_a_held_listener_that_no_longer_listens(
     tcli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ckpt.sandbox import handover, template_client
-    from ckpt.sandbox.protocol import BindReason, Handover
+    from ckpt.sandbox.client import template_client
+    from ckpt.sandbox.wire import handover
+    from ckpt.sandbox.wire.protocol import BindReason, Handover
 
     start_template(tcli)
     info = template_client.status(tcli.root)

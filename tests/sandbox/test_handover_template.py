@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ckpt.sandbox import template_client
+from ckpt.sandbox.client import template_client
 
 from .conftest import Cli, sandbox_processes
 from .handover_kit import (

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import http as served
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.host import http as served
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import Cli
 from .handover_kit import HOST, WAIT_S, free_port, sid

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from ckpt.errors import CgroupError, SandboxError, SandboxGone
-from ckpt.sandbox import lifecycle, pids, rpc
-from ckpt.sandbox import protocol as p
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle, pids
+from ckpt.sandbox.wire import protocol as p
+from ckpt.sandbox.wire import rpc
+from ckpt.sandbox.wire.paths import Root
 
 from .waiting import gone, wait_for
 

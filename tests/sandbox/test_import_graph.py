@@ -25,8 +25,13 @@ def _imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
+    """Module (``wire.rpc``) -> the modules of the package it imports."""
     here = Path(ckpt.sandbox.__file__).parent
-    modules = {p.stem: p for p in here.glob("*.py") if p.stem != "__init__"}
+    modules = {
+        ".".join(p.relative_to(here).with_suffix("").parts): p
+        for p in here.rglob("*.py")
+        if p.stem not in ("__init__", "__main__")
+    }
     return {name: _imports(path) & set(modules) - {name} for name, path in modules.items()}
 
 
@@ -55,9 +60,11 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_the_imports_it_should() -> None:
     graph = _graph()
-    assert {"rpc", "protocol", "handover"} <= graph["process"]
-    assert "childenv" in graph["spawn"] and "childenv" in graph["template_client"]
-    assert {"spawn", "pids", "group"} <= graph["lifecycle"] and "group" in graph["pids"]
+    assert {"wire.rpc", "wire.protocol", "wire.handover"} <= graph["host.process"]
+    assert "client.childenv" in graph["client.spawn"]
+    assert "client.childenv" in graph["client.template_client"]
+    assert {"client.spawn", "client.pids", "client.group"} <= graph["client.lifecycle"]
+    assert "client.group" in graph["client.pids"]
 
 
 def test_no_import_circle_in_the_sandbox_package() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt.sandbox import outcomes
-from ckpt.sandbox import protocol as p
+from ckpt.sandbox.client import outcomes
+from ckpt.sandbox.wire import protocol as p
 
 
 def _reply(reason: p.BindReason | None, detail: str = "", listener=p.Listener.BOUND_ANEW):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host.http import get_json
 
 from .conftest import Cli
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ckpt.sandbox.process import parse_args
+from ckpt.sandbox.host.process import parse_args
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_bad_arguments_exit_2_with_usage(argv: list[str], message: str, capsys) 
         parse_args(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m ckpt.sandbox.process")
+    assert err.startswith("usage: python -m ckpt.sandbox.host.process")
     assert message in err
 
 
@@ -54,7 +54,7 @@ def test_help_exits_0(capsys) -> None:
 
 def test_process_starts_without_argparse_or_typing() -> None:
     """What the process imports before it is ready (its SandboxCreate cost)."""
-    probe = "import sys, ckpt.sandbox.process; print(' '.join(sys.modules))"
+    probe = "import sys, ckpt.sandbox.host.process; print(' '.join(sys.modules))"
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     out = subprocess.run(
         [sys.executable, "-S", "-c", probe],
@@ -65,13 +65,13 @@ def test_process_starts_without_argparse_or_typing() -> None:
         timeout=60,
     )
     loaded = set(out.stdout.split())
-    assert "ckpt.sandbox.rpc" in loaded
+    assert "ckpt.sandbox.wire.rpc" in loaded
     assert {"argparse", "typing", "ckpt.kernel", "ckpt.state"} & loaded == set()
 
 
 def test_bad_command_line_exits_2() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "ckpt.sandbox.process", "--id", "a"],
+        [sys.executable, "-m", "ckpt.sandbox.host.process", "--id", "a"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -93,14 +93,14 @@ def test_bad_command_line_exits_2() -> None:
     ],
 )
 def test_checkpoint_stall_fault_spec(spec: str, want: tuple, monkeypatch) -> None:
-    from ckpt.sandbox import process
+    from ckpt.sandbox.host import process
 
     monkeypatch.setenv("CKPT_FAULT", spec)
     assert process._fault_stall() == want
 
 
 def test_checkpoint_stall_ends_once_its_release_file_exists(tmp_path, monkeypatch) -> None:
-    from ckpt.sandbox import process
+    from ckpt.sandbox.host import process
 
     release = tmp_path / "go"
     naps: list[float] = []

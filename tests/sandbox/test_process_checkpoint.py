@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ckpt import statefile
-from ckpt.sandbox.process import Host
-from ckpt.sandbox.protocol import BootRequest, CheckpointRequest, PauseRequest
+from ckpt.sandbox.host.process import Host
+from ckpt.sandbox.wire.protocol import BootRequest, CheckpointRequest, PauseRequest
 
 
 @pytest.fixture

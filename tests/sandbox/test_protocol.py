@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from ckpt.sandbox import protocol as p
+from ckpt.sandbox.wire import protocol as p
 
 REQUESTS = [
     p.PingRequest(),

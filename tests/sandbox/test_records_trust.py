@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import CGROUP_ROOT, Cli, quota_allowed
 from .waiting import gone

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import deadlines
+from ckpt.sandbox.client import deadlines
 
 
 def _image(path: Path, size: int) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ckpt.cli import app
-from ckpt.sandbox.paths import Root, SandboxState
+from ckpt.sandbox.wire.paths import Root, SandboxState
 
 runner = CliRunner()
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.group import open_cgroup
-from ckpt.sandbox.http import get_json
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.client.group import open_cgroup
+from ckpt.sandbox.host.http import get_json
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import Cli, cgroup_dirs, quota_allowed
 
@@ -52,7 +52,7 @@ def _exited(pid: int) -> bool:
 def _assert_gone(cli: Cli, sandbox_id: str) -> None:
     assert not (cli.root / sandbox_id).exists()
     assert cgroup_dirs(sandbox_id) == []
-    assert "ckpt.sandbox.process" not in " ".join(
+    assert "ckpt.sandbox.host.process" not in " ".join(
         " ".join(p.info["cmdline"] or [])
         for p in psutil.process_iter(["cmdline"])
         if "--id" in (p.info["cmdline"] or []) and sandbox_id in (p.info["cmdline"] or [])

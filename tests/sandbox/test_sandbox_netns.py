@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox import netns
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.host.http import bind
+from ckpt.sandbox.wire import netns
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import sandbox_processes
 
@@ -65,7 +66,7 @@ class NetHost:
 
     def get(self, host: str, port: int) -> dict:
         """GET / from the host namespace, as a client beside the bridge would."""
-        code = f"import json; from ckpt.sandbox.http import get_json; print(json.dumps(get_json({host!r}, {port})))"
+        code = f"import json; from ckpt.sandbox.host.http import get_json; print(json.dumps(get_json({host!r}, {port})))"
         done = subprocess.run(
             [*self.enter, sys.executable, "-c", code],
             capture_output=True,
@@ -254,7 +255,7 @@ def test_a_record_naming_another_namespace_is_not_trusted() -> None:
 def test_listen_refuses_a_namespace_ckpt_did_not_name() -> None:
     for name in ("../../proc/1/ns/net", "other", netns.PREFIX + "x/../../y"):
         with pytest.raises(OSError):
-            netns.listen(name, "127.0.0.1", 0)
+            netns.listen(name, "127.0.0.1", 0, bind)
 
 
 def test_a_copied_run_netns_is_refused(tmp_path: Path) -> None:

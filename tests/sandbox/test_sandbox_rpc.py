@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ckpt.errors import IntegrityError, SandboxBusy, SandboxError
-from ckpt.sandbox import protocol as p
-from ckpt.sandbox import rpc
+from ckpt.sandbox.wire import protocol as p
+from ckpt.sandbox.wire import rpc
 
 
 @pytest.fixture

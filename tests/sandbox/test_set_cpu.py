@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ckpt.errors import CgroupError, SandboxError
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import cgroup_dirs, quota_allowed
 

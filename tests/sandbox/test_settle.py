@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from ckpt.sandbox import lifecycle
-from ckpt.sandbox import protocol as p
-from ckpt.sandbox.timings import RESUME_TOTAL, SUSPEND_TOTAL, Timings
+from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.wire import protocol as p
+from ckpt.sandbox.wire.timings import RESUME_TOTAL, SUSPEND_TOTAL, Timings
 
 
 def _reply() -> p.CheckpointReply:

@@ -23,11 +23,12 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from ckpt.sandbox import handover, template_client
-from ckpt.sandbox import template_proto as proto
-from ckpt.sandbox.childenv import child_env
-from ckpt.sandbox.http import get_json
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import template_client
+from ckpt.sandbox.client.childenv import child_env
+from ckpt.sandbox.host.http import get_json
+from ckpt.sandbox.wire import handover
+from ckpt.sandbox.wire import template_proto as proto
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import CGROUP_ROOT, Cli, cgroup_dirs, quota_allowed, sandbox_processes
 from .waiting import gone, wait_for

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import template_proto
+from ckpt.sandbox.wire import template_proto
 
 
 def _full_listener(path: str) -> tuple[socket.socket, list[socket.socket]]:

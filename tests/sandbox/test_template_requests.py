@@ -30,9 +30,10 @@ from typing import Any
 import psutil
 import pytest
 
-from ckpt.sandbox import template, template_client
-from ckpt.sandbox import template_proto as proto
-from ckpt.sandbox.paths import Root
+from ckpt.sandbox.client import template_client
+from ckpt.sandbox.template import server as template
+from ckpt.sandbox.wire import template_proto as proto
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import Cli, sandbox_processes
 from .waiting import gone, wait_for

@@ -14,7 +14,7 @@ import socket
 import time
 from pathlib import Path
 
-from ckpt.sandbox.template import Template
+from ckpt.sandbox.template.server import Template
 
 
 def _serving(tmp_path: Path) -> Template:

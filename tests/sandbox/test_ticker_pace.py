@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt.sandbox import process
-from ckpt.sandbox.process import TICK_IDLE_MAX, TICK_SLACK, ticks_to_sleep
+from ckpt.sandbox.host import process
+from ckpt.sandbox.host.process import TICK_IDLE_MAX, TICK_SLACK, ticks_to_sleep
 
 STEP = int(process.TICK_S * 1e9)
 

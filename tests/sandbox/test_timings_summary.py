@@ -3,7 +3,7 @@ pre-copy or a parent, SuspendTotal counts time the sandbox went on serving."""
 
 from __future__ import annotations
 
-from ckpt.sandbox.timings import CHECKPOINT, SUSPEND_TOTAL, Timings
+from ckpt.sandbox.wire.timings import CHECKPOINT, SUSPEND_TOTAL, Timings
 
 
 def test_a_checkpoint_line_leads_with_the_frozen_time() -> None:

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from ckpt.sandbox import template_client
-from ckpt.sandbox.paths import Root
-from ckpt.sandbox.pids import cmdline_is_sandbox
+from ckpt.sandbox.client import template_client
+from ckpt.sandbox.client.pids import cmdline_is_sandbox
+from ckpt.sandbox.wire.paths import Root
 
 from .conftest import Cli, sandbox_processes
 from .test_template import run_http, serving, sid

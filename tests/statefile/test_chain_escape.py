@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from ckpt.cli import app
 from ckpt.errors import CkptError, StatefileError
-from ckpt.sandbox import precopy
+from ckpt.sandbox.client import precopy_options
 from ckpt.statefile import ImageWriter, chain, open_image
 from ckpt.statefile.format import PAGE_SIZE
 
@@ -119,8 +119,8 @@ def test_a_parent_elsewhere_is_refused_when_the_child_is_written(tmp_path: Path)
         chain.link_metadata(tmp_path / "two" / "b", open_image(a))
     assert str(tmp_path / "one" / "b") in str(info.value)  # where to write it instead
     with pytest.raises(StatefileError, match="not beside"):
-        precopy.cli_options(True, str(a), False, str(tmp_path / "two" / "b"))
-    assert precopy.cli_options(True, str(a), False, str(tmp_path / "one" / "b")) == {
+        precopy_options.cli_options(True, str(a), False, str(tmp_path / "two" / "b"))
+    assert precopy_options.cli_options(True, str(a), False, str(tmp_path / "one" / "b")) == {
         "pre_dump": True,
         "parent": str(a),
     }

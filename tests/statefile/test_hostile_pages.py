@@ -128,8 +128,8 @@ RESTORE_ONLY = [  # inside the format's hard cap: only the kernel state says the
 @pytest.fixture(scope="module")
 def kernel_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real sandbox's checkpoint (the "empty" workload: 63 frames, all stored)."""
-    from ckpt.sandbox.process import Host
-    from ckpt.sandbox.protocol import BootRequest, CheckpointRequest, PauseRequest
+    from ckpt.sandbox.host.process import Host
+    from ckpt.sandbox.wire.protocol import BootRequest, CheckpointRequest, PauseRequest
 
     d = tmp_path_factory.mktemp("hostile")
     h = Host("unit", str(d / "ctl.sock"))
@@ -167,8 +167,8 @@ PRELUDE = textwrap.dedent(
 CHILD = PRELUDE + textwrap.dedent(
     """
     from ckpt.errors import CkptError
-    from ckpt.sandbox.process import Host
-    from ckpt.sandbox.protocol import RestoreRequest
+    from ckpt.sandbox.host.process import Host
+    from ckpt.sandbox.wire.protocol import RestoreRequest
     h = Host("restored", sys.argv[2])
     try:
         h.restore(RestoreRequest(image=sys.argv[1]))

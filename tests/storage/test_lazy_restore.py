@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host.http import get_json
 from ckpt.storage import seaweed
 from ckpt.storage.repository import CHUNKS, Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ckpt.errors import CkptError
-from ckpt.sandbox import remote_image
+from ckpt.sandbox.host import remote_image
 from ckpt.storage.manifest import MAX_CHUNK, ChunkRef, FileEntry, Manifest, encode
 from ckpt.storage.repository import FREE_RESERVE, Repository
 from ckpt.storage.s3 import S3Store

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host.http import get_json
 from ckpt.storage.repository import Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
 from tests.sandbox.kv_client import check_values, put_values
@@ -244,7 +244,7 @@ def test_a_tampered_parent_manifest_is_refused_with_the_key(
 
 
 def test_the_fetch_bounds_a_chain_as_the_restore_does() -> None:
-    from ckpt.sandbox import remote_image
+    from ckpt.sandbox.host import remote_image
     from ckpt.statefile import chain
 
     assert remote_image.MAX_CHAIN == chain.MAX_CHAIN

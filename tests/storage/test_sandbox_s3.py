@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host.http import get_json
 from ckpt.storage.repository import Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
 from tests.sandbox.waiting import wait_for

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox import remote_image
-from ckpt.sandbox.http import get_json
+from ckpt.sandbox.host import remote_image
+from ckpt.sandbox.host.http import get_json
 from ckpt.storage import lease as leases
 from ckpt.storage.repository import Repository
 from tests.sandbox.conftest import Cli, cli  # noqa: F401  (the sandbox fixtures)

@@ -1,7 +1,7 @@
 """Images in an object store, inside the sandbox: the :class:`ImageSession` the sandbox
-host holds (ckpt/sandbox/process.py) opens the store, starts the upload before the
-freeze, reads the parent and fetches an image to restore; :func:`attach` puts the
-store settings the CLI gathered (ckpt/images/remote.py) into a request.  Where an image
+host holds (ckpt/sandbox/host/process.py) opens the store, starts the upload before the
+freeze, reads the parent and fetches an image to restore, with the store settings the
+CLI gathered (ckpt/images/remote.py) and sent in the request.  Where an image
 lives is a :class:`ckpt.images.Location`, parsed from the request's string on arrival.
 
 Restore downloads the image into ``stage_dir`` (a private directory under the
@@ -28,7 +28,6 @@ from ckpt.images.location import Location
 from ckpt.images.remote import BEFORE_DEADLINE_S as BEFORE_DEADLINE_S  # the CLI states
 from ckpt.images.remote import within
 
-STAGE_DIR = "image-stage"
 PAGES_IMG = "pages.img"
 # ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
 # not imported from there, as the fetch runs in a thread beside the sandbox's imports
@@ -244,17 +243,6 @@ class ImageSession:
             raise
 
 
-def attach(request: Any, remote: dict[str, Any], stage: Path | None = None) -> Any:
-    """``request`` (a protocol struct) with the image URL and store settings of
-    ``remote`` (from :func:`request_fields`) and, for a restore, the stage directory."""
-    if not remote:
-        return request
-    import msgspec
-
-    extra = {} if stage is None else {"stage_dir": str(stage)}
-    return msgspec.structs.replace(request, **remote, **extra)
-
-
 def upload_counters(writer: Any) -> dict[str, Any]:
     """What a committed store writer sent (chunks the store lacked), for the reply's
     counters; nothing for a directory."""
@@ -341,7 +329,7 @@ class StagedImage:
 def _log_source(source: Any) -> None:
     """The restore's line on where the image's chunks (kernel state, page map and
     pages) came from, once the background fill is done."""
-    from ckpt.sandbox.sandboxlog import log
+    from ckpt.sandbox.wire.sandboxlog import log
 
     s = source.stats
     log(

@@ -14,10 +14,18 @@ signal sent when it said none.  ``status_text`` words it: ``exited (code 0)``.
 
 from __future__ import annotations
 
-from ckpt.sandbox.group import group_procs, own_group
-from ckpt.sandbox.paths import CREATING, PAUSED, RUNNING, STOPPED, UNREADABLE, Root, SandboxState
-from ckpt.sandbox.pids import alive, is_ours, socket_owner
-from ckpt.sandbox.sandboxlog import exit_status
+from ckpt.sandbox.client.group import group_procs, own_group
+from ckpt.sandbox.client.pids import alive, is_ours, socket_owner
+from ckpt.sandbox.wire.paths import (
+    CREATING,
+    PAUSED,
+    RUNNING,
+    STOPPED,
+    UNREADABLE,
+    Root,
+    SandboxState,
+)
+from ckpt.sandbox.wire.sandboxlog import exit_status
 
 STOPPED_KEY = "stopped"  # extra["stopped"]: {"reason": ..., "code": N, "signal": "TERM"}
 SIGNALLED_KEY = "signalled"  # extra["signalled"]: the last signal `ckpt kill` sent

@@ -46,9 +46,8 @@ template's own start.
 Why one file: the template is one single-threaded server, and every handler (spawn,
 hold, adopt, release, status) works on the same state: the listening socket, the
 requests still arriving, the sockets held for sandboxes, the children to reap.  The
-request checks and the forked child's set-up (``check_spawn`` to ``_become_sandbox``)
-are its security boundary and read best beside the handler that calls them; they are
-the seam to cut first if the file grows.
+request checks (``checks.py``) are its security boundary, and the forked child's set-up
+(``child.py``) is code the template never runs itself; both have their module.
 """
 
 from __future__ import annotations
@@ -64,12 +63,21 @@ import selectors
 import signal
 import socket
 import stat
-import struct
 import sys
 import time
 
-from ckpt.sandbox import handover
-from ckpt.sandbox import template_proto as proto
+from ckpt.sandbox.template.checks import (
+    Refused,
+    cgroup_mounts,
+    check_spawn,
+    checked_id,
+    close_all,
+    peer,
+)
+from ckpt.sandbox.template.child import become_sandbox
+from ckpt.sandbox.template.faults import fault_delay
+from ckpt.sandbox.wire import handover
+from ckpt.sandbox.wire import template_proto as proto
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,14 +111,15 @@ def warm() -> dict[str, Any]:
     """
     t0 = time.perf_counter_ns()
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import dump, http, process, protocol, rpc, timings  # noqa: F401
+    from ckpt.sandbox.host import dump, http, process  # noqa: F401
+    from ckpt.sandbox.wire import protocol, rpc, timings  # noqa: F401
 
     t_import = time.perf_counter_ns()
     for workload in proto.WARM_WORKLOADS:
         k = kernel.build_workload(workload)
         for engine in state.ENGINES:
             state.loads(state.dumps(k, engine=engine), engine=engine)
-    _cgroup_mounts()  # read mountinfo once, not per request
+    cgroup_mounts()  # read mountinfo once, not per request
     gc.collect()
     t_end = time.perf_counter_ns()
     return {
@@ -120,17 +129,6 @@ def warm() -> dict[str, Any]:
 
 
 # -- requests --------------------------------------------------------------------------
-
-
-class Refused(Exception):
-    """A request we will not act on; the message goes back to the client."""
-
-
-def _peer(conn: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end (``SO_PEERCRED``)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", creds)
-    return pid, uid
 
 
 class Incoming:
@@ -167,149 +165,9 @@ class Incoming:
         return not data or self.buf.endswith(b"\n")
 
     def close(self) -> None:
-        _close_all(self.fds)
+        close_all(self.fds)
         self.fds = []
         self.conn.close()
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _fd_target(fd: int) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return ""
-
-
-def check_spawn(req: dict[str, Any], fds: list[int], root: str) -> dict[str, Any]:
-    """Validate a spawn request and its descriptors; raise Refused naming the fault."""
-    sandbox_id = _checked_id(req)
-    sock = req.get("socket")
-    if not isinstance(sock, str) or not os.path.isabs(sock) or "\0" in sock:
-        raise Refused("spawn needs an absolute 'socket' path")
-    if len(os.fsencode(sock)) > 107:
-        raise Refused("socket path too long")
-    from ckpt.sandbox.paths import Root
-
-    if sock != str(Root(root).socket_path(sandbox_id)):
-        raise Refused("socket must be the sandbox's own control socket under this root")
-    n_cgroup = req.get("cgroup_fds")
-    if not isinstance(n_cgroup, int) or isinstance(n_cgroup, bool) or n_cgroup < 0:
-        raise Refused("spawn needs an integer 'cgroup_fds'")
-    if len(fds) != 2 + n_cgroup:
-        raise Refused(f"expected {2 + n_cgroup} descriptors, got {len(fds)}")
-    env = req.get("env", {})
-    if not isinstance(env, dict) or len(env) > 64:
-        raise Refused("'env' must be an object of at most 64 CKPT_* variables")
-    for key, value in env.items():
-        if not (isinstance(value, str) and key.startswith("CKPT_") and len(value) < 4096):
-            raise Refused(f"bad environment variable {key!r} for the sandbox")
-    log_fd, ready_fd, *cgroup_fds = fds
-    mode = os.fstat(log_fd).st_mode
-    if not stat.S_ISREG(mode) or not _writable(log_fd):
-        raise Refused("the log descriptor must be a writable regular file")
-    if not stat.S_ISFIFO(os.fstat(ready_fd).st_mode) or not _writable(ready_fd):
-        raise Refused("the ready descriptor must be the write end of a pipe")
-    mounts = _cgroup_mounts()
-    for fd in cgroup_fds:
-        target = _fd_target(fd)
-        if (
-            not stat.S_ISREG(os.fstat(fd).st_mode)
-            or not target.endswith("/cgroup.procs")
-            or not target.startswith(mounts)
-        ):
-            raise Refused("cgroup descriptors must be open cgroup.procs files of a cgroup fs")
-        if not _writable(fd):
-            raise Refused("cgroup descriptors must be open for writing")
-    return {
-        "id": sandbox_id,
-        "socket": sock,
-        "log_fd": log_fd,
-        "ready_fd": ready_fd,
-        "cgroup_fds": cgroup_fds,
-        "env": env,
-    }
-
-
-_mounts: tuple[str, ...] | None = None
-
-
-def _cgroup_mounts() -> tuple[str, ...]:
-    """Where this host's cgroup file systems are mounted, each ending in ``/``."""
-    global _mounts
-    if _mounts is None:
-        from ckpt.cgroups import detect
-
-        try:
-            lay = detect.layout()
-            found = [lay.unified, *lay.v1.values()]
-        except Exception:  # no readable mountinfo: accept no cgroup descriptor at all
-            found = []
-        _mounts = tuple(dict.fromkeys(f"{m}/" for m in found if m is not None))
-    return _mounts
-
-
-def _writable(fd: int) -> bool:
-    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
-
-
-# -- forking ---------------------------------------------------------------------------
-
-
-def _become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
-    """In the forked child: join the cgroup, detach, and run the sandbox.  Never returns."""
-    code = 0
-    try:
-        for fd in spec["cgroup_fds"]:  # first of all: every instruction from here is charged
-            os.write(fd, b"0")
-        stall = _fault_delay("join-stall")
-        if stall:
-            time.sleep(stall)
-        os.setsid()  # its own session: a signal to the template's group never reaches it
-        os.write(spec["joined_w"], b"joined")
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _close_all([*keep_out, spec["joined_w"]])
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(spec["log_fd"], 1)
-        os.dup2(spec["log_fd"], 2)
-        ready = os.dup2(spec["ready_fd"], 3, inheritable=False)
-        os.closerange(4, _max_fd())
-        import random
-
-        random.seed()
-        for key in [k for k in os.environ if k.startswith("CKPT_") and k != "CKPT_ROOT"]:
-            del os.environ[key]
-        os.environ.update(spec["env"])  # the asking command's CKPT_* settings
-        os.environ[handover.ENV] = spec["template_socket"]
-        gc.unfreeze()
-        gc.enable()
-        from ckpt.sandbox import process, title
-
-        title.set_title(title.sandbox_title(spec["id"], spec["root"]))
-        process.log("forked from the warm template")
-        process.serve(spec["id"], spec["socket"], ready)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"sandbox start failed in template child: {exc!r}\n")
-            sys.stderr.flush()
-        code = 1
-    os._exit(code)
-
-
-def _max_fd() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (OSError, ValueError):
-        return 4096
 
 
 class Template:
@@ -336,8 +194,8 @@ class Template:
         self.lock_fd: int | None = None
         self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
         self.info: dict[str, Any] = {}  # template.json while serving
-        self.reply_delay = _fault_delay("spawn-reply-delay")
-        self.hold_delay = _fault_delay("hold-delay")
+        self.reply_delay = fault_delay("spawn-reply-delay")
+        self.hold_delay = fault_delay("hold-delay")
 
     def take_over(self) -> None:
         """Collect the held sockets of a stale template still serving our socket path."""
@@ -352,7 +210,7 @@ class Template:
             return  # nobody there, or not answering: nothing to take over
         held = (reply.get("result") or {}).get("held") if reply.get("ok") else None
         if not isinstance(held, list):
-            _close_all(fds)
+            close_all(fds)
             return
         at = 0
         for entry in held:
@@ -361,7 +219,7 @@ class Template:
                 break
             self.held[str(entry.get("id"))] = (fds[at : at + len(kinds)], kinds, time.monotonic())
             at += len(kinds)
-        _close_all(fds[at:])
+        close_all(fds[at:])
         if self.held:
             log(f"took over the sockets held for {', '.join(sorted(self.held))}")
 
@@ -448,7 +306,7 @@ class Template:
                 return
             self.last_request = time.monotonic()
             try:
-                peer_pid, peer_uid = _peer(conn)
+                peer_pid, peer_uid = peer(conn)
                 if peer_uid != os.getuid():
                     raise Refused("requests are accepted from this template's own user only")
             except Refused as exc:
@@ -556,7 +414,7 @@ class Template:
             elif op == "migrate":
                 reply, send = self._migrate()
             elif op == "release":
-                reply = {"released": self._release(_checked_id(req))}
+                reply = {"released": self._release(checked_id(req))}
             else:
                 raise Refused(f"unknown op {op!r}")
             if op == "spawn" and self.reply_delay:
@@ -576,16 +434,16 @@ class Template:
         except (OSError, TimeoutError) as exc:
             log(f"request failed: {exc!r}")
         finally:
-            _close_all(fds)
+            close_all(fds)
         if self.stale and not self.held:
             self.running = False
         if not self.running:
             self.close()
 
-    # -- sockets held between a checkpoint and its restore (see handover.py) --------
+    # -- sockets held between a checkpoint and its restore (see wire/handover.py) --------
 
     def _hold(self, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        sandbox_id = _checked_id(req)
+        sandbox_id = checked_id(req)
         kinds = req.get("kinds")
         if (
             not isinstance(kinds, list)
@@ -611,7 +469,7 @@ class Template:
         """Lend the held sockets to the restoring sandbox ``peer``: copies go out, ours
         stay until release.  One borrower at a time: while it lives, a second restore
         of the same image gets nothing and binds its own port."""
-        sandbox_id = _checked_id(req)
+        sandbox_id = checked_id(req)
         entry = self.held.get(sandbox_id)
         if entry is None:
             return {"kinds": []}, []
@@ -626,7 +484,7 @@ class Template:
         self.lent.pop(sandbox_id, None)
         entry = self.held.pop(sandbox_id, None)
         if entry is not None:
-            _close_all(entry[0])
+            close_all(entry[0])
             self.publish()
             log(f"released the sockets held for {sandbox_id}")
         return entry is not None
@@ -684,7 +542,7 @@ class Template:
             raise
         if pid == 0:
             os.close(joined_r)
-            _become_sandbox(spec, keep_out)
+            become_sandbox(spec, keep_out)
         os.close(spec["joined_w"])  # once, so no later descriptor of that number is hit
         try:
             # "joined", or nothing if the child died first, or no answer in time
@@ -753,29 +611,6 @@ def _send(conn: socket.socket, reply: dict[str, Any], fds: list[int] = ()) -> bo
     return True
 
 
-def _fault_delay(which: str) -> float:
-    """``CKPT_TEMPLATE_FAULT=WHICH:SECONDS``: the test hook's delay, or 0."""
-    name, _, value = os.environ.get("CKPT_TEMPLATE_FAULT", "").partition(":")
-    if name != which:
-        return 0.0
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return 0.0
-
-
-def _checked_id(req: dict[str, Any]) -> str:
-    from ckpt.sandbox.paths import check_id
-
-    sandbox_id = req.get("id")
-    if not isinstance(sandbox_id, str):
-        raise Refused("the request needs a string 'id'")
-    try:
-        return check_id(sandbox_id)
-    except Exception as exc:
-        raise Refused(str(exc)) from None
-
-
 def _rss_kib() -> int:
     try:
         with open("/proc/self/statm", "rb") as f:
@@ -828,13 +663,13 @@ def main(argv: list[str] | None = None) -> None:
         return  # another template for this root is starting or serving
     t = Template(os.path.abspath(opts["root"]), opts["socket"], opts["version"])
     t.lock_fd = lock_fd
-    from ckpt.sandbox import title  # its module is loaded now, so forked sandboxes pay nothing
+    from ckpt.sandbox.wire import title  # its module is loaded now, so forked sandboxes pay nothing
 
     title.set_title(title.template_title(t.root))
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})
-    time.sleep(_fault_delay("warm-delay"))
+    time.sleep(fault_delay("warm-delay"))
     t.warm_info = warm()
     if os.environ.get("CKPT_TEMPLATE_GC_FREEZE", "1") != "0":
         gc.freeze()  # children's collections skip the template's objects: see README
@@ -848,7 +683,3 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         t.close()
         log("stopped")
-
-
-if __name__ == "__main__":
-    main()

@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterator
 
 from ckpt.errors import SandboxError, SandboxNotFound
-from ckpt.sandbox.paths import STOPPED, UNREADABLE, Root
-from ckpt.sandbox.status import refresh
+from ckpt.sandbox.client.status import refresh
+from ckpt.sandbox.wire.paths import STOPPED, UNREADABLE, Root
 
 CHUNK = 64 * 1024
 POLL_S = 0.2

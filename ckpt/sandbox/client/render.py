@@ -10,9 +10,9 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from ckpt.sandbox.paths import SandboxState
-from ckpt.sandbox.status import status_text
-from ckpt.sandbox.timings import Timings
+from ckpt.sandbox.client.status import status_text
+from ckpt.sandbox.wire.paths import SandboxState
+from ckpt.sandbox.wire.timings import Timings
 
 ADDRESS_WIDTH = 21  # "255.255.255.255:65535" whole; a longer IPv6 address folds
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt.errors import CkptError
 
 if TYPE_CHECKING:
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.wire import protocol as p
 
 
 def image_identity(image: Path) -> tuple[int, int, int] | None:
@@ -64,7 +64,7 @@ def said(outcome: str, detail: str) -> str:
 
 def listener_notes(reply: p.RestoreReply, handed_over: bool) -> list[str]:
     """One line when a restore bound its port anew although clients may have waited."""
-    from ckpt.sandbox.protocol import BindReason, Listener
+    from ckpt.sandbox.wire.protocol import BindReason, Listener
 
     reason = reply.bind_reason
     if reply.listener is not Listener.BOUND_ANEW or reason is None:

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.host.precopy import Rounds
+    from ckpt.sandbox.host.remote_image import ImageSession
+    from ckpt.sandbox.wire import protocol as p
 
 
 def image_write_error(exc: OSError, image: str) -> StatefileError:
@@ -99,11 +101,11 @@ class Dump:
         kernel: Any,
         key: bytes | None,
         stall: Callable[[], None] | None,
-        images: Any,
+        images: ImageSession,
         engine: str,
         metadata: dict[str, Any],
         link: dict[str, Any],
-        rounds: Any,
+        rounds: Rounds | None,
         stats: Any,
         frozen_at: int,
         freezing_ns: int,
@@ -156,8 +158,8 @@ def write_image(job: Dump) -> dict[str, Any]:
     the pages (all, or the dirty ones when it has a parent), stats, then commit.
     Each step is timed as CRIU's stats-dump names it."""
     from ckpt import state
-    from ckpt.sandbox import remote_image
-    from ckpt.sandbox.timings import Timings
+    from ckpt.sandbox.host import remote_image
+    from ckpt.sandbox.wire.timings import Timings
 
     request, k, stats, rounds = job.request, job.kernel, job.stats, job.rounds
     clock = Timings()

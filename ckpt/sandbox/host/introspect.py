@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.wire import protocol as p
 
 VERBS = frozenset({"tasks", "counters"})
 """The verbs this module answers; read-only, so they bypass the exclusive lock."""
@@ -39,7 +39,7 @@ def _cpu_usec() -> int:
 
 def task_rows(kernel: Any, limit: int) -> tuple[list[p.TaskInfo], int]:
     """The kernel's tasks by tid, at most ``limit`` of them, and how many were left out."""
-    from ckpt.sandbox.protocol import TaskInfo
+    from ckpt.sandbox.wire.protocol import TaskInfo
 
     tasks = kernel.tasks()
     rows = []
@@ -62,7 +62,7 @@ def task_rows(kernel: Any, limit: int) -> tuple[list[p.TaskInfo], int]:
 
 def tasks_reply(host: Any, request: p.TasksRequest) -> p.TasksReply:
     from ckpt.errors import SandboxError
-    from ckpt.sandbox.protocol import TasksReply
+    from ckpt.sandbox.wire.protocol import TasksReply
 
     with host.cond:
         if host.kernel is None:
@@ -110,7 +110,7 @@ def kernel_figures(kernel: Any) -> dict[str, int]:
 
 
 def counters_reply(host: Any, request: p.CountersRequest) -> p.CountersReply:
-    from ckpt.sandbox.protocol import CountersReply
+    from ckpt.sandbox.wire.protocol import CountersReply
 
     with host.cond:
         if host.kernel is None:

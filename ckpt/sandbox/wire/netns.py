@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 from ckpt.errors import SandboxError
 
 if TYPE_CHECKING:
-    from ckpt.sandbox.paths import Root, SandboxState
+    from collections.abc import Callable
+
+    from ckpt.sandbox.wire.paths import Root, SandboxState
 
 KEY = "net"  # the record's ``extra`` entry
 RUN_NETNS = "/run/netns"
@@ -300,12 +302,13 @@ def _setns(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def listen(netns: str, host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` inside namespace ``netns``.  A namespace is
-    per thread: a thread of its own enters it, binds, and ends, so no other thread of
-    this process ever changes namespace."""
-    from ckpt.sandbox.http import bind
-
+def listen(
+    netns: str, host: str, port: int, bind: Callable[[str, int], socket.socket]
+) -> socket.socket:
+    """A listening socket on ``host:port`` inside namespace ``netns``, made by ``bind``
+    (the host's, passed in: this module serves every process and imports none).  A
+    namespace is per thread: a thread of its own enters it, binds, and ends, so no other
+    thread of this process ever changes namespace."""
     if "/" in netns or not netns.startswith(PREFIX):
         raise OSError(22, f"not a sandbox namespace: {netns!r}")
     out: list[Any] = []

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox import template_proto as proto
+from ckpt.sandbox.wire import template_proto as proto
 
 CONNECT_TIMEOUT_S = 1.0
 REPLY_TIMEOUT_S = 10.0  # a warm template answers in milliseconds; this only catches a wedge
@@ -135,7 +135,7 @@ def _template_pid(root: Path) -> int | None:
             argv = f.read().split(b"\0")
     except OSError:
         return None
-    from ckpt.sandbox import title
+    from ckpt.sandbox.wire import title
 
     where = os.path.abspath(root)
     named = title.shows(argv, title.template_title(where))  # once it is warming
@@ -205,7 +205,7 @@ def start(root: Path, *, wait: bool = False) -> None:
     """Start a template for ``root`` in the background, detached (its own session).
 
     With ``wait``, return once it answers, raising SandboxError if it does not."""
-    from ckpt.sandbox.childenv import child_env
+    from ckpt.sandbox.client.childenv import child_env
 
     info = proto.read_info(str(root)) or {}
     if _template_pid(root) is not None and info.get("version") == proto.version():

@@ -16,15 +16,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ckpt.errors import CkptError, SandboxError, WaitTimeout
-from ckpt.sandbox import rpc
-from ckpt.sandbox.group import freezable, open_cgroup, own_group
-from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, UNREADABLE, Root, SandboxState
-from ckpt.sandbox.pids import alive, wait_dead
-from ckpt.sandbox.status import live, refresh, status_text, stop_reason
+from ckpt.sandbox.client.group import freezable, open_cgroup, own_group
+from ckpt.sandbox.client.pids import alive, wait_dead
+from ckpt.sandbox.client.status import live, refresh, status_text, stop_reason
+from ckpt.sandbox.wire import rpc
+from ckpt.sandbox.wire.paths import PAUSED, RUNNING, STOPPED, UNREADABLE, Root, SandboxState
 
 if TYPE_CHECKING:
     from ckpt.cgroups.base import BaseManager
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.wire import protocol as p
 
 RPC_TIMEOUT_S = 10.0
 WAIT_SLICE_S = 1.0
@@ -53,7 +53,7 @@ def _ask(root: Root, st: SandboxState, request: p.Request) -> Any:
 
 def tasks(root: Root, sandbox_id: str) -> p.TasksReply:
     """The tasks of the sandbox's kernel, by tid."""
-    from ckpt.sandbox.protocol import TasksRequest
+    from ckpt.sandbox.wire.protocol import TasksRequest
 
     st = live(root, sandbox_id, "list the tasks of", say_why=True)
     if _frozen(root, st):
@@ -96,7 +96,7 @@ class Sampler:
 
     def sample(self) -> dict[str, Any] | None:
         """One ``stats`` event, or None once the sandbox has stopped."""
-        from ckpt.sandbox.protocol import CountersRequest
+        from ckpt.sandbox.wire.protocol import CountersRequest
 
         st = refresh(self.root, self.st.id)
         if st.status not in (RUNNING, PAUSED) or st.pid != self.st.pid:

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ckpt.errors import CkptError, SandboxError
-from ckpt.sandbox.group import own_group
-from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState
-from ckpt.sandbox.pids import alive, is_ours
-from ckpt.sandbox.status import SIGNALLED_KEY, refresh, status_text
+from ckpt.sandbox.client.group import own_group
+from ckpt.sandbox.client.pids import alive, is_ours
+from ckpt.sandbox.client.status import SIGNALLED_KEY, refresh, status_text
+from ckpt.sandbox.wire.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState
 
 
 def parse_signal(text: str) -> _signal.Signals:
@@ -48,7 +48,7 @@ def kill(root: Root, sandbox_id: str, signo: _signal.Signals = _signal.SIGKILL) 
     another signal goes to its verified process, and is noted in its record so that
     ``ckpt state`` can say it was killed by it if it dies without saying why."""
     if signo == _signal.SIGKILL:
-        from ckpt.sandbox import lifecycle
+        from ckpt.sandbox.client import lifecycle
 
         return lifecycle.kill(root, sandbox_id)
     st = refresh(root, sandbox_id)
@@ -128,7 +128,7 @@ def kill_all(root: Root, signo: _signal.Signals = _signal.SIGKILL) -> list[Outco
 def delete_all(root: Root, *, force: bool = False) -> list[Outcome]:
     """``delete`` every sandbox of the root: the stopped ones, or all with ``force``
     (a running one without it is an error in the list, and stays)."""
-    from ckpt.sandbox import lifecycle
+    from ckpt.sandbox.client import lifecycle
 
     def delete(sandbox_id: str) -> None:
         lifecycle.delete(root, sandbox_id, force=force)

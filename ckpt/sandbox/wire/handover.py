@@ -41,7 +41,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ckpt.sandbox.protocol import BindReason, Handover
+    from ckpt.sandbox.wire.protocol import BindReason, Handover
 
 ENV = "CKPT_TEMPLATE_SOCKET"
 LISTEN = "listen"
@@ -69,7 +69,7 @@ def _exchange(
     path: str, request: dict[str, Any], fds: list[int] = (), timeout: float | None = None
 ) -> tuple[dict, list[int]]:
     """A request to the template; a reply that is not JSON counts as a refusal."""
-    from ckpt.sandbox import template_proto
+    from ckpt.sandbox.wire import template_proto
 
     timeout = _timeout() if timeout is None else timeout
     try:
@@ -85,7 +85,7 @@ def hold(sandbox_id: str, sockets: list[socket.socket]) -> tuple[Handover, str]:
     ``Handover.TEMPLATE`` when it took them; ``NONE`` when it did not (the caller's
     sockets then simply close when it exits); ``UNKNOWN`` when it did not answer in time
     and may have them: never shut them down then."""
-    from ckpt.sandbox.protocol import Handover
+    from ckpt.sandbox.wire.protocol import Handover
 
     path = template_socket()
     if path is None:
@@ -116,7 +116,7 @@ def adopt(
     """Take back what the template holds for ``sandbox_id``: ``(listener, connections,
     None, "")``, or ``(None, [], why not, the same in words)``.  The template keeps its
     copies until ``release``."""
-    from ckpt.sandbox.protocol import BindReason
+    from ckpt.sandbox.wire.protocol import BindReason
 
     path = template_socket()
     if path is None:

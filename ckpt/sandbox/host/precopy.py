@@ -15,6 +15,9 @@ merging would read and compress every page a second time after the freeze.
 A dump resets dirty tracking, so a child is only correct against the last image taken
 of this sandbox: ``Host.last_dump`` records its id, and a ``--parent-path`` naming any
 other image is refused.
+
+What this module uses of the host is ``access.KernelAccess`` (the kernel, its lock, the
+sandbox's ID, its image session and last image), never the rest of ``Host``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 import time
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
+from ckpt.sandbox.host.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
 
 __all__ = ["FEW_DIRTY", "GROWTH", "MAX_ROUNDS", "Rounds", "StopRule", "pre_dump"]
 
@@ -32,10 +35,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
+    from ckpt.sandbox.host.access import KernelAccess
+
 BATCH = 256  # pages read under the kernel lock at once (1 MiB)
 
 
-def _batched(host: Any, frames: list[int], timer: list[int]) -> Iterator[tuple[int, bytes]]:
+def _batched(
+    host: KernelAccess, frames: list[int], timer: list[int]
+) -> Iterator[tuple[int, bytes]]:
     """``(frame, page)`` for ``frames`` still allocated, read under the lock in batches;
     ``timer[0]`` accumulates the nanoseconds spent reading (CRIU's memdump)."""
     mf = host.kernel.memory_file
@@ -48,13 +55,13 @@ def _batched(host: Any, frames: list[int], timer: list[int]) -> Iterator[tuple[i
 
 
 def parent_metadata(
-    host: Any, parent: str, image: str, key: bytes | None, params: Any = None
+    host: KernelAccess, parent: str, image: str, key: bytes | None, params: Any = None
 ) -> dict[str, Any]:
     """The link to ``parent`` for a new image at ``image``, refused unless ``parent`` is
     the last image taken of this sandbox (dirty tracking counts from there).  An
     object-store parent is read through the request's store settings (``params``)."""
     from ckpt.images import Location, factory
-    from ckpt.sandbox import remote_image
+    from ckpt.sandbox.host import remote_image
     from ckpt.statefile import chain
     from ckpt.statefile.seal import check_parent_sealing
 
@@ -71,7 +78,7 @@ def parent_metadata(
     return chain.link_metadata(image, p)
 
 
-def _check_parent(host: Any, p: Any, parent: str) -> None:
+def _check_parent(host: KernelAccess, p: Any, parent: str) -> None:
     """Refuse a parent that is not this sandbox's last image."""
     if p.metadata.get("sandbox_id") != host.id:
         raise SandboxError(
@@ -87,13 +94,13 @@ def _check_parent(host: Any, p: Any, parent: str) -> None:
 
 
 def pre_dump(
-    host: Any, params: dict[str, Any], image: str | None = None, link: dict | None = None
+    host: KernelAccess, params: dict[str, Any], image: str | None = None, link: dict | None = None
 ) -> dict[str, Any]:
     """Write a pages-only image of the running sandbox; returns counters for the reply.
 
     ``link`` (a parent's link metadata) is worked out from ``params["parent"]`` unless
     given; with none, every allocated page is written."""
-    from ckpt.sandbox import remote_image
+    from ckpt.sandbox.host import remote_image
     from ckpt.statefile import chain
 
     if host.kernel is None:
@@ -153,7 +160,7 @@ def pre_dump(
     }
 
 
-def untake(host: Any, taken: list[int], last: str | None) -> None:
+def untake(host: KernelAccess, taken: list[int], last: str | None) -> None:
     """Undo a dump's reset of dirty tracking when its image was not committed: the
     pages it took are dirty again and ``last`` is again the last image, so a retry
     against the same parent misses nothing."""
@@ -165,7 +172,7 @@ def untake(host: Any, taken: list[int], last: str | None) -> None:
 class Rounds:
     """Pre-copy rounds written into a working directory beside the target image."""
 
-    def __init__(self, host: Any, params: dict[str, Any]) -> None:
+    def __init__(self, host: KernelAccess, params: dict[str, Any]) -> None:
         from ckpt.statefile.image import ROUNDS_DIR, _make_temp_dir, _Target
 
         self.host = host
@@ -242,33 +249,3 @@ class Rounds:
             "precopy_pages_written": sum(r["pages_written"] for r in self.results),
             "precopy_time_ms": round(sum(r["ms"] for r in self.results), 3),
         }
-
-
-def cli_options(
-    pre_dump: bool, parent: Any, pre_copy: bool, image: str | None = None
-) -> dict[str, Any]:
-    """The checkpoint request's fields for ``--pre-dump``, ``--parent-path``, ``--pre-copy``
-    (an object-store parent is kept as its URL, and must be in ``image``'s repository)."""
-    from ckpt.images import Location
-    from ckpt.images.remote import check_chain_urls
-
-    if pre_copy and (pre_dump or parent is not None):
-        raise SandboxError(
-            "--pre-copy does its own pre-dumps: pass it without --pre-dump and --parent-path"
-        )
-    options: dict[str, Any] = {}
-    if pre_dump:
-        options["pre_dump"] = True
-    if parent is not None:
-        parent = Location.of(parent)
-        if image is not None:
-            image = Location.of(image)
-            check_chain_urls(image, parent)
-            if parent.is_local:
-                from ckpt.statefile.chain import sibling_link
-
-                sibling_link(str(image), str(parent))  # refused now, not after the freeze
-        options["parent"] = str(parent)
-    if pre_copy:
-        options["pre_copy"] = True
-    return options

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckpt.errors import CgroupError, SandboxError
-from ckpt.sandbox.paths import Root, SandboxState
+from ckpt.sandbox.wire.paths import Root, SandboxState
 
 if TYPE_CHECKING:
     from ckpt.cgroups.base import BaseManager

@@ -80,7 +80,7 @@ def native_item() -> Item:
 
 def template_item(root: Path, env: Mapping[str, str]) -> Item:
     """Whether sandboxes start from the warm template, and whether it runs now."""
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     if env.get("CKPT_TEMPLATE", "1").strip().lower() in ("0", "no", "off", "false"):
         return Item("template", False, "disabled by CKPT_TEMPLATE=0 (cold starts)")

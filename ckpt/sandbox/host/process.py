@@ -1,6 +1,6 @@
 """The sandbox process: hosts one simulated kernel, serves its control socket and HTTP.
 
-Started by ``ckpt run`` / ``ckpt restore`` as ``python -m ckpt.sandbox.process --id ID
+Started by ``ckpt run`` / ``ckpt restore`` as ``python -m ckpt.sandbox.host.process --id ID
 --socket PATH --ready-fd N``, already inside cgroup ``ckpt/ID`` (the parent joins it in
 ``preexec_fn`` before exec), in its own session, with stdout/stderr going to the sandbox
 log.  It starts empty: binds its control socket, writes ``ready`` to the ready pipe, then
@@ -28,8 +28,9 @@ Why one file: ``Host`` is one state machine.  Its RPC handlers, the HTTP respond
 the ticker share one lock (``Host.cond``), the frozen flag and the listener, and each
 handler's failure path undoes the others' steps (a failed restore drops the kernel it
 loaded, a failed checkpoint thaws and accepts again).  What stands apart has its module:
-the image (``dump.py``), pre-copy (``precopy.py``), the template's sockets
-(``handover.py``), HTTP (``http.py``), read-only views (``introspect.py``).  Argument
+the image (``dump.py``), pre-copy (``precopy.py``), the listening socket kept or bound
+anew (``listener.py``), the template's sockets (``wire/handover.py``), HTTP
+(``http.py``), read-only views (``introspect.py``).  Argument
 parsing stays here, in the cold start's entry point: one module fewer to import.
 """
 
@@ -42,9 +43,10 @@ import threading
 import time
 
 from ckpt.errors import KernelError, SandboxError, StatefileError
-from ckpt.sandbox import introspect, rpc
-from ckpt.sandbox.http import HttpServer, bind
-from ckpt.sandbox.sandboxlog import exit_now, log
+from ckpt.sandbox.host import introspect
+from ckpt.sandbox.host.http import HttpServer
+from ckpt.sandbox.wire import rpc
+from ckpt.sandbox.wire.sandboxlog import exit_now, log
 
 # Annotations are strings; importing ``typing`` (or ``argparse``, which brings ``re``
 # and ``gettext``) would be a large share of the time before the process is ready.
@@ -52,8 +54,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ckpt.sandbox import dump
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.host import dump, listener, precopy
+    from ckpt.sandbox.wire import protocol as p
 
 TICK_S = 0.05
 TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
@@ -65,7 +67,6 @@ TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
 # sandbox wakes (20 -> 4 a second for nginx's 50 ms timer).
 TICK_SLACK = 5
 QUIET_AFTER_S = 1.0
-HOST = "127.0.0.1"
 DRAIN_TIMEOUT_S = 10.0
 
 
@@ -121,58 +122,12 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
     running when the request arrives is waited for and counted as ``import_ms``.
     """
     if root is not None:
-        from ckpt.sandbox import title
+        from ckpt.sandbox.wire import title
 
         title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox import dump, timings  # noqa: F401  (the checkpoint path)
-
-
-def _serves_http(k: Any) -> bool:
-    """Does the workload have an HTTP service whose listener we must bind for real?
-
-    A fresh ``http`` kernel has a listener with no host port yet (None until the sandbox
-    records one); a restored one has the port it was serving on.
-    """
-    return k.http_listen_address() is not None or getattr(k, "http", None) is not None
-
-
-def _bind_error(
-    port: int, exc: OSError, reason: p.BindReason | None, why: str, host: str = HOST
-) -> str:
-    """Why a restore could not bind its port, and what to do, in one line."""
-    import errno
-
-    from ckpt.sandbox.protocol import BindReason
-
-    msg = f"cannot listen on {host}:{port}: {exc.strerror}"
-    if exc.errno == errno.EADDRINUSE and reason is BindReason.TEMPLATE_UNREACHABLE:
-        return (
-            f"{msg}: the template holding it does not answer ({why}); `ckpt template stop` "
-            "(what it holds is lost) and restore again, or pass --port 0 for a free port"
-        )
-    if exc.errno == errno.EADDRINUSE and reason is BindReason.OTHER_SANDBOX:
-        return f"{msg} ({why}, kept for its restore); pass --port 0 for a free port"
-    return f"{msg}; pass --port 0 for a free port"
-
-
-class _Adoption:
-    """What a restore found held for its listener: the socket and parked connections,
-    or why it binds anew (``reason``, and the same in words)."""
-
-    __slots__ = ("conns", "held_for", "listener", "reason", "why")
-
-    def __init__(
-        self,
-        reason: p.BindReason | None,
-        why: str,
-        listener: Any = None,
-        conns: list[Any] | None = None,
-        held_for: str = "",
-    ) -> None:
-        self.reason, self.why, self.listener = reason, why, listener
-        self.conns = conns or []
-        self.held_for = held_for
+    from ckpt.sandbox.host import dump  # noqa: F401  (the checkpoint path)
+    from ckpt.sandbox.wire import timings  # noqa: F401  (the checkpoint path)
 
 
 class Host:
@@ -190,7 +145,7 @@ class Host:
         self.last_request = 0.0  # monotonic time of the last HTTP request
         self.stall, self.stall_release = _fault_stall()
         self.last_dump: str | None = None  # image id of the last dump (see precopy.py)
-        from ckpt.sandbox.remote_image import ImageSession
+        from ckpt.sandbox.host.remote_image import ImageSession
 
         self.images = ImageSession()  # an object-store image's store, upload, fetch
         self.server = rpc.Server(
@@ -242,63 +197,22 @@ class Host:
     def _listen(
         self,
         port: int,
-        adoption: _Adoption | None = None,
+        adoption: listener.Adoption | None = None,
         host: str | None = None,
         netns: str | None = None,
     ) -> str | None:
-        """Serve the workload's listening socket for real: the one handed over by the
-        previous sandbox when there is one (with its parked connections), else one
-        bound now (``adoption`` says why it was not handed over), on ``host`` inside
-        namespace ``netns`` when the sandbox has its own address.  Returns
+        """Serve the workload's listening socket for real (see listener.py); returns
         ``host:port``."""
-        if not _serves_http(self.kernel):
-            return None
-        if adoption is not None and adoption.listener is not None:
-            sock, conns = adoption.listener, adoption.conns
-        else:
-            conns = []
-            try:
-                if netns:
-                    from ckpt.sandbox import netns as netns_mod
+        from ckpt.sandbox.host import listener
 
-                    sock = netns_mod.listen(netns, host or HOST, port)
-                else:
-                    sock = bind(host or HOST, port)
-            except OSError as exc:
-                reason, why = (adoption.reason, adoption.why) if adoption else (None, "")
-                raise SandboxError(_bind_error(port, exc, reason, why, host or HOST)) from exc
+        if not listener.serves_http(self.kernel):
+            return None
+        sock, conns = listener.take_or_bind(port, adoption, host, netns)
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
         self.http = HttpServer(sock, self.respond, conns)
         self.http.start()
         return f"{host}:{real_port}"
-
-    def _adopt(self, image_metadata: dict[str, Any], port: int, host: str = HOST) -> _Adoption:
-        """The sockets the checkpointed sandbox handed to the template, if they are for
-        this port, or why not.  ``held_for`` is set whenever something was held, adopted
-        or not, so that a successful restore lets the template close it."""
-        from ckpt.sandbox import handover
-        from ckpt.sandbox.protocol import BindReason
-
-        held_for = image_metadata.get("sandbox_id")
-        if not isinstance(held_for, str) or not _serves_http(self.kernel):
-            return _Adoption(BindReason.IMAGE_NAMES_NO_SANDBOX, "the image names no sandbox")
-        if held_for != self.id:
-            # What the template holds belongs to sandbox ``held_for``, whose own restore
-            # may come at any moment: a copy of its image restored elsewhere never
-            # takes (or releases) them.
-            return _Adoption(BindReason.OTHER_SANDBOX, f"the held sockets are {held_for}'s")
-        listener, conns, reason, why = handover.adopt(held_for)
-        if listener is None:
-            return _Adoption(reason, why)
-        held_host, held_port = listener.getsockname()[:2]
-        if held_port != port or held_host != host:  # --port 0, another port or address
-            for s in (listener, *conns):
-                s.close()
-            # a restore elsewhere: the CLI releases the held socket once this succeeds
-            why = f"the held socket is on {held_host}:{held_port}, not {host}:{port}"
-            return _Adoption(BindReason.OTHER_PORT, why, held_for=held_for)
-        return _Adoption(None, "", listener, conns, held_for)
 
     def _address(self) -> str | None:
         if self.http is None:
@@ -309,7 +223,7 @@ class Host:
     # -- RPC handlers ------------------------------------------------------------------
 
     def ping(self, request: p.PingRequest) -> p.PingReply:
-        from ckpt.sandbox.protocol import PingReply
+        from ckpt.sandbox.wire.protocol import PingReply
 
         return PingReply(
             pid=os.getpid(),
@@ -322,7 +236,7 @@ class Host:
         )
 
     def fingerprint(self, request: p.FingerprintRequest) -> p.FingerprintReply:
-        from ckpt.sandbox.protocol import FingerprintReply
+        from ckpt.sandbox.wire.protocol import FingerprintReply
 
         with self.cond:
             if self.kernel is None:
@@ -334,7 +248,7 @@ class Host:
             raise SandboxError("sandbox already has a kernel")
         from ckpt import kernel as kernel_mod
         from ckpt import statefile  # noqa: F401  (loaded now, not during the checkpoint)
-        from ckpt.sandbox.protocol import BootReply
+        from ckpt.sandbox.wire.protocol import BootReply
 
         workload = request.workload
         try:
@@ -358,7 +272,8 @@ class Host:
         t0 = time.perf_counter_ns()
         self.images.begin_restore(request, _key(request.key_hex))  # a store's: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
-        from ckpt.sandbox.protocol import Listener, RestoreReply
+        from ckpt.sandbox.host import listener
+        from ckpt.sandbox.wire.protocol import Listener, RestoreReply
 
         del kernel
         t_import = time.perf_counter_ns()
@@ -402,7 +317,8 @@ class Host:
         with self.cond:
             self.kernel = k
             self.frozen = True
-            adoption = self._adopt(image.metadata, int(port), request.host or HOST)
+            where = request.host or listener.HOST
+            adoption = listener.adopt(self.id, k, image.metadata, int(port), where)
             try:
                 address = self._listen(int(port), adoption, request.host, request.netns)
             except BaseException:
@@ -444,7 +360,7 @@ class Host:
         """A background page load found the page file damaged, or its store failed:
         stop, never run on with memory we do not have (called once, from the thread
         that found it)."""
-        from ckpt.sandbox.remote_image import load_failure
+        from ckpt.sandbox.host.remote_image import load_failure
 
         log(
             f"restore: {load_failure(exc)} during background load: {exc}; "
@@ -469,7 +385,7 @@ class Host:
             self.cond.notify_all()
 
     def pause(self, request: p.PauseRequest) -> p.FrozenReply:
-        from ckpt.sandbox.protocol import FrozenReply
+        from ckpt.sandbox.wire.protocol import FrozenReply
 
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to pause")
@@ -478,7 +394,7 @@ class Host:
         return FrozenReply(frozen=True)
 
     def resume(self, request: p.ResumeRequest) -> p.FrozenReply:
-        from ckpt.sandbox.protocol import FrozenReply
+        from ckpt.sandbox.wire.protocol import FrozenReply
 
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to resume")
@@ -494,9 +410,9 @@ class Host:
         """
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to checkpoint")
-        from ckpt.sandbox import dump, precopy, remote_image, snapshot
-        from ckpt.sandbox.protocol import CheckpointReply
-        from ckpt.sandbox.timings import Timings
+        from ckpt.sandbox.host import dump, precopy, remote_image, snapshot
+        from ckpt.sandbox.wire.protocol import CheckpointReply
+        from ckpt.sandbox.wire.timings import Timings
 
         where = remote_image.location_of(request)
         if request.pre_copy and not where.is_local:
@@ -568,7 +484,7 @@ class Host:
     def _undo_checkpoint(
         self,
         request: p.CheckpointRequest,
-        rounds: Any,
+        rounds: precopy.Rounds | None,
         was_running: bool,
         drained: int | None,
         exc: BaseException,
@@ -584,11 +500,15 @@ class Host:
         log(f"checkpoint to {request.image} failed: {exc!r}; sandbox left as it was")
 
     def _dump_job(
-        self, request: p.CheckpointRequest, link: dict[str, Any], rounds: Any, freezing_ns: int
+        self,
+        request: p.CheckpointRequest,
+        link: dict[str, Any],
+        rounds: precopy.Rounds | None,
+        freezing_ns: int,
     ) -> dump.Dump:
         """What the image of the kernel, just frozen, is written from."""
         from ckpt import state
-        from ckpt.sandbox.dump import Dump
+        from ckpt.sandbox.host.dump import Dump
 
         frozen_at = time.perf_counter_ns()
         engine = request.engine or state.default_engine()
@@ -623,7 +543,7 @@ class Host:
         """``--leave-running``: a forked child writes the image from its copy-on-write
         copy of the frozen kernel while this process thaws at once; the frozen time is
         the fork."""
-        from ckpt.sandbox import dump, snapshot
+        from ckpt.sandbox.host import dump, snapshot
 
         pid, fd = snapshot.start(lambda: dump.write_image(job))
         self._thaw()
@@ -641,10 +561,10 @@ class Host:
         log(f"checkpoint: state written, stalling {self.stall:g} s (CKPT_FAULT)")
         _stall(self.stall, self.stall_release)
 
-    def _link(self, request: p.CheckpointRequest, rounds: Any) -> dict[str, Any]:
+    def _link(self, request: p.CheckpointRequest, rounds: precopy.Rounds | None) -> dict[str, Any]:
         """The metadata linking this image to its parent: the last pre-copy round's, the
         ``--parent-path`` image's, or none (a full image)."""
-        from ckpt.sandbox import precopy
+        from ckpt.sandbox.host import precopy
 
         key = _key(request.key_hex)
         try:
@@ -660,15 +580,15 @@ class Host:
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
-        from ckpt.sandbox import precopy
-        from ckpt.sandbox.protocol import CheckpointReply
+        from ckpt.sandbox.host import precopy
+        from ckpt.sandbox.wire.protocol import CheckpointReply
 
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
         try:
             counters = precopy.pre_dump(self, params)
         except OSError as exc:
-            from ckpt.sandbox.dump import image_write_error
+            from ckpt.sandbox.host.dump import image_write_error
 
             raise image_write_error(exc, params["image"]) from exc
         counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
@@ -687,7 +607,7 @@ class Host:
         if self.http is None:
             return None
         timeout = DRAIN_TIMEOUT_S if given is None else float(given)
-        from ckpt.sandbox.http import DrainTimeout
+        from ckpt.sandbox.host.http import DrainTimeout
 
         try:
             return self.http.drain(timeout)
@@ -706,8 +626,8 @@ class Host:
     def _hand_over(self) -> tuple[p.Handover, str]:
         """Give the drained sockets to the template for the restore: what happened, and
         why in words when they were not (or perhaps not) taken."""
-        from ckpt.sandbox import handover
-        from ckpt.sandbox.protocol import Handover
+        from ckpt.sandbox.wire import handover
+        from ckpt.sandbox.wire.protocol import Handover
 
         if self.http is None:
             return Handover.NONE, ""
@@ -722,7 +642,7 @@ class Host:
         return outcome, why
 
     def stop(self, request: p.StopRequest) -> p.StopReply:
-        from ckpt.sandbox.protocol import StopReply
+        from ckpt.sandbox.wire.protocol import StopReply
 
         self.server.after_reply(self._exit)
         return StopReply(stopping=True)
@@ -751,11 +671,13 @@ class Host:
         self.exiting.wait()
 
 
-USAGE = "usage: python -m ckpt.sandbox.process --id ID --socket PATH [--ready-fd N] [--root ROOT]"
+USAGE = (
+    "usage: python -m ckpt.sandbox.host.process --id ID --socket PATH [--ready-fd N] [--root ROOT]"
+)
 
 
 def _usage_error(msg: str) -> SystemExit:
-    sys.stderr.write(f"{USAGE}\npython -m ckpt.sandbox.process: error: {msg}\n")
+    sys.stderr.write(f"{USAGE}\npython -m ckpt.sandbox.host.process: error: {msg}\n")
     return SystemExit(2)
 
 

@@ -18,9 +18,9 @@ import time
 import psutil
 
 from ckpt.errors import CgroupError, SandboxError
-from ckpt.sandbox import rpc
-from ckpt.sandbox.group import group_procs, open_cgroup, remove_cgroup
-from ckpt.sandbox.paths import Root, SandboxState
+from ckpt.sandbox.client.group import group_procs, open_cgroup, remove_cgroup
+from ckpt.sandbox.wire import rpc
+from ckpt.sandbox.wire.paths import Root, SandboxState
 
 EXIT_TIMEOUT_S = 10.0
 REAP_TIMEOUT_S = 3.0
@@ -126,7 +126,7 @@ def cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
     sandbox ID (ROOT)``), or before it has one, a cold start's whose ``--socket`` is
     ours, or the command line of this root's template (a sandbox forked by a template
     that names no sandboxes)?"""
-    from ckpt.sandbox import title
+    from ckpt.sandbox.wire import title
 
     try:
         cmd = psutil.Process(pid).cmdline()
@@ -134,7 +134,7 @@ def cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
         return False
     if title.shows(cmd, title.sandbox_title(sandbox_id, str(root.path))):
         return True
-    if "ckpt.sandbox.process" in cmd and "--socket" in cmd:
+    if "ckpt.sandbox.host.process" in cmd and "--socket" in cmd:
         i = cmd.index("--socket") + 1
         return i < len(cmd) and cmd[i] == str(root.socket_path(sandbox_id))
     if "ckpt.sandbox.template" in cmd and "--root" in cmd:

@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckpt.errors import CgroupError, CkptError, SandboxError
-from ckpt.sandbox import handover, template_proto
-from ckpt.sandbox.childenv import child_env
-from ckpt.sandbox.group import make_cgroup
-from ckpt.sandbox.paths import CREATING, Root, SandboxState, now_iso
-from ckpt.sandbox.pids import create_time, kill_pid, stop_all, track
-from ckpt.sandbox.testhooks import pause_point
+from ckpt.sandbox.client.childenv import child_env
+from ckpt.sandbox.client.group import make_cgroup
+from ckpt.sandbox.client.pids import create_time, kill_pid, stop_all, track
+from ckpt.sandbox.client.testhooks import pause_point
+from ckpt.sandbox.wire import handover, template_proto
+from ckpt.sandbox.wire.paths import CREATING, Root, SandboxState, now_iso
 
 if TYPE_CHECKING:
     from ckpt.cgroups.base import BaseManager
-    from ckpt.sandbox.timings import Timings
+    from ckpt.sandbox.wire.timings import Timings
 
 READY_TIMEOUT_S = 30.0
 
@@ -77,7 +77,7 @@ def spawn(
     try:
         with open(log_path, "ab") as log:
             if use_template:
-                from ckpt.sandbox import template_client
+                from ckpt.sandbox.client import template_client
 
                 pid, why_cold = template_client.spawn(
                     root.path, sandbox_id, sock, log.fileno(), w, procs_fds
@@ -142,7 +142,7 @@ def _spawn_cold(
                 "-S",
                 "-P",  # never a ckpt/ in the working directory
                 "-m",
-                "ckpt.sandbox.process",
+                "ckpt.sandbox.host.process",
                 "--id",
                 sandbox_id,
                 "--socket",
@@ -185,7 +185,7 @@ def discard(root: Root, st: SandboxState) -> None:
     """Best-effort removal of everything a failed run/restore made."""
     with contextlib.suppress(CkptError):
         stop_all(root, st, root.cgroup_name(st.id))
-    from ckpt.sandbox import netns
+    from ckpt.sandbox.wire import netns
 
     netns.remove_recorded(root, st, strict=False)
     remove_files(root, st.id)
@@ -215,7 +215,7 @@ def make_sandbox(
     The record is written first (with ``extra``, such as the network it is about to
     have) and again as soon as the cgroup, then the process, exists, so a CLI killed at
     any point leaves every part of the sandbox recorded."""
-    from ckpt.sandbox import template_client
+    from ckpt.sandbox.client import template_client
 
     use_template = not template_client.disabled() if template is None else template
     root.ensure()
@@ -278,7 +278,7 @@ def note_start(timings: Timings, root: Root, spawned: Spawned) -> None:
     if spawned.via == "cold":
         timings.counters["cold_reason"] = spawned.why_cold
         if spawned.why_cold != "--no-template":
-            from ckpt.sandbox import template_client
+            from ckpt.sandbox.client import template_client
 
             with contextlib.suppress(OSError, SandboxError):
                 template_client.start(root.path)

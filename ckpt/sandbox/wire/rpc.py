@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     import msgspec
 
-    from ckpt.sandbox.protocol import Request
+    from ckpt.sandbox.wire.protocol import Request
 
     Handler = Callable[[Any], msgspec.Struct]
 
@@ -124,7 +124,7 @@ class Server:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        from ckpt.sandbox import protocol
+        from ckpt.sandbox.wire import protocol
 
         with conn:
             try:
@@ -170,7 +170,7 @@ class Server:
 
     def _call(self, verb: str, handler: Handler, request: Request) -> bytes:
         """The handler's reply as a reply line, or its error as a failure line."""
-        from ckpt.sandbox import protocol
+        from ckpt.sandbox.wire import protocol
 
         try:
             return protocol.ok(handler(request))
@@ -204,7 +204,7 @@ def call(
     With ``peer_pid``, ``path`` must be a socket itself (not a symlink to one) whose
     listening process is ``peer_pid`` (``SO_PEERCRED``), so a planted link or a stale
     file never sends the request to another sandbox."""
-    from ckpt.sandbox import protocol
+    from ckpt.sandbox.wire import protocol
 
     verb = protocol.verb_of(request)
     if peer_pid is not None:

@@ -2,7 +2,7 @@
 delete, checkpoint, restore.  They raise ``SandboxError`` (or another ``CkptError``) and
 never print.
 
-A sandbox is a detached process (its own session) running ``ckpt.sandbox.process``,
+A sandbox is a detached process (its own session) running ``ckpt.sandbox.host.process``,
 placed in cgroup ``ckpt/<root hash>/ID`` (``Root.cgroup_name``) *before it executes
 anything* (``spawn.py``), so even interpreter start-up is charged to the cgroup and runs
 under its CPU quota.  The verbs live here; what they stand on has a module each:
@@ -43,18 +43,17 @@ from ckpt.errors import (
     SandboxRefused,
     SandboxTimeout,
 )
-from ckpt.sandbox import handover, rpc, template_client, template_proto
-from ckpt.sandbox.deadlines import (
+from ckpt.sandbox.client import template_client
+from ckpt.sandbox.client.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
     CHECKPOINT_TIMEOUT_S,
     RESTORE_TIMEOUT_ENV,
     env_seconds,
     restore_timeout,
 )
-from ckpt.sandbox.group import cpu_usec, freezable, open_cgroup, own_group, remove_cgroup
-from ckpt.sandbox.outcomes import checkpoint_died, image_identity, listener_notes, said
-from ckpt.sandbox.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
-from ckpt.sandbox.pids import (
+from ckpt.sandbox.client.group import cpu_usec, freezable, open_cgroup, own_group, remove_cgroup
+from ckpt.sandbox.client.outcomes import checkpoint_died, image_identity, listener_notes, said
+from ckpt.sandbox.client.pids import (
     EXIT_TIMEOUT_S,
     REAP_TIMEOUT_S,
     alive,
@@ -63,10 +62,12 @@ from ckpt.sandbox.pids import (
     wait_dead,
     wait_reaped,
 )
-from ckpt.sandbox.spawn import discard, finish, make_sandbox, note_start, remove_files
-from ckpt.sandbox.status import CHECKPOINTED, KILLED, STOPPED_KEY, live, refresh, unreadable
-from ckpt.sandbox.testhooks import pause_point
-from ckpt.sandbox.timings import (
+from ckpt.sandbox.client.spawn import discard, finish, make_sandbox, note_start, remove_files
+from ckpt.sandbox.client.status import CHECKPOINTED, KILLED, STOPPED_KEY, live, refresh, unreadable
+from ckpt.sandbox.client.testhooks import pause_point
+from ckpt.sandbox.wire import handover, rpc, template_proto
+from ckpt.sandbox.wire.paths import PAUSED, RUNNING, STOPPED, Root, SandboxState, now_iso
+from ckpt.sandbox.wire.timings import (
     CHECKPOINT,
     RESTORE,
     RESUME_TOTAL,
@@ -76,7 +77,7 @@ from ckpt.sandbox.timings import (
 )
 
 if TYPE_CHECKING:  # protocol (msgspec) is imported by the commands that talk to a sandbox
-    from ckpt.sandbox import protocol as p
+    from ckpt.sandbox.wire import protocol as p
 
 ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
 
@@ -173,14 +174,14 @@ def run(
     ip: str | None = None,
 ) -> RunResult:
     """Start a sandbox running ``workload``; returns once it is ready (and listening).
-    With ``bridge`` and ``ip`` it listens on an address of its own (``netns.py``)."""
+    With ``bridge`` and ``ip`` it listens on an address of its own (``wire/netns.py``)."""
     _check_engine(engine)
     if root.exists(sandbox_id):
         st = refresh(root, sandbox_id)
         raise SandboxError(
             f"sandbox {sandbox_id} already exists ({st.status}); `ckpt delete {sandbox_id}` first"
         )
-    from ckpt.sandbox import netns
+    from ckpt.sandbox.wire import netns
 
     net = netns.plan(netns.root_hash(root.cgroup_parent()), sandbox_id, bridge, ip)
     if net is not None:
@@ -202,7 +203,7 @@ def run(
     )
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
     try:
-        from ckpt.sandbox.protocol import BootRequest
+        from ckpt.sandbox.wire.protocol import BootRequest
 
         if net is not None:
             netns.create(net)
@@ -230,7 +231,7 @@ def pause(root: Root, sandbox_id: str) -> SandboxState:
     st = live(root, sandbox_id, "pause")
     if st.status == PAUSED:
         return st
-    from ckpt.sandbox.protocol import PauseRequest, ResumeRequest
+    from ckpt.sandbox.wire.protocol import PauseRequest, ResumeRequest
 
     _call(root, st, PauseRequest())
     mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
@@ -255,7 +256,7 @@ def resume(root: Root, sandbox_id: str) -> SandboxState:
     mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
     if mgr is not None:
         mgr.thaw()
-    from ckpt.sandbox.protocol import ResumeRequest
+    from ckpt.sandbox.wire.protocol import ResumeRequest
 
     _call(root, st, ResumeRequest())
     st.status = RUNNING
@@ -340,7 +341,7 @@ def delete(root: Root, sandbox_id: str, *, force: bool = False) -> None:
     _release_held(root, sandbox_id)
     stop_all(root, st, group)
     _clean_checkpoint(st)
-    from ckpt.sandbox import netns
+    from ckpt.sandbox.wire import netns
 
     netns.remove_recorded(root, st, strict=not force)
     remove_files(root, sandbox_id)
@@ -354,7 +355,7 @@ def hang_up(root: Root, sandbox_id: str, timeout: float = HANG_UP_TIMEOUT_S) -> 
     cgroup thawed for that), so its clients hear at once: after a SIGKILL they wait
     while the kernel frees the process's memory, which takes a while for a large one.
     Best effort, returns whether it answered; ``delete`` removes what is left."""
-    from ckpt.sandbox.protocol import StopRequest
+    from ckpt.sandbox.wire.protocol import StopRequest
 
     try:
         st = live(root, sandbox_id, "hang up")
@@ -406,11 +407,10 @@ def checkpoint(
     A sandbox that stops first drains: it stops accepting, lets accepted requests finish
     (for at most ``drain_timeout`` seconds, else the checkpoint fails and it goes on
     serving), and hands its listening socket and idle connections to the template for
-    the restore (``handover.py``)."""
+    the restore (``wire/handover.py``)."""
     _check_engine(engine)
     from ckpt.images import Location
-    from ckpt.images.remote import remote_before, request_fields
-    from ckpt.sandbox.remote_image import attach
+    from ckpt.images.remote import attach, remote_before, request_fields
 
     where = Location.of(image)  # a directory, file:// or a store's URL: decided here
     remote = request_fields(where)
@@ -427,7 +427,7 @@ def checkpoint(
         refreeze.thaw()  # the kernel stays frozen; the process must run to write the image
     cpu0 = cpu_usec(mgr)
     timings = Timings()
-    from ckpt.sandbox.protocol import CheckpointRequest, Handover
+    from ckpt.sandbox.wire.protocol import CheckpointRequest, Handover
 
     request = CheckpointRequest(
         image=str(where),
@@ -439,7 +439,7 @@ def checkpoint(
         key_hex=key.hex() if key else None,
         force=force,
         drain_timeout=drain_timeout,
-        **(options or {}),  # pre_dump, parent, pre_copy: see precopy.py
+        **(options or {}),  # pre_dump, parent, pre_copy: see precopy_options.py
     )
     request = attach(request, remote)
     image = where.path if where.path is not None else str(where)
@@ -585,8 +585,7 @@ def restore(
     """
     _check_engine(engine)
     from ckpt.images import Location
-    from ckpt.images.remote import request_fields
-    from ckpt.sandbox.remote_image import STAGE_DIR, attach
+    from ckpt.images.remote import STAGE_DIR, attach, request_fields
 
     where = Location.of(image)
     remote = request_fields(where, background=background)  # a store's settings
@@ -602,8 +601,8 @@ def restore(
     handed_over = prepared.handed_over
     timings = Timings()
     timings.phases_ns[SANDBOX_CREATE] = spawned.create_ns
-    from ckpt.sandbox import netns
-    from ckpt.sandbox.protocol import Listener, RestoreRequest
+    from ckpt.sandbox.wire import netns
+    from ckpt.sandbox.wire.protocol import Listener, RestoreRequest
 
     request = RestoreRequest(
         image=str(where),
@@ -665,7 +664,7 @@ def prepare_restore(
     only the load once it is there.  ``discard(root, prepared.st)`` undoes it.  ``net``
     (a ``netns.Net``: an arriving sandbox's address) stands for the stopped one's."""
     _check_engine(engine)
-    from ckpt.sandbox import netns
+    from ckpt.sandbox.wire import netns
 
     old = _clear_stopped(root, sandbox_id)
     if net is None and old is not None:
@@ -723,7 +722,7 @@ def _image_workload(image: Path) -> str | None:
 
 def fingerprint(root: Root, sandbox_id: str) -> p.FingerprintReply:
     """The kernel's fingerprint and description (for before/after comparisons)."""
-    from ckpt.sandbox.protocol import FingerprintRequest
+    from ckpt.sandbox.wire.protocol import FingerprintRequest
 
     st = live(root, sandbox_id, "fingerprint")
     return _call(root, st, FingerprintRequest())

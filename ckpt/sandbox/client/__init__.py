@@ -1,0 +1,23 @@
+"""The CLI side of sandboxes, run by ``ckpt`` commands (and by migration and the
+benchmarks, which drive sandboxes as the CLI does): making a sandbox and its cgroup,
+verifying its processes, asking it over its control socket, asking the template for a
+warm one, and telling the user how it went.
+
+It imports ``wire`` only, never ``host`` or ``template``: the CLI talks to those
+processes, it does not run their code.  The modules in ``__all__`` are its surface for
+the rest of ``ckpt``; the others (spawn, pids, group, childenv, outcomes, testhooks)
+serve these.  Modules are loaded on use, to keep the CLI's start fast.
+"""
+
+__all__ = [
+    "control",
+    "deadlines",
+    "hostcheck",
+    "lifecycle",
+    "logs",
+    "observe",
+    "precopy_options",
+    "render",
+    "status",
+    "template_client",
+]
