@@ -204,9 +204,11 @@ class Host:
                 "resume": self.resume,
                 "fingerprint": self.fingerprint,
                 "stop": self.stop,
+                "send": self.send,
                 **introspect.handlers(self),
             },
             concurrent=frozenset({"ping", "fingerprint", *introspect.VERBS}),
+            streams=frozenset({"send"}),
             on_error=lambda method, exc: log(f"internal error in {method}: {exc!r}"),
         )
 
@@ -657,6 +659,12 @@ class Host:
             if rounds is not None:
                 rounds.discard()
             raise
+
+    def send(self, request: p.SendRequest, write: Any) -> p.CheckpointReply:
+        """An image down the control connection, not to a path (``send.py``)."""
+        from ckpt.sandbox import send
+
+        return send.send(self, request, write)
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""
