@@ -663,8 +663,17 @@ class Host:
     def send(self, request: p.SendRequest, write: Any) -> p.CheckpointReply:
         """An image down the control connection, not to a path (``send.py``)."""
         from ckpt.sandbox import send
+        from ckpt.sandbox.protocol import CheckpointReply
 
-        return send.send(self, request, write)
+        cpu0 = self_cpu_usec()
+        t0 = time.perf_counter_ns()
+        counters = send.send(self, request, write)
+        return CheckpointReply(
+            checkpoint_ns=time.perf_counter_ns() - t0,
+            cpu_usec=self_cpu_usec() - cpu0,
+            stopping=False,
+            counters=counters,
+        )
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""

@@ -60,32 +60,23 @@ def since(host: Any, after: str | None) -> dict[str, Any]:
     return {"sent_after": after}
 
 
-def send(host: Any, request: p.SendRequest, write: Callable[[bytes], Any]) -> p.CheckpointReply:
-    """The ``send`` verb: the image goes through ``write`` as ``pagexfer`` frames."""
+def send(host: Any, request: p.SendRequest, write: Callable[[bytes], Any]) -> dict[str, Any]:
+    """The ``send`` verb: the image goes through ``write`` as ``pagexfer`` frames;
+    returns the reply's counters (``image_id`` names the image for the next ``after``)."""
     from ckpt.sandbox import precopy
-    from ckpt.sandbox.process import self_cpu_usec
-    from ckpt.sandbox.protocol import CheckpointReply
 
     if host.kernel is None:
         raise SandboxError("sandbox has no kernel to send")
-    cpu0 = self_cpu_usec()
-    t0 = time.perf_counter_ns()
     link = since(host, request.after)
-    if request.pre_dump:
-        from ckpt.images.pagexfer import StreamImage
+    if not request.pre_dump:
+        return _final(host, request, link, write)
+    from ckpt.images.pagexfer import StreamImage
 
-        sink = StreamImage(write, compression=request.compression, level=request.level)
-        params = {"compression": request.compression, "level": request.level}
-        counters = precopy.pre_dump(host, params, link=link, sink=sink)
-        counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
-    else:
-        counters = _final(host, request, link, write)
-    return CheckpointReply(
-        checkpoint_ns=time.perf_counter_ns() - t0,
-        cpu_usec=self_cpu_usec() - cpu0,
-        stopping=False,
-        counters=counters,
-    )
+    sink = StreamImage(write, compression=request.compression, level=request.level)
+    params = {"compression": request.compression, "level": request.level}
+    counters = precopy.pre_dump(host, params, link=link, sink=sink)
+    counters.update(rounds=1, freezing_time_ms=0.0, frozen_time_ms=0.0)
+    return counters
 
 
 def _final(
