@@ -145,9 +145,9 @@ class Migration:
         self.paused = False
         self.committing = False  # Done may be on its way: a failure cannot tell the outcome
         self.nonce = proof.new_nonce()
-        self.after: str | None = None
+        self.after: str | None = None  # the last image sent: the next holds what is dirty since
         self.t_end = 0.0  # when the last stream's image ended
-        self.paused_in_round = False
+        self.round_step_done = False  # the "round" step is taken once, in the first round
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
@@ -341,8 +341,8 @@ class Migration:
             self.t_end = time.perf_counter()
             if sink.final:
                 self._at("frozen")  # tests: the final image is taken, not all of it sent
-        elif sink.round_no == 0 and not self.paused_in_round and sink.pages >= m.MAX_BATCH_PAGES:
-            self.paused_in_round = True
+        elif sink.round_no == 0 and not self.round_step_done and sink.pages >= m.MAX_BATCH_PAGES:
+            self.round_step_done = True
             self._at("round")  # tests: part of the first round is sent
 
     def _at(self, step: str) -> None:
