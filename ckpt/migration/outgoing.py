@@ -1,20 +1,24 @@
 """The source's half of a session: pre-copy rounds, the final freeze, the commit.
 
-Each round is a pre-dump the sandbox writes into a working directory under the root
-(``lifecycle.checkpoint`` with ``pre_dump``, parent the round before), read back a run
-at a time and sent as ``PageRuns``; only the round before the current one is kept, as
-the next pre-dump's parent.  Rounds stop by ``precopy_policy.StopRule``, the rule
-``checkpoint --pre-copy`` uses: few pages dirty, a round over 10% larger than the one
-before, or ``rounds`` rounds.
+Each round is a pre-dump the sandbox streams to this process down its control
+connection (``send_client.send``, only the pages dirtied since the image before), each
+run going on to the destination as it arrives (``pagechannel.ChannelSink``): no page
+touches the source's disk.  Rounds are run by ``precopy_policy.run_rounds``, the
+engine ``checkpoint --pre-copy`` uses: they stop when few pages are dirty, when a round
+is over 10% larger than the one before, or after ``rounds`` rounds.
 
-Then the sandbox is paused (requests wait in its kernel, none is refused), its final
-image (kernel state and the pages dirtied since the last round) is written with the
-sandbox left paused, and sent.  Once the destination says ``Restored`` with its proof
-(``proof.py``), the guard is told the migration commits, ``Done`` is sent, and on the
-destination's ``Ack`` the source's copy is deleted.  Any failure before ``Done``, and an
-``Error`` in answer to it (the destination cancels only before it commits), resumes
-the sandbox exactly where it was paused; only a destination that goes silent after
-``Done`` leaves it paused, since it may or may not have kept the sandbox.
+Then the sandbox is paused (requests wait in its kernel, none is refused), and its
+final image (kernel state and the pages dirtied since the last round) is streamed the
+same way with the sandbox left paused.  Once the destination says ``Restored`` with
+its proof (``proof.py``), the guard is told the migration commits, ``Done`` is sent,
+and on the destination's ``Ack`` the source's copy is deleted.  Any failure before
+``Done``, and an ``Error`` in answer to it (the destination cancels only before it
+commits), resumes the sandbox exactly where it was paused; only a destination that
+goes silent after ``Done`` leaves it paused, since it may or may not have kept it.
+
+``Options.at`` is called at each named step (``round``, ``frozen``, ``restored``,
+``committing``, ``committed``): tests stop or fail the source there; by default it is
+``testhooks.from_env()``, None unless ``CKPT_TEST_PAUSE_AT`` is set.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,11 +38,11 @@ from ckpt.migration import messages as m
 from ckpt.migration import proof
 from ckpt.migration.errors import FrameError, MigrationError, PeerError
 from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING
-from ckpt.sandbox.host.precopy_policy import StopRule
+from ckpt.migration.pagechannel import ChannelSink
+from ckpt.sandbox.client import send_client, testhooks
+from ckpt.sandbox.host.precopy_policy import StopRule, run_rounds
 from ckpt.statefile.format import MAX_PAGES, PAGE_SIZE
-from ckpt.statefile.pages import ZERO_PAGE
 
-STATE_CHUNK = 1 << 20
 WORK_PREFIX = ".migrate-"
 IO_TIMEOUT_S = 60.0  # one frame, or one answer, from the destination
 IO_TIMEOUT_ENV = "CKPT_MIGRATE_IO_TIMEOUT_S"
@@ -60,6 +65,7 @@ class Options:
     port: int | None = None  # where the destination binds (None: the same port)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
+    at: Callable[[str], None] | None = field(default_factory=testhooks.from_env)
 
 
 @dataclass
@@ -124,60 +130,6 @@ def _expect(ch: Any, kind: type[m.Message], what: str) -> Any:
     return msg
 
 
-def send_image(
-    ch: Any, image_dir: Path, round_no: int, *, final: bool, state_hash: Any = None
-) -> int:
-    """Send one local image: its state stream (final only, fed to ``state_hash`` too
-    when given), its pages, its ``RoundEnd``.  Returns the pages sent."""
-    from ckpt import statefile
-    from ckpt.sandbox.client.lifecycle import pause_point
-
-    img = statefile.open_image(image_dir)
-    state_len = 0
-    if final:
-        reader = img.state_reader()
-        try:
-            while True:
-                data = reader.read(STATE_CHUNK)
-                if not data:
-                    break
-                ch.send(m.StateChunk(offset=state_len, data=bytes(data)))
-                if state_hash is not None:
-                    state_hash.update(data)
-                state_len += len(data)
-        finally:
-            close = getattr(reader, "close", None)
-            if close is not None:
-                close()
-        if state_len == 0:
-            raise MigrationError(f"{image_dir}: the final image has no kernel state")
-    pages = 0
-    paused_once = False
-    for first, npages, codec, stored in img.iter_stored():
-        if codec < 0:  # a zero run: sent as zero pages, which compress to nearly nothing
-            for at in range(first, first + npages, m.MAX_BATCH_PAGES):
-                n = min(m.MAX_BATCH_PAGES, first + npages - at)
-                ch.send(m.pack_pages(round_no, ((i, ZERO_PAGE) for i in range(at, at + n))))
-        else:  # a stored run goes on as it is: no second decompression and compression
-            ch.send(m.PageRuns(round=round_no, runs=[(first, npages)], codec=codec, data=stored))
-        pages += npages
-        if round_no == 0 and pages >= m.MAX_BATCH_PAGES and not paused_once:
-            paused_once = True
-            pause_point("migrate:round")  # tests: part of the first round is sent
-    meta = {k: img.metadata.get(k) for k in ("workload", "engine", "address")}
-    meta.update({k: img.metadata.get(k) for k in ("objects", "types")})
-    ch.send(
-        m.RoundEnd(
-            round=round_no,
-            pages=pages,
-            final=final,
-            state_bytes=state_len,
-            metadata={k: v for k, v in meta.items() if isinstance(v, str | int) or v is None},
-        )
-    )
-    return pages
-
-
 class Migration:
     """One ``ckpt migrate``: call ``run``; it cleans up after itself whatever happens."""
 
@@ -193,6 +145,9 @@ class Migration:
         self.paused = False
         self.committing = False  # Done may be on its way: a failure cannot tell the outcome
         self.nonce = proof.new_nonce()
+        self.after: str | None = None  # the last image sent: the next holds what is dirty since
+        self.t_end = 0.0  # when the last stream's image ended
+        self.round_step_done = False  # the "round" step is taken once, in the first round
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
@@ -217,7 +172,7 @@ class Migration:
                 tls=self.opts.tls,
                 io_timeout=self.opts.io_timeout,
             )
-            self._session(ch, st, workdir, guard)
+            self._session(ch, st, guard)
         except BaseException as exc:
             if not self.committing:
                 if ch is not None:
@@ -259,7 +214,7 @@ class Migration:
         why = f" (resuming it failed: {resume_failed})" if resume_failed is not None else ""
         return f"{self.sid} is {st.status} here{why}: `ckpt resume {self.sid}` or check it"
 
-    def _session(self, ch: Any, st: Any, workdir: Path, guard: Any) -> None:
+    def _session(self, ch: Any, st: Any, guard: Any) -> None:
         from ckpt.sandbox.client import lifecycle
 
         ch.send(
@@ -276,69 +231,29 @@ class Migration:
         )
         _expect(ch, m.Ack, "instead of accepting the offer")
         rule = StopRule() if self.opts.rounds is None else StopRule(max_rounds=self.opts.rounds)
-        parent: Path | None = None
-        for r in range(rule.max_rounds):
-            t = time.perf_counter()
-            sent0 = ch.bytes_sent
-            path = workdir / f"r{r}"
-            opts: dict[str, Any] = {"pre_dump": True, "sync": False}  # sent, then removed
-            if parent is not None:
-                opts["parent"] = str(parent)
-            res = lifecycle.checkpoint(self.root, self.sid, path, options=opts)
-            t_dumped = time.perf_counter()
-            if parent is not None:
-                shutil.rmtree(parent, ignore_errors=True)  # the new round names it only
-            pages = send_image(ch, path, r, final=False)
-            _expect(ch, m.Ack, f"instead of acknowledging round {r}")
-            t_sent = time.perf_counter()
-            counters = res.timings.counters
-            written = int(counters.get("pages_written") or 0)
-            dirty = counters.get("dirty_after")
-            self.report.rounds.append(
-                {
-                    "round": r,
-                    "pages": pages,
-                    "pages_written": written,
-                    "bytes": ch.bytes_sent - sent0,
-                    "ms": round((t_sent - t) * 1e3, 3),
-                    "dump_ms": round((t_dumped - t) * 1e3, 3),
-                    "send_ms": round((t_sent - t_dumped) * 1e3, 3),
-                }
-            )
-            if r == 0:
-                self.report.memory_bytes = pages * PAGE_SIZE
-            parent = path
-            history = [x["pages_written"] for x in self.report.rounds]
-            stop = rule.after(history, dirty if isinstance(dirty, int) else None)
-            if stop is not None:
-                self.report.rounds[-1]["stop"] = stop
-                break
+        run_rounds(rule, lambda r: self._round(ch, r))
         # The final step: requests wait in the paused kernel; its image has the rest.
         t_pause = time.perf_counter()
         lifecycle.pause(self.root, self.sid)
         self.paused = True
         sent0 = ch.bytes_sent
-        final = workdir / "final"
-        opts = {"sync": False, **({"parent": str(parent)} if parent is not None else {})}
-        res = lifecycle.checkpoint(self.root, self.sid, final, leave_running=True, options=opts)
-        t_dumped = time.perf_counter()
-        lifecycle.pause_point("migrate:frozen")
-        if parent is not None:
-            shutil.rmtree(parent, ignore_errors=True)
         state_hash = hashlib.sha256()
-        pages = send_image(ch, final, len(self.report.rounds), final=True, state_hash=state_hash)
+        final_no = len(self.report.rounds)
+        sink = ChannelSink(ch, final_no, final=True, state_hash=state_hash, at=self._progress)
+        reply = send_client.send(self.root, self.sid, sink, pre_dump=False, after=self.after)
         t_final_sent = time.perf_counter()
+        t_dumped = self.t_end
         if not self.report.rounds:
-            self.report.memory_bytes = pages * PAGE_SIZE
+            self.report.memory_bytes = sink.pages * PAGE_SIZE
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
         restored = _expect(ch, m.Restored, "instead of Restored")
         ch.io_timeout = self.opts.io_timeout
         t_restored = time.perf_counter()
         self.report.rounds.append(
             {
-                "round": len(self.report.rounds),
+                "round": final_no,
                 "final": True,
-                "pages": pages,
+                "pages": sink.pages,
                 "bytes": ch.bytes_sent - sent0,
                 "ms": round((t_restored - t_pause) * 1e3, 3),
                 "dump_ms": round((t_dumped - t_pause) * 1e3, 3),
@@ -351,14 +266,14 @@ class Migration:
             raise MigrationError(
                 "the destination said Restored without proof that it restored this sandbox's state"
             )
-        lifecycle.pause_point("migrate:restored")
+        self._at("restored")
         if _peer_gone(ch):  # it died after saying so: nothing there to commit to
             raise MigrationError("the destination closed the connection after restoring")
         guard.say(COMMITTING)
         self.committing = True  # from here silence cannot tell: the sandbox stays paused
         try:
             ch.send(m.Done(frames=ch.frames_sent))
-            lifecycle.pause_point("migrate:committing")
+            self._at("committing")
             _expect(ch, m.Ack, "instead of acknowledging Done")
         except PeerError as exc:
             # the destination cancels only before it reads Done: it runs nothing
@@ -374,14 +289,15 @@ class Migration:
             ) from exc
         guard.say(COMMITTED)
         t_committed = time.perf_counter()
-        lifecycle.pause_point("migrate:committed")
+        self._at("committed")
         lifecycle.hang_up(self.root, self.sid)  # its waiting clients go to the destination
         lifecycle.delete(self.root, self.sid, force=True)
         t_deleted = time.perf_counter()
         self.report.address = restored.address
         self.report.frozen_time_ms = round((t_dumped - t_pause) * 1e3, 3)
         self.report.downtime_ms = round((t_restored - t_pause) * 1e3, 3)
-        counters = dict(res.timings.counters)
+        counters = dict(reply.counters)
+        counters.pop("image_id", None)
         counters["restore_time_ms"] = restored.restore_ms
         counters["done_ack_ms"] = round((t_committed - t_restored) * 1e3, 3)
         counters["source_delete_ms"] = round((t_deleted - t_committed) * 1e3, 3)
@@ -390,6 +306,48 @@ class Migration:
             r.get("pages_written", r["pages"]) for r in self.report.rounds
         )
         self.report.counters = counters
+
+    def _round(self, ch: Any, r: int) -> tuple[dict[str, Any], int | None]:
+        """Pre-copy round ``r``: the sandbox streams the pages dirtied since the image
+        before (all of them first), each run on to the destination as it comes."""
+        t = time.perf_counter()
+        sent0 = ch.bytes_sent
+        sink = ChannelSink(ch, r, final=False, at=self._progress)
+        reply = send_client.send(self.root, self.sid, sink, pre_dump=True, after=self.after)
+        t_dumped = self.t_end
+        _expect(ch, m.Ack, f"instead of acknowledging round {r}")
+        t_sent = time.perf_counter()
+        counters = reply.counters
+        self.after = str(counters["image_id"]) if counters.get("image_id") else None
+        dirty = counters.get("dirty_after")
+        record = {
+            "round": r,
+            "pages": sink.pages,
+            "pages_written": int(counters.get("pages_written") or 0),
+            "bytes": ch.bytes_sent - sent0,
+            "ms": round((t_sent - t) * 1e3, 3),
+            "dump_ms": round((t_dumped - t) * 1e3, 3),
+            "send_ms": round((t_sent - t_dumped) * 1e3, 3),
+        }
+        self.report.rounds.append(record)
+        if r == 0:
+            self.report.memory_bytes = sink.pages * PAGE_SIZE
+        return record, dirty if isinstance(dirty, int) else None
+
+    def _progress(self, step: str, sink: ChannelSink) -> None:
+        """A stream's progress: the time its image ended (the dump, as the sandbox
+        saw it), and the test steps inside it."""
+        if step == "end":
+            self.t_end = time.perf_counter()
+            if sink.final:
+                self._at("frozen")  # tests: the final image is taken, not all of it sent
+        elif sink.round_no == 0 and not self.round_step_done and sink.pages >= m.MAX_BATCH_PAGES:
+            self.round_step_done = True
+            self._at("round")  # tests: part of the first round is sent
+
+    def _at(self, step: str) -> None:
+        if self.opts.at is not None:
+            self.opts.at(f"migrate:{step}")
 
 
 def _offered_net(root: Any, st: Any) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The source's session (``outgoing.Migration``) against fake destinations, in process.
 
-``StandIn`` replaces the sandbox ``lifecycle`` calls the source makes (state, pause,
-resume, checkpoint, delete, hang_up, pause_point) with a record of one sandbox: its
-status and real, small images, so ``send_image`` reads what a sandbox would write.  A
-pre-dump's ``pages_written`` and ``dirty_after`` follow a script of dirty counts.
+``StandIn`` replaces the sandbox calls the source makes (``lifecycle``'s state, pause,
+resume, delete, hang_up; ``send_client.send``; the step hook) with a record of one
+sandbox: its status, and real, small images streamed as a sandbox streams them
+(``pagexfer.StreamImage``).  A pre-dump's ``pages_written`` and ``dirty_after`` follow
+a script of dirty counts.
 ``FakeDestination`` accepts on a real ``Listener`` and speaks the protocol through the
 project's channel and messages: honest by default, and told where to lie, fail or
 drop.  No sandbox process is started.
@@ -12,6 +13,7 @@ drop.  No sandbox process is started.
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from ckpt import statefile
 from ckpt.errors import SandboxError
+from ckpt.images.pagexfer import StreamImage, read_stream
 from ckpt.migration import Listener, guard, proof
 from ckpt.migration import messages as m
 from ckpt.migration.errors import MigrationError
 from ckpt.migration.outgoing import Migration, Options
-from ckpt.sandbox.client import lifecycle
+from ckpt.sandbox.client import lifecycle, send_client
 from ckpt.statefile import chain
 
 from .conftest import SECRET
@@ -50,9 +52,9 @@ class StandIn:
     told: list[bytes] = field(default_factory=list)  # what the source told its guard
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        for name in ("state", "pause", "resume", "checkpoint", "delete", "hang_up"):
+        for name in ("state", "pause", "resume", "delete", "hang_up"):
             monkeypatch.setattr(lifecycle, name, getattr(self, name))
-        monkeypatch.setattr(lifecycle, "pause_point", self.pause_point)
+        monkeypatch.setattr(send_client, "send", self.send)
         told = self.told
 
         class RecordingGuard:
@@ -102,25 +104,36 @@ class StandIn:
         """Pages pre-dump round ``r`` writes: all at first, then what was dirty."""
         return self.pages if r == 0 else self.dirty[r - 1]
 
-    def checkpoint(
-        self, root: Any, sid: str, path: Path, *, leave_running: bool = False, options: Any = None
+    def send(
+        self,
+        root: Any,
+        sid: str,
+        on_event: Callable[[Any], None],
+        *,
+        pre_dump: bool,
+        after: str | None = None,
+        engine: str | None = None,
     ) -> Any:
-        self._here("checkpoint")
-        options = options or {}
+        """The image a sandbox would stream, read back event by event into ``on_event``."""
+        self._here("send")
         meta: dict[str, Any] = {"sandbox_id": sid, "workload": "kv:1"}
-        if options.get("pre_dump"):
+        if pre_dump:
             r = self.pre_dumps
             self.pre_dumps += 1
-            n, after = self.written(r), self.dirty[r]
+            n, after_ = self.written(r), self.dirty[r]
             meta["kind"] = chain.PRE_DUMP
         else:
-            n, after = (self.dirty[self.pre_dumps - 1] if self.pre_dumps else self.pages), 0
-        with statefile.ImageWriter(path, metadata=meta, sync=False) as img:
-            if not options.get("pre_dump"):
+            n, after_ = (self.dirty[self.pre_dumps - 1] if self.pre_dumps else self.pages), 0
+        frames = bytearray()
+        with StreamImage(frames.extend, metadata=meta) as img:
+            if not pre_dump:
                 img.state_file.write(STATE)
             img.write_pages(iter([(i, bytes([1 + i % 250]) * 4096) for i in range(min(n, 8))]))
-        counters = {"pages_written": n, "dirty_after": after}
-        return SimpleNamespace(timings=SimpleNamespace(counters=counters))
+        stream = io.BytesIO(bytes(frames))
+        for event in read_stream(stream.read):
+            on_event(event)
+        counters = {"pages_written": n, "dirty_after": after_, "image_id": img.image_id.hex()}
+        return SimpleNamespace(counters=counters)
 
 
 @dataclass
@@ -211,7 +224,8 @@ def migrate(
         t.start()
         host, port = lst.address
         error = None
-        mig = Migration(root, SID, host, port, SECRET, Options(rounds=rounds, io_timeout=10))
+        opts = Options(rounds=rounds, io_timeout=10, at=sandbox.pause_point)
+        mig = Migration(root, SID, host, port, SECRET, opts)
         try:
             mig.run()
         except MigrationError as exc:

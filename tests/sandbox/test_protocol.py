@@ -19,6 +19,7 @@ REQUESTS = [
     p.StopRequest(),
     p.TasksRequest(limit=10),
     p.CountersRequest(),
+    p.SendRequest(pre_dump=False, after="ab" * 16, level=3),
 ]
 
 

@@ -5,7 +5,7 @@ warm one, and telling the user how it went.
 
 It imports ``wire`` only, never ``host`` or ``template``: the CLI talks to those
 processes, it does not run their code.  The modules in ``__all__`` are its surface for
-the rest of ``ckpt``; the others (spawn, pids, group, childenv, outcomes, testhooks)
+the rest of ``ckpt``; the others (spawn, pids, group, childenv, outcomes)
 serve these.  Modules are loaded on use, to keep the CLI's start fast.
 """
 
@@ -18,6 +18,8 @@ __all__ = [
     "observe",
     "precopy_options",
     "render",
+    "send_client",
     "status",
     "template_client",
+    "testhooks",
 ]

@@ -5,12 +5,13 @@ those pages under it a batch at a time, so requests are served between batches; 
 written after the take is marked again and goes into the next image.  The image holds
 pages only (``kind: pre-dump``) and, with a parent, only the pages dirtied since it.
 
-Pre-copy repeats pre-dumps into rounds ``r0, r1, ...`` inside a working directory beside
-the target, stopping by ``precopy_policy.StopRule`` (P.Haul's rule, shared with
-``ckpt migrate``), then the caller freezes for a final image whose parent is the last
-round, and moves the rounds into that image (``rounds/``): one directory that restores
-on its own.  The rounds are kept as a chain rather than merged into one page file:
-merging would read and compress every page a second time after the freeze.
+Pre-copy repeats pre-dumps into rounds ``r0, r1, ...`` inside a working directory
+beside the target, run by ``precopy_policy.run_rounds`` (P.Haul's rule; ``ckpt
+migrate`` runs the same engine with a stream for its sink, ``send.py``), then the
+caller freezes for a final image whose parent is the last round, and moves the
+rounds into that image (``rounds/``): one directory that restores on its own.  The
+rounds are kept as a chain rather than merged into one page file: merging would read
+and compress every page a second time after the freeze.
 
 A dump resets dirty tracking, so a child is only correct against the last image taken
 of this sandbox: ``Host.last_dump`` records its id, and a ``--parent-path`` naming any
@@ -26,7 +27,7 @@ import os
 import time
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox.host.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule
+from ckpt.sandbox.host.precopy_policy import FEW_DIRTY, GROWTH, MAX_ROUNDS, StopRule, run_rounds
 
 __all__ = ["FEW_DIRTY", "GROWTH", "MAX_ROUNDS", "Rounds", "StopRule", "pre_dump"]
 
@@ -94,18 +95,23 @@ def _check_parent(host: KernelAccess, p: Any, parent: str) -> None:
 
 
 def pre_dump(
-    host: KernelAccess, params: dict[str, Any], image: str | None = None, link: dict | None = None
+    host: KernelAccess,
+    params: dict[str, Any],
+    image: str | None = None,
+    link: dict | None = None,
+    sink: Any = None,
 ) -> dict[str, Any]:
     """Write a pages-only image of the running sandbox; returns counters for the reply.
 
     ``link`` (a parent's link metadata) is worked out from ``params["parent"]`` unless
-    given; with none, every allocated page is written."""
+    given; with none, every allocated page is written.  ``sink`` (an
+    ``images.pagexfer.ImageSink``) takes the image instead of ``params["image"]``."""
     from ckpt.sandbox.host import remote_image
     from ckpt.statefile import chain
 
     if host.kernel is None:
         raise SandboxError("sandbox has no kernel to pre-dump")
-    image = image or params["image"]
+    image = image or params.get("image") or ""
     key = bytes.fromhex(params["key_hex"]) if params.get("key_hex") else None
     if link is None and params.get("parent"):
         link = parent_metadata(host, params["parent"], image, key, params)
@@ -124,7 +130,9 @@ def pre_dump(
         **(link or {}),
     }
     try:
-        with host.images.image_writer(
+        if sink is not None:
+            sink.metadata.update(metadata)
+        with sink or host.images.image_writer(
             {**params, "image": image},
             force=bool(params.get("force")),
             compression=params.get("compression") or "zstd",
@@ -191,21 +199,19 @@ class Rounds:
         from ckpt.statefile import open_image
         from ckpt.statefile.chain import link_metadata
 
-        rule = rule or StopRule()
         key = bytes.fromhex(self.params["key_hex"]) if self.params.get("key_hex") else None
         params = {**self.params, "force": False}
-        for r in range(rule.max_rounds):
+
+        def one_round(r: int) -> tuple[dict[str, Any], int | None]:
             path = os.path.join(self.work, f"r{r}")
             link = link_metadata(path, open_image(self.last, key)) if self.last else None
             res = pre_dump(self.host, params, image=path, link=link or {})
             res["round"] = r
             self.results.append(res)
             self.last = path
-            written = [x["pages_written"] for x in self.results]
-            stop = rule.after(written, res["dirty_after"])
-            if stop is not None:
-                res["stop"] = stop
-                break
+            return res, res["dirty_after"]
+
+        run_rounds(rule or StopRule(), one_round)
         return self
 
     def parent_metadata(self, key: bytes | None) -> dict[str, Any]:

@@ -1,5 +1,8 @@
-"""When pre-copy stops: P.Haul's rule, in one place for ``checkpoint --pre-copy`` and
-``ckpt migrate`` (``sandbox`` may not import ``migration``, so it lives here).
+"""The pre-copy engine: rounds until P.Haul's rule says stop, in one place for
+``checkpoint --pre-copy`` (rounds into image directories) and ``ckpt migrate`` (rounds
+streamed to the destination); ``sandbox`` may not import ``migration``, so it lives here.
+What a round does, and where its pages go (a page sink, ``images.pagexfer``), is the
+caller's: the engine only runs rounds and decides when to stop.
 
 After each round the caller asks ``StopRule.after`` with the pages each round wrote
 and the pages dirty now.  Pre-copy stops when so few pages are dirty that the frozen
@@ -11,8 +14,9 @@ large but shrinking, so one more round takes pages off the frozen step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MAX_ROUNDS = 8
 FEW_DIRTY = 64  # pages: stop pre-copying once so few are dirty
@@ -45,3 +49,21 @@ class StopRule:
         if len(written) >= self.max_rounds:
             return f"{self.max_rounds} rounds"
         return None
+
+
+def run_rounds(
+    rule: StopRule, one_round: Callable[[int], tuple[dict[str, Any], int | None]]
+) -> list[dict[str, Any]]:
+    """Run ``one_round(r)`` for ``r = 0, 1, ...`` until ``rule`` says stop (at most
+    ``rule.max_rounds``).  Each returns its record, which holds ``pages_written``,
+    and the pages dirty after it (None: unknown); the last record gets ``stop``, the
+    reason.  Returns the records, oldest first."""
+    records: list[dict[str, Any]] = []
+    for r in range(rule.max_rounds):
+        record, dirty = one_round(r)
+        records.append(record)
+        stop = rule.after([x["pages_written"] for x in records], dirty)
+        if stop is not None:
+            record["stop"] = stop
+            break
+    return records

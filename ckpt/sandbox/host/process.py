@@ -159,9 +159,11 @@ class Host:
                 "resume": self.resume,
                 "fingerprint": self.fingerprint,
                 "stop": self.stop,
+                "send": self.send,
                 **introspect.handlers(self),
             },
             concurrent=frozenset({"ping", "fingerprint", *introspect.VERBS}),
+            streams=frozenset({"send"}),
             on_error=lambda method, exc: log(f"internal error in {method}: {exc!r}"),
         )
 
@@ -577,6 +579,21 @@ class Host:
             if rounds is not None:
                 rounds.discard()
             raise
+
+    def send(self, request: p.SendRequest, write: Any) -> p.CheckpointReply:
+        """An image down the control connection, not to a path (``send.py``)."""
+        from ckpt.sandbox.host import send
+        from ckpt.sandbox.wire.protocol import CheckpointReply
+
+        cpu0 = self_cpu_usec()
+        t0 = time.perf_counter_ns()
+        counters = send.send(self, request, write)
+        return CheckpointReply(
+            checkpoint_ns=time.perf_counter_ns() - t0,
+            cpu_usec=self_cpu_usec() - cpu0,
+            stopping=False,
+            counters=counters,
+        )
 
     def _pre_dump(self, params: dict[str, Any]) -> p.CheckpointReply:
         """``checkpoint --pre-dump``: pages only, the sandbox serving throughout."""

@@ -41,6 +41,7 @@ class Verb(enum.Enum):
     STOP = "stop"
     TASKS = "tasks"
     COUNTERS = "counters"
+    SEND = "send"
 
 
 class Listener(enum.Enum):
@@ -135,6 +136,22 @@ class CheckpointRequest(Request, tag="checkpoint"):
     encrypt: bool = False  # seal the image's pieces with the key (statefile/seal.py)
 
 
+class SendRequest(Request, tag="send"):
+    """Write an image down this connection, as ``images.pagexfer`` frames, and then
+    reply: nothing of it touches a disk here (a migration's rounds and final image).
+
+    ``pre_dump``: pages only, the sandbox serving throughout; else the kernel's state
+    and pages, the kernel frozen meanwhile (left frozen if it was).  ``after``: the
+    ``image_id`` of the last image this sandbox wrote or sent, so only the pages
+    dirtied since it go (None: every page)."""
+
+    pre_dump: bool = True
+    after: str | None = None
+    compression: str = "zstd"
+    level: int | None = None
+    engine: str | None = None
+
+
 class PauseRequest(Request, tag="pause"):
     pass
 
@@ -172,6 +189,7 @@ AnyRequest = (
     | StopRequest
     | TasksRequest
     | CountersRequest
+    | SendRequest
 )
 
 # -- replies --------------------------------------------------------------------------
@@ -280,6 +298,7 @@ REPLIES: dict[type[Request], type[_Message]] = {
     StopRequest: StopReply,
     TasksRequest: TasksReply,
     CountersRequest: CountersReply,
+    SendRequest: CheckpointReply,
 }
 """The reply type of each request type: the client decodes ``result`` as this."""
 

@@ -6,7 +6,10 @@ its type, which returns that verb's reply struct; a line of another protocol ver
 or no request at all, is answered with one ``SandboxError`` line saying so.  The server
 runs one *exclusive* request at a time; a second one arriving meanwhile is answered at
 once with ``SandboxBusy`` rather than queued, so two concurrent checkpoints can never
-interleave.  Cheap read-only verbs (``ping``) bypass the lock.  A failure carries the
+interleave.  Cheap read-only verbs (``ping``) bypass the lock.  A *streaming* verb
+(``send``) writes ``images.pagexfer`` frames on the connection before its reply line;
+its handler takes the connection's ``sendall`` as a second argument, and ``call``
+hands each frame's event to ``on_event``.  A failure carries the
 ``CkptError`` subclass's name, which the client re-raises, so an ``IntegrityError``
 inside the sandbox reaches the CLI as an ``IntegrityError``.
 
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     Handler = Callable[[Any], msgspec.Struct]
 
 MAX_MESSAGE = 1 << 20
+STREAM_SEND_TIMEOUT_S = 120.0  # a reader that stops taking frames for this long is gone
 
 
 def _read_line(sock: socket.socket) -> bytes:
@@ -79,11 +83,15 @@ class Server:
         handlers: dict[str, Handler],
         *,
         concurrent: frozenset[str] = frozenset({"ping"}),
+        streams: frozenset[str] = frozenset(),
         on_error: Callable[[str, BaseException], None] | None = None,
     ) -> None:
+        """``streams``: the verbs whose handler writes frames on the connection
+        (``handler(request, sendall)``)."""
         self.path = path
         self.handlers = handlers
         self.concurrent = concurrent
+        self.streams = streams
         self.on_error = on_error
         self.lock = threading.Lock()
         self.busy_with: str | None = None
@@ -152,6 +160,9 @@ class Server:
                 return
             try:
                 self.busy_with = verb
+                if verb in self.streams:
+                    conn.settimeout(STREAM_SEND_TIMEOUT_S)
+                    handler = _bound(handler, conn.sendall)
                 reply = self._call(verb, handler, request)
                 callbacks, self._after_reply = self._after_reply, []
             except BaseException:
@@ -190,6 +201,10 @@ class Server:
             conn.sendall(line)
 
 
+def _bound(handler: Callable[..., Any], sendall: Callable[[bytes], Any]) -> Handler:
+    return lambda request: handler(request, sendall)
+
+
 def call(
     path: Path,
     request: Request,
@@ -197,9 +212,14 @@ def call(
     timeout: float | None = 30.0,
     what: str = "sandbox",
     peer_pid: int | None = None,
+    on_event: Callable[[Any], None] | None = None,
 ) -> Any:
     """Send one request and return its verb's reply (``protocol.REPLIES``), re-raising
     the sandbox's error class.
+
+    ``on_event`` (a streaming verb): called with each event of the image the sandbox
+    writes before its reply (``pagexfer.read_stream``); what it raises ends the call
+    and closes the connection, which fails the sandbox's side.
 
     With ``peer_pid``, ``path`` must be a socket itself (not a symlink to one) whose
     listening process is ``peer_pid`` (``SO_PEERCRED``), so a planted link or a stale
@@ -226,7 +246,7 @@ def call(
             )
         try:
             sock.sendall(protocol.encode(request))
-            line = _read_line(sock)
+            line = _read_line(sock) if on_event is None else _read_stream(sock, on_event)
         except TimeoutError as exc:
             raise SandboxTimeout(f"{what} did not answer {verb} within {timeout:g} s") from exc
         except ValueError as exc:  # longer than MAX_MESSAGE
@@ -249,6 +269,31 @@ def call(
     if not (isinstance(kind, type) and issubclass(kind, CkptError)):
         kind = SandboxError
     raise kind(str(envelope.error))
+
+
+def _read_stream(sock: socket.socket, on_event: Callable[[Any], None]) -> bytes:
+    """The frames before the reply line, each event to ``on_event``; then the line.
+    A reply that starts at once (``{``) is a failure before any frame."""
+    from ckpt.images.pagexfer import read_stream
+
+    f = sock.makefile("rb")
+    try:
+
+        def read_exact(n: int) -> bytes:
+            data = f.read(n)
+            if len(data) != n:
+                raise ConnectionResetError("the sandbox closed its stream in a frame")
+            return data
+
+        if f.peek(1)[:1] not in (b"{", b""):
+            for event in read_stream(read_exact):
+                on_event(event)
+        line = f.readline(MAX_MESSAGE + 1)
+        if len(line) > MAX_MESSAGE:
+            raise ValueError("message larger than 1 MiB")
+        return line
+    finally:
+        f.close()
 
 
 def check_socket_file(path: Path, what: str) -> None:

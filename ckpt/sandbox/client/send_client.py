@@ -1,0 +1,79 @@
+"""The CLI's side of the ``send`` verb: have a sandbox write an image down its control
+connection and take each piece as it comes (``pagexfer`` events), with nothing on
+disk on either side (``send.py`` is the sandbox's side).
+
+A paused sandbox's cgroup is thawed while it sends (its kernel stays frozen: only the
+process must run to write) and frozen again after, as ``lifecycle.checkpoint`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ckpt.sandbox.client.deadlines import CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S, env_seconds
+from ckpt.sandbox.client.group import freezable, open_cgroup, own_group
+from ckpt.sandbox.client.status import live
+from ckpt.sandbox.wire import protocol as p
+from ckpt.sandbox.wire.paths import PAUSED, Root
+
+SETTLE_S = 10.0  # how long a failed send may take to unwind in the sandbox
+
+
+def send(
+    root: Root,
+    sandbox_id: str,
+    on_event: Callable[[Any], None],
+    *,
+    pre_dump: bool,
+    after: str | None = None,
+    engine: str | None = None,
+) -> p.CheckpointReply:
+    """Have ``sandbox_id`` send a pre-dump (``pre_dump``) or its final image, only the
+    pages dirtied since the image ``after`` (its ``image_id``); each event goes to
+    ``on_event`` as it arrives.  The reply's ``counters["image_id"]`` names the image
+    for the next ``after``."""
+    from ckpt.sandbox.wire import rpc
+
+    st = live(root, sandbox_id, "send")
+    refreeze = None
+    if st.status == PAUSED:
+        refreeze = freezable(open_cgroup(own_group(root, st, strict=True)))
+    if refreeze is not None:
+        refreeze.thaw()
+    what = f"sandbox {st.id}"
+    try:
+        return rpc.call(
+            root.socket_path(st.id),
+            p.SendRequest(pre_dump=pre_dump, after=after, engine=engine or st.engine),
+            what=what,
+            peer_pid=st.pid,
+            timeout=env_seconds(CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S),
+            on_event=on_event,
+        )
+    except BaseException:
+        _wait_done(root.socket_path(st.id), st.pid, what)
+        raise
+    finally:
+        if refreeze is not None:
+            refreeze.freeze()
+
+
+def _wait_done(path: Any, pid: int, what: str) -> None:
+    """After a send that failed on this side, until the sandbox has seen its reader go
+    and taken the pages back (bounded): the next request (a resume) is then not
+    answered busy."""
+    import time
+
+    from ckpt.errors import CkptError
+    from ckpt.sandbox.wire import rpc
+
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        try:
+            ping = rpc.call(path, p.PingRequest(), what=what, peer_pid=pid, timeout=SETTLE_S)
+        except CkptError:
+            return
+        if ping.busy_with != p.Verb.SEND.value:
+            return
+        time.sleep(0.01)
