@@ -138,7 +138,9 @@ def state_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     record says why in extra.stopped: its reason (checkpointed, killed, exited) and
     exit code or signal.
     """
-    emit_json(lifecycle().state(sandbox_root(), sandbox_id).to_json())
+    from ckpt.sandbox.status import refresh  # not lifecycle: what the verbs need
+
+    emit_json(refresh(sandbox_root(), sandbox_id).to_json())
 
 
 def _record(sandbox_id: str, **extra: object) -> None:

@@ -636,8 +636,9 @@ def restore(
         timings.counters["listener"] = reply.listener.value
     elif reply.listener is Listener.BOUND_ANEW:
         timings.counters["listener"] = said(reply.listener.value, reply.bind_detail)
-    local_workload = _image_workload(image) if where.is_local else None
-    st.workload = reply.workload or local_workload or "unknown"
+    if not (workload := reply.workload) and where.is_local:
+        workload = _image_workload(image)  # the kernel names none: the image may
+    st.workload = workload or "unknown"
     st.address = reply.address
     st.status = RUNNING
     st.restored_from = _lasting(root, request.image, remote)
