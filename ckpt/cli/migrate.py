@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.cli.options import JsonOpt, port_opt, root_opt
+from ckpt.cli.options import JsonOpt, bridge_opt, port_opt, root_opt
 from ckpt.cli.options import RequiredKeyOpt as KeyFileOpt
 from ckpt.errors import CkptError, UsageError
 
@@ -79,14 +79,7 @@ def serve_cmd(
     ] = False,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
-    bridge: Annotated[
-        str | None,
-        typer.Option(
-            "--bridge",
-            metavar="BR",
-            help="Give an arriving sandbox that had its own address the same, on bridge BR.",
-        ),
-    ] = None,
+    bridge: Annotated[str | None, bridge_opt("an arriving sandbox with its own address")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Accept migrations into the root until SIGTERM or SIGINT.

@@ -26,6 +26,7 @@ from ckpt.cli.options import (
     KeyOpt,
     StatsOpt,
     TimingsOpt,
+    bridge_opt,
     lifecycle,
     port_opt,
     sandbox_root,
@@ -65,14 +66,7 @@ def run_cmd(
     ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
     json_out: JsonOpt = False,
-    bridge: Annotated[
-        str | None,
-        typer.Option(
-            "--bridge",
-            metavar="BR",
-            help="Give the sandbox a network namespace of its own, its veth on bridge BR.",
-        ),
-    ] = None,
+    bridge: Annotated[str | None, bridge_opt()] = None,
     ip: Annotated[
         str | None,
         typer.Option("--ip", metavar="ADDR/PREFIX", help="The sandbox's address (with --bridge)."),
