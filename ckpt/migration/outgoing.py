@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,10 @@ def io_timeout() -> float:
 @dataclass
 class Options:
     rounds: int | None = None  # None: precopy_policy.MAX_ROUNDS
-    port: int | None = None  # where the destination binds (None: the same port)
+    port: int | None = None  # where the destination binds (None: the same port if free)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
+    on_stage: Callable[[str], None] | None = None  # told each step, for a progress line
 
 
 @dataclass
@@ -78,9 +80,12 @@ class Report:
     total_ms: float = 0.0
 
     def line(self) -> str:
+        """The one line ``ckpt migrate`` prints: where the sandbox went, where it
+        serves now (not the server's address), and what it cost."""
         mib = self.bytes_sent / (1 << 20)
+        serving = f", serving http://{self.address}/" if self.address else ""
         return (
-            f"migrated {self.sandbox_id} to {self.destination}: frozen "
+            f"migrated {self.sandbox_id} to {self.destination}{serving}: frozen "
             f"{self.frozen_time_ms:.0f} ms, downtime {self.downtime_ms:.0f} ms, "
             f"{len(self.rounds)} rounds, {mib:.1f} MiB sent"
         )
@@ -193,6 +198,18 @@ class Migration:
         self.paused = False
         self.committing = False  # Done may be on its way: a failure cannot tell the outcome
         self.nonce = proof.new_nonce()
+        self.stage = "connecting"
+        self._ch: Any = None
+
+    def sent(self) -> int:
+        """Bytes sent so far (read from another thread, for a progress line)."""
+        ch = self._ch
+        return ch.bytes_sent if ch is not None else 0
+
+    def _stage(self, text: str) -> None:
+        self.stage = text
+        if self.opts.on_stage is not None:
+            self.opts.on_stage(text)
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
@@ -217,6 +234,7 @@ class Migration:
                 tls=self.opts.tls,
                 io_timeout=self.opts.io_timeout,
             )
+            self._ch = ch
             self._session(ch, st, workdir, guard)
         except BaseException as exc:
             if not self.committing:
@@ -278,6 +296,7 @@ class Migration:
         rule = StopRule() if self.opts.rounds is None else StopRule(max_rounds=self.opts.rounds)
         parent: Path | None = None
         for r in range(rule.max_rounds):
+            self._stage(f"round {r}: pre-copy while it runs")
             t = time.perf_counter()
             sent0 = ch.bytes_sent
             path = workdir / f"r{r}"
@@ -314,6 +333,7 @@ class Migration:
                 self.report.rounds[-1]["stop"] = stop
                 break
         # The final step: requests wait in the paused kernel; its image has the rest.
+        self._stage(f"round {len(self.report.rounds)}: final, paused")
         t_pause = time.perf_counter()
         lifecycle.pause(self.root, self.sid)
         self.paused = True
@@ -330,6 +350,7 @@ class Migration:
         t_final_sent = time.perf_counter()
         if not self.report.rounds:
             self.report.memory_bytes = pages * PAGE_SIZE
+        self._stage("the destination restores")
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
         restored = _expect(ch, m.Restored, "instead of Restored")
         ch.io_timeout = self.opts.io_timeout

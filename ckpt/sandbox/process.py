@@ -245,11 +245,13 @@ class Host:
         adoption: _Adoption | None = None,
         host: str | None = None,
         netns: str | None = None,
+        any_port: bool = False,
     ) -> str | None:
         """Serve the workload's listening socket for real: the one handed over by the
         previous sandbox when there is one (with its parked connections), else one
         bound now (``adoption`` says why it was not handed over), on ``host`` inside
-        namespace ``netns`` when the sandbox has its own address.  Returns
+        namespace ``netns`` when the sandbox has its own address; with ``any_port``, on
+        a free port when ``port`` is taken (a migration to the same host).  Returns
         ``host:port``."""
         if not _serves_http(self.kernel):
             return None
@@ -258,12 +260,7 @@ class Host:
         else:
             conns = []
             try:
-                if netns:
-                    from ckpt.sandbox import netns as netns_mod
-
-                    sock = netns_mod.listen(netns, host or HOST, port)
-                else:
-                    sock = bind(host or HOST, port)
+                sock = self._bind(host or HOST, port, netns, any_port)
             except OSError as exc:
                 reason, why = (adoption.reason, adoption.why) if adoption else (None, "")
                 raise SandboxError(_bind_error(port, exc, reason, why, host or HOST)) from exc
@@ -272,6 +269,28 @@ class Host:
         self.http = HttpServer(sock, self.respond, conns)
         self.http.start()
         return f"{host}:{real_port}"
+
+    @staticmethod
+    def _bind(host: str, port: int, netns: str | None, any_port: bool) -> Any:
+        """A listening socket on ``host:port`` (in ``netns``), or with ``any_port`` on
+        a free port when that one is taken."""
+        import errno
+
+        if netns:
+            from ckpt.sandbox import netns as netns_mod
+
+            listen = netns_mod.listen
+        else:
+
+            def listen(_ns: str | None, h: str, p: int) -> Any:
+                return bind(h, p)
+
+        try:
+            return listen(netns, host, port)
+        except OSError as exc:
+            if not (any_port and port and exc.errno == errno.EADDRINUSE):
+                raise
+        return listen(netns, host, 0)
 
     def _adopt(self, image_metadata: dict[str, Any], port: int, host: str = HOST) -> _Adoption:
         """The sockets the checkpointed sandbox handed to the template, if they are for
@@ -404,7 +423,9 @@ class Host:
             self.frozen = True
             adoption = self._adopt(image.metadata, int(port), request.host or HOST)
             try:
-                address = self._listen(int(port), adoption, request.host, request.netns)
+                address = self._listen(
+                    int(port), adoption, request.host, request.netns, request.any_port
+                )
             except BaseException:
                 self.kernel = None
                 raise

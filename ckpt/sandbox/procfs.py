@@ -1,4 +1,4 @@
-"""A process's start time, state and command line, read from ``/proc``.
+"""A process's start time, state, command line and size, read from ``/proc``.
 
 Every command checks a sandbox's pid against its record (``pids.py``), and these three
 reads are all it needs; importing psutil for them cost a command more start-up than the
@@ -77,3 +77,12 @@ def cmdline(pid: int) -> list[str] | None:
     if sep == "\x00" and len(words) == 1 and " " in data:
         words = data.split(" ")
     return words
+
+
+def resident(pid: int) -> int | None:
+    """``pid``'s resident memory in bytes (``/proc/PID/statm``), or None."""
+    try:
+        with open(f"/proc/{int(pid)}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
