@@ -86,6 +86,10 @@ class Status:
             from rich.console import Console
 
             console = Console(stderr=True)
-        with console.status(Text(printable(self.line()))) as shown:
+
+        def shown_line() -> Text:  # one line: cut short, never wrapped
+            return Text(printable(self.line()), no_wrap=True, overflow="ellipsis")
+
+        with console.status(shown_line()) as shown:
             while not self._done.wait(REFRESH_S):
-                shown.update(Text(printable(self.line())))
+                shown.update(shown_line())

@@ -24,7 +24,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,6 @@ class Options:
     port: int | None = None  # where the destination binds (None: the same port if free)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
-    on_stage: Callable[[str], None] | None = None  # told each step, for a progress line
 
 
 @dataclass
@@ -207,9 +205,7 @@ class Migration:
         return ch.bytes_sent if ch is not None else 0
 
     def _stage(self, text: str) -> None:
-        self.stage = text
-        if self.opts.on_stage is not None:
-            self.opts.on_stage(text)
+        self.stage = text  # read by a progress line, from another thread
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
@@ -296,7 +292,7 @@ class Migration:
         rule = StopRule() if self.opts.rounds is None else StopRule(max_rounds=self.opts.rounds)
         parent: Path | None = None
         for r in range(rule.max_rounds):
-            self._stage(f"round {r}: pre-copy while it runs")
+            self._stage(f"round {r}, pre-copy")
             t = time.perf_counter()
             sent0 = ch.bytes_sent
             path = workdir / f"r{r}"
@@ -333,7 +329,7 @@ class Migration:
                 self.report.rounds[-1]["stop"] = stop
                 break
         # The final step: requests wait in the paused kernel; its image has the rest.
-        self._stage(f"round {len(self.report.rounds)}: final, paused")
+        self._stage(f"round {len(self.report.rounds)}, final (paused)")
         t_pause = time.perf_counter()
         lifecycle.pause(self.root, self.sid)
         self.paused = True
@@ -350,7 +346,7 @@ class Migration:
         t_final_sent = time.perf_counter()
         if not self.report.rounds:
             self.report.memory_bytes = pages * PAGE_SIZE
-        self._stage("the destination restores")
+        self._stage("restoring there")
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
         restored = _expect(ch, m.Restored, "instead of Restored")
         ch.io_timeout = self.opts.io_timeout

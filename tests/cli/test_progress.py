@@ -26,11 +26,11 @@ def test_a_long_wait_shows_its_text_and_the_seconds(watchdog) -> None:
 
     def text() -> str:
         shown.set()
-        return "round 1: pre-copy while it runs"
+        return "round 1, pre-copy"
 
     with Status(text, enabled=True, delay=0.0, console=console):
         assert shown.wait(30)
-    assert "round 1: pre-copy while it runs · 0 s" in out.getvalue()
+    assert "round 1, pre-copy · 0 s" in out.getvalue()
 
 
 def test_a_countdown_shows_no_seconds_waited(watchdog) -> None:
