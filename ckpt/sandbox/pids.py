@@ -16,7 +16,7 @@ import subprocess
 import time
 
 from ckpt.errors import CgroupError, SandboxError
-from ckpt.sandbox import procfs, rpc
+from ckpt.sandbox import procfs
 from ckpt.sandbox.group import group_procs, open_cgroup, remove_cgroup
 from ckpt.sandbox.paths import Root, SandboxState
 
@@ -95,7 +95,9 @@ def wait_reaped(pid: int, start: float, timeout: float) -> None:
 
 def _socket_peer(root: Root, sandbox_id: str) -> int | None:
     """The pid listening on the sandbox's control socket, if a real socket answers."""
-    import socket
+    import socket  # here: a sandbox in its cgroup is verified without one
+
+    from ckpt.sandbox import rpc
 
     path = root.socket_path(sandbox_id)
     try:
