@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sandbox.conftest import Cli
 from tests.sandbox.test_cli_startup import HEAVY, imported
 
 
@@ -92,3 +93,24 @@ def test_the_verbs_and_cgroups_load_without_psutil() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     ).stdout.split("\n")
     assert out[:2] == ["False", "InertManager True"]
+
+
+@pytest.mark.slow
+def test_checkpoint_and_restore_load_neither_psutil_nor_the_image_reader(
+    cli: Cli, tmp_path: Path, watchdog: None
+) -> None:
+    """The sandbox reads and writes the image; the CLI only asks it to.  A restore
+    takes the workload's name from the sandbox's reply, not from the image."""
+    cli("run", "lean", "--workload", "http", "--port", "0", timeout=120)
+    image = str(tmp_path / "lean.img")
+    for args in (
+        ("checkpoint", "lean", "--image-path", image),
+        ("restore", "lean", "--image-path", image),
+    ):
+        mods = imported(cli.root, *args)
+        assert "ckpt.sandbox.lifecycle" in mods  # the probe really ran the verb
+        assert (
+            sorted(m for m in mods if m.startswith(("psutil", "ckpt.statefile", "zstandard"))) == []
+        )
+    assert cli.state("lean")["status"] == "running"
+    assert cli.state("lean")["workload"] == "http"

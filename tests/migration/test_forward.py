@@ -156,3 +156,15 @@ def test_migrate_refuses_forward_before_moving_when_it_would_relay_to_itself(
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "--forward" in lines[0] and "--port PORT" in lines[0]
+
+
+def test_forward_to_this_host_is_planned_when_the_port_may_change() -> None:
+    """Without --port the sandbox cannot keep its port on this host (the source holds
+    it), so it serves on another and the relay on the old one is useful; naming the
+    old port with --port is refused before anything moves."""
+    from ckpt.migration.forward import check_plan
+
+    check_plan(("127.0.0.1", 8090), "127.0.0.1", None)
+    check_plan(("127.0.0.1", 8090), "127.0.0.1", 9000)
+    with pytest.raises(MigrationError, match="--port"):
+        check_plan(("127.0.0.1", 8090), "127.0.0.1", 8090)
