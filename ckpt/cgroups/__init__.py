@@ -9,7 +9,6 @@ mgr.kill(); mgr.delete()
 
 from ckpt.cgroups.base import BaseManager
 from ckpt.cgroups.detect import Layout, Mode, detect_layout, layout, mode, parse_mountinfo
-from ckpt.cgroups.inert import InertManager
 from ckpt.cgroups.manager import (
     DEFAULT_CONTROLLERS,
     Manager,
@@ -20,6 +19,17 @@ from ckpt.cgroups.manager import (
 )
 from ckpt.cgroups.stat import CgroupStat, StatReader, hugepage_sizes
 from ckpt.errors import CgroupError
+
+
+def __getattr__(name: str) -> object:
+    """``InertManager`` on first use (PEP 562): it imports psutil, which costs every
+    command start-up and is needed only on a host without cgroups."""
+    if name == "InertManager":
+        from ckpt.cgroups.inert import InertManager
+
+        return InertManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_CONTROLLERS",

@@ -25,7 +25,6 @@ from ckpt.cgroups.base import BaseManager
 from ckpt.cgroups.cpu import quota_us
 from ckpt.cgroups.detect import Layout, Mode, can_write
 from ckpt.cgroups.detect import layout as host_layout
-from ckpt.cgroups.inert import InertManager
 from ckpt.cgroups.stat import CgroupStat, StatReader
 from ckpt.errors import CgroupError
 
@@ -282,6 +281,14 @@ def _cleanup(fsys: fs.CgroupFS, made: list[Path]) -> None:
             fsys.rmdir(d)
 
 
+def _inert(name: str, why: str) -> BaseManager:
+    """An ``InertManager``, imported here: it needs psutil, which a host with cgroups
+    (and every command that only opens a group) never does."""
+    from ckpt.cgroups.inert import InertManager
+
+    return InertManager(name, why)
+
+
 def create(
     name: str,
     cpus: float | None = None,
@@ -307,7 +314,7 @@ def create(
     if not ok:
         if cpus is not None:
             raise CgroupError(f"cannot apply a CPU quota: {why}; {QUOTA_HINT}")
-        return InertManager(name, why)
+        return _inert(name, why)
     wanted = list(dict.fromkeys(controllers))
     made: list[Path] = []
     try:
@@ -319,7 +326,7 @@ def create(
         made.extend(getattr(exc, "made", []))
         _cleanup(fsys, made)
         if cpus is None and fs.is_permission_error(exc):
-            return InertManager(name, str(exc))
+            return _inert(name, str(exc))
         raise
     except BaseException:
         _cleanup(fsys, made)

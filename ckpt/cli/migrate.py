@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.cli.options import JsonOpt, port_opt, root_opt
+from ckpt.cli.options import JsonOpt, bridge_opt, port_opt, root_opt
 from ckpt.cli.options import RequiredKeyOpt as KeyFileOpt
 from ckpt.errors import CkptError, UsageError
 
@@ -79,14 +79,7 @@ def serve_cmd(
     ] = False,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
-    bridge: Annotated[
-        str | None,
-        typer.Option(
-            "--bridge",
-            metavar="BR",
-            help="Give an arriving sandbox that had its own address the same, on bridge BR.",
-        ),
-    ] = None,
+    bridge: Annotated[str | None, bridge_opt("an arriving sandbox with its own address")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Accept migrations into the root until SIGTERM or SIGINT.
@@ -199,8 +192,12 @@ def migrate_cmd(
 ) -> None:
     """Move a running sandbox to another host.
 
-    It keeps running there; on any failure it keeps running here.
+    It keeps running there; on any failure it keeps running here.  It keeps its port
+    unless --port says otherwise; when that port is taken on the destination (always
+    so on this same host) it gets a free one, and the result line says where it
+    serves.
     """
+    from ckpt.cli.progress import Status, wanted
     from ckpt.migration import ClientTLS
     from ckpt.migration.outgoing import Migration, Options
     from ckpt.migration.serve import parse_address
@@ -208,32 +205,68 @@ def migrate_cmd(
     host, dport = parse_address(to, "--to")
     secret = _secret(key_file)
     sandbox_root = _root(None)
-    from ckpt.sandbox.client import lifecycle
+    from ckpt.sandbox.client.status import refresh
 
-    old_address = lifecycle.state(sandbox_root, sandbox_id).address
+    old_address = refresh(sandbox_root, sandbox_id).address
     old = _forward_from(sandbox_id, old_address, host, port) if forward > 0 else None
     opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
-    report = Migration(sandbox_root, sandbox_id, host, dport, secret, opts).run()
-    from ckpt.cli.output import emit_json, say
+    migration = Migration(sandbox_root, sandbox_id, host, dport, secret, opts)
+    with Status(_migrating(migration, to), enabled=wanted(as_json), delay=0.5):
+        report = migration.run()
+    from ckpt.cli.output import emit_json, note, say
 
     if as_json:
         document = report.to_json()
         emit_json({"id": document.pop("sandbox_id"), **document})
     else:
         say(report.line())
+        if moved := _port_moved(old_address, report.address, port):
+            note(moved)
     if old is not None and report.address:
         from ckpt.migration.forward import relay
 
         new_host, new_port = parse_address(report.address, "the new address")
         if new_host in ("0.0.0.0", "::"):
             new_host = host
-        relay(
-            old,
-            (new_host, new_port),
-            seconds=forward,
-            deadline=time.monotonic() + forward,
-            destination=host,
-        )
+        if not as_json:
+            note(
+                f"relaying {old[0]}:{old[1]} to {new_host}:{new_port} for {forward:g} s "
+                "(Ctrl-C stops it)"
+            )
+        deadline = time.monotonic() + forward
+        left = _left(deadline, f"relaying {old[0]}:{old[1]} to {new_host}:{new_port}")
+        with Status(left, enabled=wanted(as_json), delay=0.0, elapsed=False):
+            relay(old, (new_host, new_port), seconds=forward, deadline=deadline, destination=host)
+
+
+def _migrating(migration: Any, to: str) -> Any:
+    """The status line of a migration: its step and the bytes sent so far."""
+
+    def text() -> str:
+        mib = migration.sent() / (1 << 20)
+        return f"migrating {migration.sid} to {to}: {migration.stage}, {mib:.1f} MiB sent"
+
+    return text
+
+
+def _left(deadline: float, doing: str) -> Any:
+    """The status line of a wait with an end: what, and the seconds left."""
+
+    def text() -> str:
+        return f"{doing}: {max(0.0, deadline - time.monotonic()):.0f} s left"
+
+    return text
+
+
+def _port_moved(old: str | None, new: str | None, asked: int | None) -> str | None:
+    """Say so when the sandbox kept no port of its own choosing: the one it had was
+    taken on the destination, so it serves on another one."""
+    if asked is not None or not old or not new:
+        return None
+    old_port, new_port = old.rpartition(":")[2], new.rpartition(":")[2]
+    if old_port == new_port:
+        return None
+    return f"port {old_port} was taken on the destination: it serves on port {new_port} now"
 
 
 def _forward_from(

@@ -75,6 +75,16 @@ def port_opt(default_text: str | None = None) -> Any:
     )
 
 
+def bridge_opt(who: str = "the sandbox") -> Any:
+    """``--bridge BR``, worded one way for ``run`` and for ``serve`` (``who`` is the
+    sandbox it applies to)."""
+    return typer.Option(
+        "--bridge",
+        metavar="BR",
+        help=f"Give {who} a network namespace of its own, its veth on bridge BR.",
+    )
+
+
 def root_opt() -> Any:
     """``--root PATH`` for a command that takes its own root (``serve``), worded as the
     global one."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,12 +27,13 @@ from ckpt.cli.options import (
     KeyOpt,
     StatsOpt,
     TimingsOpt,
+    bridge_opt,
     lifecycle,
     port_opt,
     sandbox_root,
 )
 from ckpt.cli.output import emit_json, err, error_line, note, result, say, tables
-from ckpt.errors import UsageError
+from ckpt.errors import CkptError, UsageError
 
 commands = typer.Typer()
 
@@ -65,14 +67,7 @@ def run_cmd(
     ] = None,
     ignore_cgroups: IgnoreCgroupsOpt = False,
     json_out: JsonOpt = False,
-    bridge: Annotated[
-        str | None,
-        typer.Option(
-            "--bridge",
-            metavar="BR",
-            help="Give the sandbox a network namespace of its own, its veth on bridge BR.",
-        ),
-    ] = None,
+    bridge: Annotated[str | None, bridge_opt()] = None,
     ip: Annotated[
         str | None,
         typer.Option("--ip", metavar="ADDR/PREFIX", help="The sandbox's address (with --bridge)."),
@@ -82,17 +77,22 @@ def run_cmd(
 
     Returns when it is ready to serve.
     """
-    res = lifecycle().run(
-        sandbox_root(),
-        sandbox_id,
-        workload,
-        cpus=lifecycle().parse_cpu(cpu),
-        port=port,
-        engine=engine.value if engine else None,
-        ignore_cgroups=ignore_cgroups,
-        bridge=bridge,
-        ip=ip,
-    )
+    from ckpt.cli.progress import Status, wanted
+
+    root = sandbox_root()
+    starting = Status(_starting(root, sandbox_id, workload), enabled=wanted(json_out))
+    with starting:
+        res = lifecycle().run(
+            root,
+            sandbox_id,
+            workload,
+            cpus=lifecycle().parse_cpu(cpu),
+            port=port,
+            engine=engine.value if engine else None,
+            ignore_cgroups=ignore_cgroups,
+            bridge=bridge,
+            ip=ip,
+        )
     for text in res.notes:
         note(text)
     if json_out:
@@ -100,6 +100,24 @@ def run_cmd(
         return
     where = f", serving http://{res.state.address}/" if res.state.address else ""
     say(f"sandbox {res.state.id} running (pid {res.state.pid}{where})")
+
+
+def _starting(root: Any, sandbox_id: str, workload: str) -> Callable[[], str]:
+    """What ``run``'s status line says while a workload builds its state (``kv:256``
+    takes seconds): how much memory the sandbox holds so far, once its process is
+    recorded."""
+    from ckpt.sandbox.client import procfs
+
+    def text() -> str:
+        head = f"starting {sandbox_id} ({workload})"
+        try:
+            pid = root.read(sandbox_id).pid
+        except CkptError:
+            return head
+        size = procfs.resident(pid) if pid else None
+        return f"{head}: {size / (1 << 20):.0f} MiB resident" if size else head
+
+    return text
 
 
 class ListFormat(enum.Enum):
@@ -138,7 +156,9 @@ def state_cmd(sandbox_id: IdArg, json_out: JsonOpt = False) -> None:
     record says why in extra.stopped: its reason (checkpointed, killed, exited) and
     exit code or signal.
     """
-    emit_json(lifecycle().state(sandbox_root(), sandbox_id).to_json())
+    from ckpt.sandbox.client.status import refresh  # not lifecycle: what the verbs need
+
+    emit_json(refresh(sandbox_root(), sandbox_id).to_json())
 
 
 def _record(sandbox_id: str, **extra: object) -> None:

@@ -76,11 +76,14 @@ def check_target(old: tuple[str, int], new: tuple[str, int], destination: str | 
 
 def check_plan(old: tuple[str, int], destination: str, port: int | None) -> None:
     """Before migrating: refuse a relay bound to take the sandbox's own new address,
-    which is so when the destination is this host and the port stays (``port`` None)."""
-    if (port is None or port == old[1]) and any(_is_local(ip) for ip in _ips(destination)):
+    which is so when the destination is this host and ``--port`` names the old port.
+    Without ``--port`` the old port is taken there (the sandbox holds it until the
+    move ends), so the destination picks another."""
+    if port == old[1] and any(_is_local(ip) for ip in _ips(destination)):
         raise MigrationError(
             f"--forward: the destination {destination} is this host and the sandbox would "
-            f"keep port {old[1]} there, where the relay listens: migrate with --port PORT"
+            f"keep port {old[1]} there, where the relay listens: migrate with another "
+            "--port PORT, or without --port"
         )
 
 

@@ -62,7 +62,7 @@ def io_timeout() -> float:
 @dataclass
 class Options:
     rounds: int | None = None  # None: precopy_policy.MAX_ROUNDS
-    port: int | None = None  # where the destination binds (None: the same port)
+    port: int | None = None  # where the destination binds (None: the same port if free)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
     at: Callable[[str], None] | None = field(default_factory=testhooks.from_env)
@@ -84,9 +84,12 @@ class Report:
     total_ms: float = 0.0
 
     def line(self) -> str:
+        """The one line ``ckpt migrate`` prints: where the sandbox went, where it
+        serves now (not the server's address), and what it cost."""
         mib = self.bytes_sent / (1 << 20)
+        serving = f", serving http://{self.address}/" if self.address else ""
         return (
-            f"migrated {self.sandbox_id} to {self.destination}: frozen "
+            f"migrated {self.sandbox_id} to {self.destination}{serving}: frozen "
             f"{self.frozen_time_ms:.0f} ms, downtime {self.downtime_ms:.0f} ms, "
             f"{len(self.rounds)} rounds, {mib:.1f} MiB sent"
         )
@@ -148,6 +151,16 @@ class Migration:
         self.after: str | None = None  # the last image sent: the next holds what is dirty since
         self.t_end = 0.0  # when the last stream's image ended
         self.round_step_done = False  # the "round" step is taken once, in the first round
+        self.stage = "connecting"
+        self._ch: Any = None
+
+    def sent(self) -> int:
+        """Bytes sent so far (read from another thread, for a progress line)."""
+        ch = self._ch
+        return ch.bytes_sent if ch is not None else 0
+
+    def _stage(self, text: str) -> None:
+        self.stage = text  # read by a progress line, from another thread
 
     def run(self) -> Report:
         from ckpt.migration.channel import connect
@@ -172,6 +185,7 @@ class Migration:
                 tls=self.opts.tls,
                 io_timeout=self.opts.io_timeout,
             )
+            self._ch = ch
             self._session(ch, st, guard)
         except BaseException as exc:
             if not self.committing:
@@ -233,6 +247,7 @@ class Migration:
         rule = StopRule() if self.opts.rounds is None else StopRule(max_rounds=self.opts.rounds)
         run_rounds(rule, lambda r: self._round(ch, r))
         # The final step: requests wait in the paused kernel; its image has the rest.
+        self._stage(f"round {len(self.report.rounds)}, final (paused)")
         t_pause = time.perf_counter()
         lifecycle.pause(self.root, self.sid)
         self.paused = True
@@ -245,6 +260,7 @@ class Migration:
         t_dumped = self.t_end
         if not self.report.rounds:
             self.report.memory_bytes = sink.pages * PAGE_SIZE
+        self._stage("restoring there")
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
         restored = _expect(ch, m.Restored, "instead of Restored")
         ch.io_timeout = self.opts.io_timeout
@@ -310,6 +326,7 @@ class Migration:
     def _round(self, ch: Any, r: int) -> tuple[dict[str, Any], int | None]:
         """Pre-copy round ``r``: the sandbox streams the pages dirtied since the image
         before (all of them first), each run on to the destination as it comes."""
+        self._stage(f"round {r}, pre-copy")
         t = time.perf_counter()
         sent0 = ch.bytes_sent
         sink = ChannelSink(ch, r, final=False, at=self._progress)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt.errors import CkptError
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError
 from ckpt.migration.proof import NONCE_BYTES, proof
@@ -140,6 +141,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             cpus=offer.cpus,
             engine=offer.engine or None,
             port=offer.port,
+            any_port=offer.port is None,  # the port it had is taken here: another
             background=True,  # pages fill in behind: the files are open, ours, verified
             prepared=prepared,
         )
@@ -168,6 +170,10 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             if isinstance(exc, FrameError):
                 code = m.ErrorCode.PROTOCOL
             ch.send_error(code, str(exc), linger=LINGER_S)
+        elif isinstance(exc, CkptError) and not ch_closed(ch):  # its own words, no repr
+            ch.send_error(
+                m.ErrorCode.RESTORE_FAILED, f"the destination failed: {exc}", linger=LINGER_S
+            )
         elif not isinstance(exc, MigrationError):
             ch.send_error(m.ErrorCode.CANCELLED, f"the destination gave up: {exc!r}")
         raise

@@ -142,17 +142,29 @@ def _listening(address: tuple[str, int]) -> bool:
 def test_migrate_refuses_forward_before_moving_when_it_would_relay_to_itself(
     tmp_path: Path,
 ) -> None:
-    """To this same host with the port kept, the sandbox would come back on the
-    relay's own address: refused in one line before anything is sent."""
+    """To this same host with its own port asked for, the sandbox would come back on
+    the relay's own address: refused in one line before anything is sent."""
     root = Root(tmp_path / "root")
     root.ensure()
     root.write(SandboxState("fw1", 0, STOPPED, "kv:1", None, "now", address="127.0.0.1:7999"))
     key = key_file(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "ckpt", "--root", str(root.path), "migrate", "fw1",
-         "--to", "127.0.0.1:1", "--key-file", key, "--forward", "5"],
+         "--to", "127.0.0.1:1", "--key-file", key, "--forward", "5", "--port", "7999"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "--forward" in lines[0] and "--port PORT" in lines[0]
+
+
+def test_forward_to_this_host_is_planned_when_the_port_may_change() -> None:
+    """Without --port the sandbox cannot keep its port on this host (the source holds
+    it), so it serves on another and the relay on the old one is useful; naming the
+    old port with --port is refused before anything moves."""
+    from ckpt.migration.forward import check_plan
+
+    check_plan(("127.0.0.1", 8090), "127.0.0.1", None)
+    check_plan(("127.0.0.1", 8090), "127.0.0.1", 9000)
+    with pytest.raises(MigrationError, match="--port"):
+        check_plan(("127.0.0.1", 8090), "127.0.0.1", 8090)

@@ -130,6 +130,44 @@ def test_writes_acknowledged_during_migration_all_arrive(hosts: Hosts) -> None:
     check_values(address(hosts.dst, SID), acked)
 
 
+def test_to_this_host_a_taken_port_gives_way_to_a_free_one(hosts: Hosts) -> None:
+    """Without --port the sandbox keeps its port, but on this same host the source
+    holds it until the move ends: the destination takes a free one, and the result
+    line names where the sandbox serves now, not the server's address."""
+    _run(hosts)
+    old = address(hosts.src, SID)
+    serve = hosts.serve()
+    proc = hosts.src(
+        "migrate", SID, "--to", serve.address, "--key-file", str(hosts.key),
+        check=False, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    new = address(hosts.dst, SID)
+    assert new[1] != old[1]
+    line = proc.stdout.strip()
+    assert line.startswith(
+        f"migrated {SID} to {serve.address}, serving http://{new[0]}:{new[1]}/: "
+    )
+    assert f"port {old[1]} was taken on the destination" in proc.stderr
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
+    assert leftovers(hosts) == []
+
+
+def test_a_port_asked_for_that_is_taken_fails_and_the_source_runs_on(hosts: Hosts) -> None:
+    """--port is the user's choice: taken, it is an error, never another port."""
+    _run(hosts)
+    old = address(hosts.src, SID)
+    serve = hosts.serve()
+    proc = hosts.src(
+        "migrate", SID, "--to", serve.address, "--key-file", str(hosts.key),
+        "--port", str(old[1]), check=False, timeout=180,
+    )  # fmt: skip
+    line = _one_line_error(proc)
+    assert f"cannot listen on 127.0.0.1:{old[1]}" in line
+    assert running(hosts.src) == [SID] and running(hosts.dst) == []
+    assert leftovers(hosts) == []
+
+
 def test_wrong_key_is_refused_and_the_source_runs_on(hosts: Hosts) -> None:
     _run(hosts)
     serve = hosts.serve(make_key(hosts.tmp / "other-key"))

@@ -17,6 +17,7 @@ __all__ = [
     "logs",
     "observe",
     "precopy_options",
+    "procfs",
     "render",
     "send_client",
     "status",

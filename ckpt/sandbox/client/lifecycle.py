@@ -576,12 +576,14 @@ def restore(
     ignore_cgroups: bool = False,
     template: bool | None = None,
     prepared: Prepared | None = None,
+    any_port: bool = False,
 ) -> RestoreResult:
     """Start a new sandbox process (in its cgroup, under its quota) from an image.
 
     Replaces a stopped sandbox of the same ID; refuses a running one.  On failure,
     nothing of the new sandbox is left behind.  With ``prepared`` (the same ID's, from
     ``prepare_restore``), its process is the one restored: only the image is loaded.
+    With ``any_port``, a port that is taken here gives way to any free one.
     """
     _check_engine(engine)
     from ckpt.images import Location
@@ -611,6 +613,7 @@ def restore(
         background=background,
         key_hex=key.hex() if key else None,
         port=port,
+        any_port=any_port,
         **netns.request_fields(netns.of(root, st)),
     )
     request = attach(request, remote, stage=root.dir(sandbox_id) / STAGE_DIR)
@@ -635,8 +638,9 @@ def restore(
         timings.counters["listener"] = reply.listener.value
     elif reply.listener is Listener.BOUND_ANEW:
         timings.counters["listener"] = said(reply.listener.value, reply.bind_detail)
-    local_workload = _image_workload(image) if where.is_local else None
-    st.workload = reply.workload or local_workload or "unknown"
+    if not (workload := reply.workload) and where.is_local:
+        workload = _image_workload(image)  # the kernel names none: the image may
+    st.workload = workload or "unknown"
     st.address = reply.address
     st.status = RUNNING
     st.restored_from = _lasting(root, request.image, remote)

@@ -15,11 +15,9 @@ import signal
 import subprocess
 import time
 
-import psutil
-
 from ckpt.errors import CgroupError, SandboxError
+from ckpt.sandbox.client import procfs
 from ckpt.sandbox.client.group import group_procs, open_cgroup, remove_cgroup
-from ckpt.sandbox.wire import rpc
 from ckpt.sandbox.wire.paths import Root, SandboxState
 
 EXIT_TIMEOUT_S = 10.0
@@ -34,10 +32,7 @@ def track(proc: subprocess.Popen) -> None:
 
 
 def create_time(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0.0
+    return procfs.create_time(pid) or 0.0
 
 
 def alive(pid: int, start: float) -> bool:
@@ -46,13 +41,10 @@ def alive(pid: int, start: float) -> bool:
     if child is not None and child.poll() is not None:
         _children.pop(pid, None)
         return False
-    try:
-        proc = psutil.Process(pid)
-        if start and abs(proc.create_time() - start) > 0.05:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    began = procfs.create_time(pid)
+    if began is None or (start and abs(began - start) > 0.05):
         return False
+    return procfs.state(pid) not in (None, "Z")
 
 
 def wait_dead(pid: int, start: float, timeout: float) -> bool:
@@ -95,17 +87,17 @@ def wait_reaped(pid: int, start: float, timeout: float) -> None:
     ``statefile.clean_stale`` sees its writer gone and removes the half-written image."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if abs(psutil.Process(pid).create_time() - start) > 0.05:
-                return  # the pid was reused: ours is gone
-        except psutil.NoSuchProcess:
-            return
+        began = procfs.create_time(pid)
+        if began is None or abs(began - start) > 0.05:
+            return  # gone, or the pid was reused: ours is gone
         time.sleep(0.01)
 
 
 def _socket_peer(root: Root, sandbox_id: str) -> int | None:
     """The pid listening on the sandbox's control socket, if a real socket answers."""
-    import socket
+    import socket  # here: a sandbox in its cgroup is verified without one
+
+    from ckpt.sandbox.wire import rpc
 
     path = root.socket_path(sandbox_id)
     try:
@@ -128,9 +120,8 @@ def cmdline_is_sandbox(root: Root, sandbox_id: str, pid: int) -> bool:
     that names no sandboxes)?"""
     from ckpt.sandbox.wire import title
 
-    try:
-        cmd = psutil.Process(pid).cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    cmd = procfs.cmdline(pid)
+    if not cmd:
         return False
     if title.shows(cmd, title.sandbox_title(sandbox_id, str(root.path))):
         return True

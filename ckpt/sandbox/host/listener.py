@@ -104,21 +104,39 @@ def take_or_bind(
     adoption: Adoption | None = None,
     host: str | None = None,
     netns: str | None = None,
+    any_port: bool = False,
 ) -> tuple[socket.socket, list[socket.socket]]:
     """The listening socket and its parked connections: those handed over by the
     previous sandbox when there are some, else a socket bound now (``adoption`` says
     why nothing was handed over), on ``host`` inside namespace ``netns`` when the
-    sandbox has its own address."""
-    from ckpt.sandbox.host.http import bind
-
+    sandbox has its own address; with ``any_port``, on a free port when ``port`` is
+    taken (a migration to the same host, where the source holds it until the end)."""
     if adoption is not None and adoption.listener is not None:
         return adoption.listener, adoption.conns
     try:
-        if netns:
-            from ckpt.sandbox.wire import netns as netns_mod
-
-            return netns_mod.listen(netns, host or HOST, port, bind), []
-        return bind(host or HOST, port), []
+        return _bind(host or HOST, port, netns, any_port), []
     except OSError as exc:
         reason, why = (adoption.reason, adoption.why) if adoption else (None, "")
         raise SandboxError(bind_error(port, exc, reason, why, host or HOST)) from exc
+
+
+def _bind(host: str, port: int, netns: str | None, any_port: bool) -> socket.socket:
+    """A listening socket on ``host:port`` (inside ``netns``), or with ``any_port`` on a
+    free port when that one is taken."""
+    import errno
+
+    from ckpt.sandbox.host.http import bind
+
+    def listen(p: int) -> socket.socket:
+        if netns:
+            from ckpt.sandbox.wire import netns as netns_mod
+
+            return netns_mod.listen(netns, host, p, bind)
+        return bind(host, p)
+
+    try:
+        return listen(port)
+    except OSError as exc:
+        if not (any_port and port and exc.errno == errno.EADDRINUSE):
+            raise
+    return listen(0)

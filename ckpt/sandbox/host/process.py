@@ -202,14 +202,16 @@ class Host:
         adoption: listener.Adoption | None = None,
         host: str | None = None,
         netns: str | None = None,
+        any_port: bool = False,
     ) -> str | None:
-        """Serve the workload's listening socket for real (see listener.py); returns
-        ``host:port``."""
+        """Serve the workload's listening socket for real (see listener.py); with
+        ``any_port``, on a free port when ``port`` is taken (a migration to the same
+        host).  Returns ``host:port``."""
         from ckpt.sandbox.host import listener
 
         if not listener.serves_http(self.kernel):
             return None
-        sock, conns = listener.take_or_bind(port, adoption, host, netns)
+        sock, conns = listener.take_or_bind(port, adoption, host, netns, any_port)
         host, real_port = sock.getsockname()[:2]
         self.kernel.set_http_listen_address(host, real_port)
         self.http = HttpServer(sock, self.respond, conns)
@@ -322,7 +324,9 @@ class Host:
             where = request.host or listener.HOST
             adoption = listener.adopt(self.id, k, image.metadata, int(port), where)
             try:
-                address = self._listen(int(port), adoption, request.host, request.netns)
+                address = self._listen(
+                    int(port), adoption, request.host, request.netns, request.any_port
+                )
             except BaseException:
                 self.kernel = None
                 raise

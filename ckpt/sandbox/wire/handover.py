@@ -123,6 +123,9 @@ def adopt(
         return None, [], BindReason.NO_TEMPLATE, "no template"
     try:
         reply, fds = _exchange(path, {"op": "adopt", "id": sandbox_id}, timeout=ADOPT_TIMEOUT_S)
+    except (FileNotFoundError, ConnectionRefusedError):
+        # nothing listens there: no template runs, so none holds the port either
+        return None, [], BindReason.NO_TEMPLATE, "no template"
     except OSError as exc:
         return None, [], BindReason.TEMPLATE_UNREACHABLE, f"template unreachable ({exc})"
     kinds = (reply.get("result") or {}).get("kinds") if reply.get("ok") else None

@@ -112,6 +112,7 @@ class RestoreRequest(Request, tag="restore"):
     background: bool = False
     key_hex: str | None = None
     port: int | None = None  # None: the port the image was listening on
+    any_port: bool = False  # that port is taken here: listen on any free one instead
     store_env: dict[str, str] | None = None  # object-store images: the AWS_* settings
     stage_dir: str | None = None  # object-store images: where it is fetched to
     host: str | None = None  # as BootRequest's
