@@ -40,6 +40,13 @@ def pytest_sessionfinish(session: object, exitstatus: int) -> None:
     shutil.rmtree(_CACHE, ignore_errors=True)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto`` (pyproject's addopts): one more than the cores, since most
+    tests spend their time waiting on the processes they start, not on the CPU.  The
+    workers inherit the controller's CKPT_CACHE_DIR, so generated code is shared."""
+    return (os.cpu_count() or 1) + 1
+
+
 class Hang(Exception):
     """Raised by the watchdog: the code under test ran far longer than it ever should."""
 

@@ -27,7 +27,7 @@ def _run(tmp_path: Path, keep_failed: int) -> tuple[int, list[Path]]:
     (work / "test_probe.py").write_text(f"KEEP_FAILED = {keep_failed}\n{PROBE}")
     config = ["-c", str(PYPROJECT), "--rootdir", str(work), "-p", "no:cacheprovider"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", *config, str(work / "test_probe.py")],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", *config, str(work / "test_probe.py")],
         cwd=work,
         env={**os.environ, "TMPDIR": str(tmp)},
         capture_output=True,

@@ -205,7 +205,7 @@ def test_portable_build_passes_the_native_tests(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TESTS],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *TESTS],
         cwd=tmp_path,
         env=env,
         capture_output=True,
