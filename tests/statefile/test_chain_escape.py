@@ -137,5 +137,6 @@ def test_inspect_of_a_crafted_chain_shows_nothing_of_the_victim(
             (child.parent / "link").symlink_to(path)
         for extra in ([], ["--json"]):
             res = runner.invoke(app, ["inspect", "statefile", str(child), "--verify", *extra])
-            assert "the chain is broken" in res.output or "leaves the image's" in res.output
-            assert victim_id not in "".join(res.output.split())
+            flat = "".join(res.output.split())  # rich wraps long paths anywhere
+            assert "thechainisbroken" in flat or "leavestheimage's" in flat
+            assert victim_id not in flat
