@@ -207,7 +207,14 @@ def migrate_cmd(
     sandbox_root = _root(None)
     from ckpt.sandbox.client.status import refresh
 
-    old_address = refresh(sandbox_root, sandbox_id).address
+    st = refresh(sandbox_root, sandbox_id)
+    old_address = st.address
+    if forward > 0 and _keeps_address(sandbox_root, st):
+        from ckpt.cli.output import note
+
+        note(f"--forward: sandbox {sandbox_id} takes its address {old_address} and its "
+             "connections along, so no relay is needed; none is started")  # fmt: skip
+        forward = 0.0
     old = _forward_from(sandbox_id, old_address, host, port) if forward > 0 else None
     opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
     migration = Migration(sandbox_root, sandbox_id, host, dport, secret, opts)
@@ -267,6 +274,13 @@ def _port_moved(old: str | None, new: str | None, asked: int | None) -> str | No
     if old_port == new_port:
         return None
     return f"port {old_port} was taken on the destination: it serves on port {new_port} now"
+
+
+def _keeps_address(root: Any, st: Any) -> bool:
+    """Does the sandbox have an address of its own (``run --bridge``), which moves with it?"""
+    from ckpt.sandbox.wire import netns
+
+    return netns.of(root, st) is not None
 
 
 def _forward_from(

@@ -10,8 +10,8 @@ Public API::
     ch.send(msg); msg = ch.recv(); ch.send_error(code, text); ch.close()
     pack_pages(round, [(index, page), ...]) -> PageRuns; unpack_pages(msg) -> [(index, page)]
 
-Messages: ``Hello``, ``Offer``, ``PageRuns``, ``StateChunk``, ``RoundEnd``, ``Ack``,
-``Restored``, ``Error``, ``Done``; ``session.py`` says in which order.  Every
+Messages: ``Hello``, ``Offer``, ``PageRuns``, ``StateChunk``, ``RoundEnd``,
+``Connections``, ``Ack``, ``Restored``, ``Error``, ``Done``; ``session.py`` says in which order.  Every
 failure is a ``MigrationError``; see ``channel.py`` for what the HMAC and TLS modes protect.
 """
 
@@ -30,6 +30,7 @@ from ckpt.migration.errors import (
 )
 from ckpt.migration.messages import (
     Ack,
+    Connections,
     Done,
     Error,
     ErrorCode,
@@ -50,6 +51,7 @@ __all__ = [
     "AuthenticationError",
     "Channel",
     "ClientTLS",
+    "Connections",
     "DeadlineExceeded",
     "Done",
     "Error",

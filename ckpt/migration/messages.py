@@ -23,7 +23,7 @@ from ckpt.migration.errors import FrameError
 from ckpt.statefile.chunks import compress_chunk, decompress_chunk
 from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, PAGE_SIZE
 
-PROTOCOL_VERSION = 2  # 2: Offer.nonce and Restored.proof (proof.py)
+PROTOCOL_VERSION = 3  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections
 MAX_TEXT = 1024  # an error message or a software name: one line, bounded
 MAX_BATCH_PAGES = 1024  # 4 MiB of raw pages in one frame
 MAX_PROOF = 64  # bytes of a nonce or a proof (proof.py uses 32)
@@ -36,6 +36,7 @@ class Kind(enum.IntEnum):
     PAGE_RUNS = 16
     STATE_CHUNK = 17
     ROUND_END = 18
+    CONNECTIONS = 19
     ACK = 32
     ERROR = 33
     DONE = 34
@@ -118,8 +119,9 @@ class Offer(Message):
     ``pages`` bounds every page index the source will send (the kernel's address space
     in pages); ``port`` is where the destination binds (None: the port it had);
     ``nonce`` is what the destination's proof in ``Restored`` is keyed by (proof.py);
-    ``ip``/``prefix``/``mac``: the sandbox's own address, which a destination serving
-    with ``--bridge`` gives it again (``ckpt.sandbox.wire.netns``)."""
+    ``ip``/``prefix``/``mac``: the sandbox's own address, which the destination gives
+    it again (``ckpt.sandbox.wire.netns``) on its ``--bridge``, else on a bridge named
+    as the source's ``bridge``."""
 
     KIND: ClassVar[Kind] = Kind.OFFER
     sandbox_id: str
@@ -132,6 +134,7 @@ class Offer(Message):
     ip: str | None = None
     prefix: int | None = None
     mac: str | None = None
+    bridge: str | None = None
 
 
 class RoundEnd(Message):
@@ -146,6 +149,14 @@ class RoundEnd(Message):
     metadata: dict[str, str | int | None] = {}
 
 
+class Connections(Message):
+    """After the final image of a sandbox with its own address: its established
+    connections' states (``sandbox.tcprepair.encode``), read in repair mode."""
+
+    KIND: ClassVar[Kind] = Kind.CONNECTIONS
+    data: bytes
+
+
 class Restored(Message):
     """The destination runs the sandbox; it keeps it only once the source says ``Done``.
     ``proof`` shows it restored this migration's state (proof.py); without it the source
@@ -158,7 +169,8 @@ class Restored(Message):
 
 
 MESSAGE_TYPES: dict[int, type[Message]] = {
-    t.KIND: t for t in (Hello, PageRuns, StateChunk, RoundEnd, Ack, Error, Done, Offer, Restored)
+    t.KIND: t
+    for t in (Hello, PageRuns, StateChunk, RoundEnd, Connections, Ack, Error, Done, Offer, Restored)
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(t) for kind, t in MESSAGE_TYPES.items()}

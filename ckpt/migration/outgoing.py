@@ -147,6 +147,7 @@ class Migration:
         self.report = Report(sandbox_id, f"{host}:{port}")
         self.paused = False
         self.committing = False  # Done may be on its way: a failure cannot tell the outcome
+        self.moving: Any = None  # the netns.Net whose connections are parked or cut
         self.nonce = proof.new_nonce()
         self.after: str | None = None  # the last image sent: the next holds what is dirty since
         self.t_end = 0.0  # when the last stream's image ended
@@ -186,13 +187,17 @@ class Migration:
                 io_timeout=self.opts.io_timeout,
             )
             self._ch = ch
-            self._session(ch, st, guard)
+            self._session(ch, st, workdir, guard)
         except BaseException as exc:
             if not self.committing:
                 if ch is not None:
                     reason = "the source gave up" if isinstance(exc, PeerError) else str(exc)
                     ch.send_error(m.ErrorCode.CANCELLED, reason)
                 resumed: CkptError | None = None
+                if self.moving is not None:  # before the resume: they are served again
+                    from ckpt.migration import connections
+
+                    connections.back(self.root, self.sid, self.moving)
                 if self.paused:
                     try:
                         lifecycle.resume(self.root, self.sid)
@@ -228,7 +233,8 @@ class Migration:
         why = f" (resuming it failed: {resume_failed})" if resume_failed is not None else ""
         return f"{self.sid} is {st.status} here{why}: `ckpt resume {self.sid}` or check it"
 
-    def _session(self, ch: Any, st: Any, guard: Any) -> None:
+    def _session(self, ch: Any, st: Any, workdir: Path, guard: Any) -> None:
+        from ckpt.migration import connections
         from ckpt.sandbox.client import lifecycle
 
         ch.send(
@@ -248,14 +254,24 @@ class Migration:
         run_rounds(rule, lambda r: self._round(ch, r))
         # The final step: requests wait in the paused kernel; its image has the rest.
         self._stage(f"round {len(self.report.rounds)}, final (paused)")
+        # A sandbox with its own address first parks its connections between requests.
         t_pause = time.perf_counter()
+        net = connections.net_of(self.root, st)
+        if net is not None:
+            self.moving = net
+            connections.park(self.root, self.sid, net)
         lifecycle.pause(self.root, self.sid)
         self.paused = True
         sent0 = ch.bytes_sent
+        moved = b""
+        if net is not None:  # the address goes quiet; the connections' states are read
+            moved = connections.cut(self.root, self.sid, net, workdir)
         state_hash = hashlib.sha256()
         final_no = len(self.report.rounds)
         sink = ChannelSink(ch, final_no, final=True, state_hash=state_hash, at=self._progress)
         reply = send_client.send(self.root, self.sid, sink, pre_dump=False, after=self.after)
+        if net is not None:
+            ch.send(m.Connections(data=moved))
         t_final_sent = time.perf_counter()
         t_dumped = self.t_end
         if not self.report.rounds:
@@ -372,4 +388,6 @@ def _offered_net(root: Any, st: Any) -> dict[str, Any]:
     from ckpt.sandbox.wire import netns
 
     net = netns.of(root, st)
-    return {"ip": net.ip, "prefix": net.prefix, "mac": net.mac} if net is not None else {}
+    if net is None:
+        return {}
+    return {"ip": net.ip, "prefix": net.prefix, "mac": net.mac, "bridge": net.bridge}

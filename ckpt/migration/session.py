@@ -10,9 +10,12 @@
                                             ◀──  Ack
     freeze; StateChunk* PageRuns* RoundEnd  ──▶  written as image "final", parent rN;
       (final, the kernel's metadata)              restored under its root, cgroup, template
+    [Connections: its own address's, read   ──▶  rebuilt in repair mode, its link cut off
+      in TCP repair mode, link cut off]           (``connections.py``)
                                             ◀──  Restored(address, proof)
     checks the proof (proof.py)
-    Done                                    ──▶  the destination keeps the sandbox
+    Done                                    ──▶  the destination keeps the sandbox;
+                                                  [attaches, announces, serves them]
                                             ◀──  Ack
     the source deletes its copy
 
@@ -71,6 +74,11 @@ def check_offer(offer: m.Offer) -> None:
 
         if not netns.offered_ok(offer.ip, offer.prefix, offer.mac):
             raise FrameError("the peer offered a malformed address or MAC")
+    if offer.bridge is not None:
+        from ckpt.sandbox.wire import netns
+
+        if offer.ip is None or not netns._IFNAME.fullmatch(offer.bridge):
+            raise FrameError("the peer offered a malformed bridge name")
     if len(offer.nonce) != NONCE_BYTES:
         raise FrameError(f"the peer's offer has a {len(offer.nonce)}-byte nonce, not {NONCE_BYTES}")
 
@@ -90,11 +98,13 @@ class Received:
 def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     """Run the destination's side of one session on an accepted channel.  With
     ``bridge``, a sandbox that had an address of its own gets it (and its MAC) again,
-    its veth on ``bridge``; without, it listens on 127.0.0.1 as any other.
+    its veth on ``bridge``; without, on a bridge named as the source's, which must be
+    here (else the offer is refused and the source runs on).
 
     On any failure (or a signal raised as an exception) before ``Done``, the restored
     sandbox is stopped and removed, the received images are removed, and the error is
     told to the source when the channel still works."""
+    from ckpt.migration import connections
     from ckpt.migration.guard import COMMITTED, RESTORING, Guard, destination_act
     from ckpt.migration.incoming import Incoming, NoSpace
     from ckpt.sandbox.client import lifecycle
@@ -111,6 +121,11 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     if root.exists(sid):
         ch.send_error(m.ErrorCode.EXISTS, f"sandbox {sid} already exists on the destination")
         raise Exists(f"refused sandbox {sid}: it already exists under {root.path}")
+    try:
+        net = _arriving_net(root, sid, offer, bridge)
+    except CkptError as exc:  # refused before anything is made: the source runs on
+        ch.send_error(m.ErrorCode.REFUSED, f"refused sandbox {sid}: {exc}")
+        raise MigrationError(f"refused sandbox {sid}: {exc}") from None
     got = Received(sid)
     incoming = Incoming(root.path, offer)
     guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
@@ -122,8 +137,8 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         # The sandbox's process is made while the rounds arrive: once the final image
         # is in, only loading it is left.  From here the guard removes it if we die.
         guard.say(RESTORING)
-        net = _arriving_net(root, sid, offer, bridge)
-        on_net = {"net": net} if net is not None else {}
+        # its link stays cut off until the commit: the source owns the address till then
+        on_net = {"net": net, "attached": False} if net is not None else {}
         prepared = lifecycle.prepare_restore(root, sid, offer.cpus, offer.engine or None, **on_net)
         made = True
         while True:
@@ -133,6 +148,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
                 break
             ch.send(m.Ack(seq=ch.frames_received))
         assert incoming.final is not None
+        moved = _moved_connections(ch, offer)
         t0 = time.perf_counter()
         result = lifecycle.restore(
             root,
@@ -145,6 +161,8 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             background=True,  # pages fill in behind: the files are open, ours, verified
             prepared=prepared,
         )
+        if net is not None:  # in repair mode, silent, until the commit
+            connections.rebuild(root, sid, net, moved, incoming.dir)
         got.restore_ms = round((time.perf_counter() - t0) * 1e3, 3)
         got.notes = list(result.notes)
         got.address = _running_address(lifecycle, root, sid)  # proven once seen running
@@ -155,6 +173,11 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             raise FrameError(f"the peer sent a {type(done).__name__} instead of Done")
         got.committed = True
         guard.say(COMMITTED)
+        if net is not None:  # the address is announced here, the connections go on
+            try:
+                connections.live(root, sid, net)
+            except MigrationError as exc:
+                got.notes.append(str(exc))
         acked = True
         _ack_commit(ch)
         return got
@@ -184,15 +207,41 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
 
 def _arriving_net(root: Any, sid: str, offer: m.Offer, bridge: str | None) -> Any:
     """The network an arriving sandbox is given: its offered address and MAC on this
-    server's bridge, under the names this root derives for it; None without both."""
-    if bridge is None or offer.ip is None or offer.prefix is None or offer.mac is None:
+    server's bridge (else on the bridge named as the source's, which must be here),
+    under the names this root derives for it; None for a sandbox without an address."""
+    if offer.ip is None or offer.prefix is None or offer.mac is None:
         return None
     from ckpt.sandbox.wire import netns
+
+    if bridge is None:
+        if offer.bridge is None:
+            return None
+        bridge = offer.bridge
+        try:
+            netns.check_bridge(bridge)
+        except CkptError as exc:
+            raise MigrationError(
+                f"it has an address of its own on bridge {bridge}, and {exc}; or serve with "
+                "--bridge BR"
+            ) from None
 
     ns_name, veth = netns.names(netns.root_hash(root.cgroup_parent()), sid)
     net = netns.Net(bridge, offer.ip, offer.prefix, offer.mac, ns_name, veth)
     netns.check_unused(root, net)  # a sandbox here already answers on that address
     return net
+
+
+def _moved_connections(ch: Any, offer: m.Offer) -> bytes:
+    """The ``Connections`` a source with an address of its own sends after its final
+    image, checked; b"" from any other source."""
+    if offer.ip is None:
+        return b""
+    from ckpt.migration import connections
+
+    msg = ch.recv()
+    if not isinstance(msg, m.Connections):
+        raise FrameError(f"the peer sent a {type(msg).__name__} instead of its connections")
+    return connections.received(msg.data, offer.ip)
 
 
 def _warm_template(root: Any) -> None:

@@ -13,6 +13,7 @@ import pytest
 from ckpt.migration import (
     Ack,
     AuthenticationError,
+    Connections,
     DeadlineExceeded,
     Done,
     Error,
@@ -60,6 +61,7 @@ def test_every_kind_round_trips_both_ways(pair) -> None:
         Offer("kv-1", "kv:4", "typed", 1 << 20, cpus=0.5, port=8080),
         RoundEnd(round=2, pages=40, final=True, state_bytes=500, metadata={"engine": "typed"}),
         Restored(address="198.18.0.2:8080", restore_ms=12.5),
+        Connections(data=b"\x91" + b"state" * 10),
     ]
     for a, b in ((client, server), (server, client)):
         for msg in sent:

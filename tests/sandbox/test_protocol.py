@@ -16,6 +16,7 @@ REQUESTS = [
     p.PauseRequest(),
     p.ResumeRequest(),
     p.FingerprintRequest(),
+    p.ConnectionsRequest(op=p.Step.CUT, net={"ip": "198.18.0.9", "prefix": 24}, path="/w/c"),
     p.StopRequest(),
     p.TasksRequest(limit=10),
     p.CountersRequest(),

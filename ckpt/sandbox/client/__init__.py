@@ -5,13 +5,14 @@ warm one, and telling the user how it went.
 
 It imports ``wire`` only, never ``host`` or ``template``: the CLI talks to those
 processes, it does not run their code.  The modules in ``__all__`` are its surface for
-the rest of ``ckpt``; the others (spawn, pids, group, childenv, outcomes)
+the rest of ``ckpt``; the others (spawn, pids, childenv, outcomes)
 serve these.  Modules are loaded on use, to keep the CLI's start fast.
 """
 
 __all__ = [
     "control",
     "deadlines",
+    "group",
     "hostcheck",
     "lifecycle",
     "logs",

@@ -662,11 +662,13 @@ def prepare_restore(
     ignore_cgroups: bool = False,
     template: bool | None = None,
     net: Any = None,
+    attached: bool = True,
 ) -> Prepared:
     """The first half of ``restore``: the sandbox's record, cgroup and process, waiting
     for its image, so that a restore whose image is still arriving (a migration) costs
     only the load once it is there.  ``discard(root, prepared.st)`` undoes it.  ``net``
-    (a ``netns.Net``: an arriving sandbox's address) stands for the stopped one's."""
+    (a ``netns.Net``: an arriving sandbox's address) stands for the stopped one's; not
+    ``attached``, its link stays cut off until the migration's ``connections.live``."""
     _check_engine(engine)
     from ckpt.sandbox.wire import netns
 
@@ -690,7 +692,9 @@ def prepare_restore(
     )
     if net is not None:
         try:
-            if netns.ensure(net):  # made anew: what the template holds is unreachable
+            if netns.ensure(
+                net, attached=attached
+            ):  # made anew: what the template holds is unreachable
                 _release_held(root, sandbox_id)
                 handed_over = False
         except BaseException:

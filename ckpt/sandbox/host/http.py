@@ -165,6 +165,17 @@ class HttpServer:
         for conn in parked:
             self._spawn(conn)
 
+    def serve_more(self, conns: list[socket.socket]) -> None:
+        """Serve connections that arrived from elsewhere (a migration's, rebuilt)."""
+        for conn in conns:
+            conn.setblocking(True)
+            self._spawn(conn)
+
+    def parked(self) -> list[socket.socket]:
+        """After ``drain``: the parked connections, left parked (``undrain`` serves them)."""
+        with self._lock:
+            return list(self._parked)
+
     def handover(self) -> list[socket.socket]:
         """After ``drain``: the listening socket, then every parked connection."""
         with self._lock:

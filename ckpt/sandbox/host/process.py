@@ -158,6 +158,7 @@ class Host:
                 "pause": self.pause,
                 "resume": self.resume,
                 "fingerprint": self.fingerprint,
+                "connections": self.connections,
                 "stop": self.stop,
                 "send": self.send,
                 **introspect.handlers(self),
@@ -661,6 +662,13 @@ class Host:
         else:
             self.handed_over = True
         return outcome, why
+
+    def connections(self, request: p.ConnectionsRequest) -> p.ConnectionsReply:
+        """A step of moving the connections with the address (``connmove.py``)."""
+        from ckpt.sandbox.host import connmove
+        from ckpt.sandbox.wire.protocol import ConnectionsReply
+
+        return ConnectionsReply(connections=connmove.handle(self, request))
 
     def stop(self, request: p.StopRequest) -> p.StopReply:
         from ckpt.sandbox.wire.protocol import StopReply

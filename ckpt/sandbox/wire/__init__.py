@@ -10,11 +10,13 @@ Modules are loaded on use: the CLI that reads a record must not pay for the prot
 
 __all__ = [
     "handover",
+    "netmove",
     "netns",
     "paths",
     "protocol",
     "rpc",
     "sandboxlog",
+    "tcprepair",
     "template_proto",
     "timings",
     "title",

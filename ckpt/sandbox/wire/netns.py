@@ -243,16 +243,18 @@ def exists(net: Net) -> bool:
     )
 
 
-def create(net: Net) -> None:
+def create(net: Net, *, attached: bool = True) -> None:
     """Make the namespace and the veth pair, address and MAC; on any failure remove what
     was made and raise.  The names were found free by ``plan`` (a run) or are this
-    sandbox's own (a restore, after ``remove``)."""
+    sandbox's own (a restore, after ``remove``).  Not ``attached``: the host end stays
+    down, so nothing reaches the address until ``netmove.attach`` (a migration's
+    connections are rebuilt first)."""
     check_bridge(net.bridge)
     try:
         _must("netns", "add", net.netns)
         _must("link", "add", net.veth, "type", "veth", "peer", "name", net.peer)
         _must("link", "set", "dev", net.peer, "netns", net.netns)
-        _must("link", "set", "dev", net.veth, "master", net.bridge, "up")
+        _must("link", "set", "dev", net.veth, "master", net.bridge, *(("up",) if attached else ()))
         inside = ("-n", net.netns)
         _must(*inside, "link", "set", "dev", "lo", "up")
         _must(*inside, "link", "set", "dev", net.peer, "name", SANDBOX_IFNAME)
@@ -264,7 +266,7 @@ def create(net: Net) -> None:
         raise
 
 
-def ensure(net: Net) -> bool:
+def ensure(net: Net, *, attached: bool = True) -> bool:
     """For a restore: use the namespace if all of it is still there (the address and MAC
     survive), else make it again from the record (a leftover part is removed first).
     Returns whether it was made anew: a listener held for the sandbox is then in the
@@ -273,7 +275,7 @@ def ensure(net: Net) -> bool:
     if exists(net):
         return False
     remove(net)
-    create(net)
+    create(net, attached=attached)
     return True
 
 

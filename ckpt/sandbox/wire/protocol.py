@@ -38,10 +38,21 @@ class Verb(enum.Enum):
     PAUSE = "pause"
     RESUME = "resume"
     FINGERPRINT = "fingerprint"
+    CONNECTIONS = "connections"
     STOP = "stop"
     TASKS = "tasks"
     COUNTERS = "counters"
     SEND = "send"
+
+
+class Step(enum.Enum):
+    """A step of moving a sandbox's connections with its address (``connmove.py``)."""
+
+    PARK = "park"
+    CUT = "cut"
+    BACK = "back"
+    REBUILD = "rebuild"
+    LIVE = "live"
 
 
 class Listener(enum.Enum):
@@ -165,6 +176,17 @@ class FingerprintRequest(Request, tag="fingerprint"):
     pass
 
 
+class ConnectionsRequest(Request, tag="connections"):
+    """A migration moving a sandbox's connections with its address (``connmove.py``):
+    ``op``: park, cut or back on the source, rebuild or live on the destination;
+    ``net`` the sandbox's ``netns.Net`` record; ``path`` the file of their states."""
+
+    op: Step
+    net: dict[str, str | int] | None = None
+    path: str | None = None
+    drain_timeout: float | None = None
+
+
 class StopRequest(Request, tag="stop"):
     pass
 
@@ -187,6 +209,7 @@ AnyRequest = (
     | PauseRequest
     | ResumeRequest
     | FingerprintRequest
+    | ConnectionsRequest
     | StopRequest
     | TasksRequest
     | CountersRequest
@@ -250,6 +273,10 @@ class StopReply(_Message):
     stopping: bool = True
 
 
+class ConnectionsReply(_Message):
+    connections: int = 0  # parked, cut, given back, rebuilt or made live
+
+
 class TaskInfo(_Message):
     """One task (thread) as ``ps`` shows it."""
 
@@ -296,6 +323,7 @@ REPLIES: dict[type[Request], type[_Message]] = {
     PauseRequest: FrozenReply,
     ResumeRequest: FrozenReply,
     FingerprintRequest: FingerprintReply,
+    ConnectionsRequest: ConnectionsReply,
     StopRequest: StopReply,
     TasksRequest: TasksReply,
     CountersRequest: CountersReply,

@@ -1,0 +1,120 @@
+"""Handing a sandbox's address from one host to another: cut off, announce, run there.
+
+A sandbox with its own address (``netns.Net``) moves with its connections when its
+link is cut before their state is read (``detach``: the sandbox end of its veth goes
+down, so a segment for the address is dropped at the bridge and retransmitted later,
+never answered with a RST), and when its new host announces the address before the
+connections resume (``announce``: a gratuitous ARP from the same MAC, which every
+bridge on the way learns, so the peers' next segments go to the new port).  A move that
+fails before the destination resumes undoes the cut (``attach``): the connections were
+never reset, and the peers' retransmissions reach the source again.
+
+``in_netns`` runs a function in a short thread that entered a namespace: a socket
+keeps the namespace it was made in, and no other thread of the process ever changes
+its own.  Stdlib only: the sandbox process imports this.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from ckpt.errors import SandboxError
+from ckpt.sandbox.wire import netns as netns_mod
+
+T = TypeVar("T")
+ETH_P_ARP = 0x0806
+ETH_P_IP = 0x0800
+BROADCAST = b"\xff" * 6
+ANNOUNCEMENTS = 2  # a request and a reply, as arping -U and arping -A send
+THREAD_TIMEOUT_S = 15.0
+
+
+class MoveError(SandboxError):
+    """The address cannot be cut off, announced or given back."""
+
+
+def in_netns(path: str, func: Callable[[], T], timeout: float = THREAD_TIMEOUT_S) -> T:
+    """``func()`` run in network namespace ``path`` (a ``/run/netns`` file or a
+    ``/proc/PID/ns/net``), in a thread of its own; raises what it raised."""
+    out: list[object] = []
+
+    def enter_and_run() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                netns_mod._setns(fd)
+            finally:
+                os.close(fd)
+            out.append((True, func()))
+        except BaseException as exc:
+            out.append((False, exc))
+
+    worker = threading.Thread(target=enter_and_run, name="netns-run", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not out:
+        raise MoveError(f"work in namespace {path} did not finish within {timeout:g} s")
+    ok, value = out[0]  # type: ignore[misc]
+    if not ok:
+        raise value  # type: ignore[misc]
+    return value  # type: ignore[return-value]
+
+
+def netns_path(name: str) -> str:
+    return os.path.join(netns_mod.RUN_NETNS, name)
+
+
+def _link(net: netns_mod.Net, up: bool) -> None:
+    """The host end of the sandbox's veth, in the namespace where ckpt runs: while it
+    is down the bridge forwards nothing to the sandbox and the sandbox's frames go
+    nowhere, but its own link keeps its routes, so its sockets can still be read and
+    rebuilt (a repair ``connect`` needs a route)."""
+    try:
+        netns_mod._must("link", "set", "dev", net.veth, "up" if up else "down")
+    except SandboxError as exc:
+        raise MoveError(f"cannot set {net.ip}'s link {'up' if up else 'down'}: {exc}") from exc
+
+
+def detach(net: netns_mod.Net) -> None:
+    """Cut the sandbox off its bridge: its address stops answering, silently."""
+    _link(net, False)
+
+
+def attach(net: netns_mod.Net) -> None:
+    """Undo ``detach``: the address answers here again (a failed move's way back)."""
+    _link(net, True)
+
+
+def arp_frame(mac: str, ip: str, reply: bool) -> bytes:
+    """A gratuitous ARP for ``ip`` at ``mac``, broadcast: sender and target are both
+    ``ip`` (RFC 5227's announcement)."""
+    hw = bytes.fromhex(mac.replace(":", ""))
+    addr = socket.inet_aton(ip)
+    eth = BROADCAST + hw + struct.pack("!H", ETH_P_ARP)
+    arp = struct.pack("!HHBBH", 1, ETH_P_IP, 6, 4, 2 if reply else 1)
+    target_hw = hw if reply else bytes(6)
+    return eth + arp + hw + addr + target_hw + addr
+
+
+def announce(net: netns_mod.Net, count: int = ANNOUNCEMENTS) -> int:
+    """Send gratuitous ARPs for the sandbox's address from its namespace: the bridges
+    learn its MAC's new port, the peers keep (or refresh) their entry.  Returns the
+    frames sent."""
+    frames = [arp_frame(net.mac, net.ip, reply=bool(i % 2)) for i in range(count)]
+
+    def send() -> int:
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as s:
+            s.bind((netns_mod.SANDBOX_IFNAME, 0))
+            for frame in frames:
+                s.send(frame)
+        return len(frames)
+
+    try:
+        return in_netns(netns_path(net.netns), send)
+    except OSError as exc:
+        raise MoveError(f"cannot announce {net.ip} from {net.netns}: {exc}") from exc
