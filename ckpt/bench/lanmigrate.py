@@ -173,11 +173,13 @@ class Bench:
             if (said := _line(client, READY_TIMEOUT_S, "the clients")) != "ready":
                 raise BenchError(f"the clients did not get answers from {ip}: {said}")
             time.sleep(SETTLE_S)
+            tcp0 = tcp_counters(self.bed.client)
             t0 = time.monotonic_ns()
             out = _ckpt(self.bed.a, self.src, "migrate", sid, "--to", self.to, "--key-file",
                         str(self.key), "--json", timeout=MIGRATE_TIMEOUT_S)  # fmt: skip
             t1 = time.monotonic_ns()
             time.sleep(SETTLE_S)  # the clients are answered from B for a while
+            tcp1 = tcp_counters(self.bed.client)
             assert client.stdin is not None
             client.stdin.write(b"stop\n")
             client.stdin.flush()
@@ -186,7 +188,9 @@ class Bench:
             where = json.loads(_ckpt(self.bed.b, self.dst, "state", sid))
             if where.get("status") != "running":
                 raise BenchError(f"{sid} is {where.get('status')} on B after the move")
-            return sample(moved, seen, t0, t1)
+            figures = sample(moved, seen, t0, t1)
+            figures["client_tcp"] = {k: tcp1[k] - tcp0.get(k, 0) for k in tcp1}
+            return figures
         finally:
             if client is not None:
                 _stop(client)
@@ -200,6 +204,32 @@ class Bench:
             if root.is_dir():
                 with contextlib.suppress(BenchError):
                     _ckpt(host, root, "template", "stop", timeout=60)
+
+
+TCP_COUNTERS = ("TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes", "TcpExtTCPSynRetrans")
+
+
+def tcp_counters(host: Any) -> dict[str, int]:
+    """The kernel's TCP counters of ``host``'s namespace that say why a client waited
+    (retransmissions, retransmission timeouts); empty without ``nstat`` (iproute2)."""
+    if shutil.which("nstat") is None:
+        return {}
+    try:
+        out = subprocess.run(_in(host, ["nstat", "-asz", *TCP_COUNTERS]), capture_output=True,
+                             text=True, timeout=15).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_nstat(out)
+
+
+def parse_nstat(out: str) -> dict[str, int]:
+    """``nstat -a`` lines (``Name value rate``), the ones named in ``TCP_COUNTERS``."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in TCP_COUNTERS and parts[1].isdigit():
+            found[parts[0]] = int(parts[1])
+    return found
 
 
 def _has(root: Path, sid: str) -> bool:
@@ -238,7 +268,7 @@ def sample(moved: dict[str, Any], seen: dict[str, Any], t0: int, t1: int) -> dic
         "lost": lantally.lost_writes(t.acked, readback),
         "rounds": len(moved.get("rounds", [])),
         "final_round": final,
-        "counters": moved.get("counters", {}),
+        "counters": {k: v for k, v in moved.items() if isinstance(v, int | float)},
     }
 
 
