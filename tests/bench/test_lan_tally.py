@@ -257,3 +257,13 @@ def test_a_writers_write_is_acknowledged_with_its_key_only_when_answered() -> No
 def test_the_writers_values_are_its_numbers() -> None:
     assert lanload.value_of("w12") == b"00000012" * (lanload.VALUE_BYTES // 8)
     assert lanload.digest(lanload.value_of("w1")) != lanload.digest(lanload.value_of("w2"))
+
+
+def test_the_tcp_counters_are_read_from_nstat() -> None:
+    out = (
+        "#kernel\n"
+        "TcpRetransSegs                  20                 0.0\n"
+        "TcpExtTCPTimeouts               3                  0.0\n"
+        "TcpExtTCPFastRetrans            2                  0.0\n"
+    )
+    assert lanmigrate.parse_nstat(out) == {"TcpRetransSegs": 20, "TcpExtTCPTimeouts": 3}
