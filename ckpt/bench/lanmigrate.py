@@ -28,7 +28,6 @@ import select
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from typing import Any
 
 from ckpt.bench import lanload, lantally
 from ckpt.bench.harness import BenchError, machine_info
+from ckpt.pycommand import ckpt_argv
 
 DEFAULT_RUNS = 5
 SERVE_PORT = 7070
@@ -72,7 +72,7 @@ def check_workloads(workloads: Sequence[str]) -> None:
 
 
 def _ckpt_argv(root: Path, *args: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "ckpt", "--root", str(root), *args]
+    return ckpt_argv("--root", str(root), *args)
 
 
 def _in(host: Any, argv: list[str]) -> list[str]:
@@ -342,7 +342,8 @@ def render(report: dict[str, Any]) -> Any:
         title_justify="left",
         caption=(
             f"gap: the longest wait between two answers of one client ({report['clients']} "
-            "keep-alive, 1 writer), max and median (~) over them; fails: resets/refusals/"
+            "keep-alive, and a writer for kv:N), max and median (~) over them; fails: "
+            "resets/refusals/"
             "reconnects/timeouts and lost/acked writes, totals; total in s"
         ),
         box=box.SIMPLE,
