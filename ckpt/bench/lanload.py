@@ -1,9 +1,10 @@
 """The LAN migration bench's clients, run in the client's namespace (``lanmigrate``).
 
 ``KEEPALIVE`` clients each keep one HTTP/1.1 connection to the sandbox's address and
-ask ``GET /`` on it every ``interval_s``; one writer PUTs numbered keys (4 KiB values
-derived from the number) on its own connection every ``write_interval_s``; a write is
-acknowledged by its 200.  A client whose connection fails logs why (``lantally``'s
+ask ``GET /`` on it every ``interval_s``; one writer PUTs numbered writes (4 KiB values
+derived from the number) on its own connection every ``write_interval_s``, write ``n``
+to key ``w<n % slots>`` (so that the store never fills: a full store answers 507); a
+write is acknowledged by its 200, and its event names it ``w<slot>#<n>``.  A client whose connection fails logs why (``lantally``'s
 events), waits ``RETRY_S`` and opens another.  Each request has a deadline
 (``REQUEST_TIMEOUT_S``), as does the whole run (``lifetime_s``).
 
@@ -41,10 +42,15 @@ class HttpFailure(Exception):
         self.kind = kind
 
 
-def value_of(key: str) -> bytes:
-    """The writer's value for ``w<N>``: the number, repeated to ``VALUE_BYTES``."""
-    n = int(key[1:])
+def value_of(n: int) -> bytes:
+    """The writer's value for write ``n``: the number, repeated to ``VALUE_BYTES``."""
     return (b"%08d" % n) * (VALUE_BYTES // 8)
+
+
+def write_of(event_key: str) -> tuple[str, int]:
+    """(the key, the write's number) of an acknowledged write's ``w<slot>#<n>``."""
+    key, _, n = event_key.partition("#")
+    return key, int(n)
 
 
 def digest(data: bytes) -> str:
@@ -105,6 +111,7 @@ class Client(threading.Thread):
         writer: bool,
         events: list,
         halt: threading.Event,
+        slots: int = 1 << 30,
     ) -> None:
         super().__init__(name=f"client-{no}", daemon=True)
         self.no, self.ip, self.port = no, ip, port
@@ -112,6 +119,7 @@ class Client(threading.Thread):
         self.events, self.halt = events, halt
         self.answered = threading.Event()
         self.written = 0
+        self.slots = slots
 
     def _log(self, kind: str, sent: int, got: int, key: str = "") -> None:
         self.events.append((kind, self.no, sent, got, key))  # list.append: thread-safe
@@ -136,8 +144,9 @@ class Client(threading.Thread):
         t = time.monotonic_ns()
         try:
             if self.writer:
-                key = f"w{self.written}"
-                status, _ = request(sock, "PUT", f"/kv/{key}", self.ip, value_of(key))
+                n = self.written
+                key = f"w{n % self.slots}#{n}"
+                status, _ = request(sock, "PUT", f"/kv/{write_of(key)[0]}", self.ip, value_of(n))
             else:
                 status, _ = request(sock, "GET", "/", self.ip)
         except HttpFailure as exc:
@@ -150,7 +159,7 @@ class Client(threading.Thread):
             self._log("reset", t, time.monotonic_ns())
             raise HttpFailure("reset") from None
         got = time.monotonic_ns()
-        if status != 200:
+        if status != 200:  # an answer all the same: the connection is alive
             self._log("error", t, got)
             return
         if self.writer:
@@ -199,14 +208,15 @@ def read_back(ip: str, port: int, keys: list[str]) -> dict[str, tuple[int, str]]
 
 
 def main(
-    ip: str, port: int, interval_s: float, write_interval_s: float, lifetime_s: float, kv: bool
+    ip: str, port: int, interval_s: float, write_interval_s: float, lifetime_s: float, slots: int
 ) -> None:
-    """The clients until a line on stdin (or ``lifetime_s``), then the read-back."""
+    """The clients until a line on stdin (or ``lifetime_s``), then the read-back;
+    ``slots``: the writer's keys (0: no writer)."""
     events: list = []
     halt = threading.Event()
     clients = [Client(n, ip, port, interval_s, False, events, halt) for n in range(KEEPALIVE)]
-    if kv:
-        clients.append(Client(KEEPALIVE, ip, port, write_interval_s, True, events, halt))
+    if slots > 0:
+        clients.append(Client(KEEPALIVE, ip, port, write_interval_s, True, events, halt, slots))
     for c in clients:
         c.start()
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -225,7 +235,9 @@ def main(
     for c in clients:
         c.join(REQUEST_TIMEOUT_S + CONNECT_TIMEOUT_S)
     stopper.cancel()
-    acked = [e[4] for e in list(events) if e[0] == "answer" and e[4]]
+    acked = list(
+        dict.fromkeys(write_of(e[4])[0] for e in list(events) if e[0] == "answer" and e[4])
+    )
     readback: dict[str, tuple[int, str]] = {}
     if acked:
         with contextlib.suppress(OSError):

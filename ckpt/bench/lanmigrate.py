@@ -4,14 +4,15 @@ A to host B of one LAN (``ckpt.bench.lan``) while clients on the LAN keep talkin
 The sandbox runs on A with an address on the LAN (``ckpt run --bridge sbr --ip``),
 ``ckpt serve`` on B takes it, A's uplink is shaped by ``tc tbf`` to ``shape``.  In the
 client's namespace, ``lanload`` keeps ``KEEPALIVE`` keep-alive connections asking
-``GET /`` and, for ``kv:N``, a writer PUTting numbered keys, all to the sandbox's
-address; ``ckpt migrate`` moves it (its address, MAC and connections) to B meanwhile.
-Afterwards every acknowledged key is read back from the address, now B's.
+``GET /`` and, for ``kv:N``, a writer PUTting numbered writes over half the store's
+keys, all to the sandbox's address; ``ckpt migrate`` moves it (its address, MAC and connections) to B meanwhile.
+Afterwards every key written is read back from the address, now B's, and compared
+with its last acknowledged value.
 
 Per run: frozen time and downtime (``ckpt migrate --json``), total time, and what the
-clients saw (``lantally``): resets, refusals, reconnects, timeouts, lost acknowledged
-writes, and each client's longest gap between two answers (the longest and the
-median over the clients).  A cell is ``runs`` runs of one workload: times are medians,
+clients saw (``lantally``): resets, refusals, reconnects, timeouts, non-200
+answers, lost acknowledged writes, and each client's longest gap between two answers
+(the longest and the median over the clients).  A cell is ``runs`` runs of one workload: times are medians,
 counts are totals (a single reset in five runs shows).
 
 Every wait is bounded; the LAN, the sandboxes and their namespaces are removed on any
@@ -53,8 +54,9 @@ SERVE_WAIT_S = 60.0
 FIRST_IP = 10  # sandboxes get lan.sandbox_ip(FIRST_IP + n)
 MAX_SAMPLES = 140  # addresses left in the /24 above FIRST_IP
 SERVED = ("kv:", "memory:", "http")  # workloads whose sandbox answers HTTP
+FAILS = ("resets", "refusals", "reconnects", "timeouts", "errors")
 TIMES = ("frozen_ms", "downtime_ms", "total_ms", "gap_max_ms", "gap_median_ms")
-COUNTS = ("resets", "refusals", "reconnects", "timeouts", "lost", "acked")
+COUNTS = ("resets", "refusals", "reconnects", "timeouts", "errors", "lost", "acked")
 
 
 def check_workloads(workloads: Sequence[str]) -> None:
@@ -62,6 +64,7 @@ def check_workloads(workloads: Sequence[str]) -> None:
     if not workloads:
         raise BenchError("no workload: give e.g. --workloads kv:256")
     for w in workloads:
+        slots_of(w)  # a kv:N with no N is refused here too
         if not any(w == s or (s.endswith(":") and w.startswith(s)) for s in SERVED):
             served = "kv:N, memory:N or http"
             why = " (nginx's master and workers serve nothing over the network)"
@@ -69,6 +72,18 @@ def check_workloads(workloads: Sequence[str]) -> None:
                 f"workload {w!r} answers no HTTP to measure; give {served}"
                 + (why if w == "nginx" else "")
             )
+
+
+def slots_of(workload: str) -> int:
+    """The writer's keys for ``kv:N``: half the store's 4 KiB values, so that it never
+    fills however long the run (0: no writer)."""
+    if not workload.startswith("kv:"):
+        return 0
+    try:
+        mib = int(workload[3:])
+    except ValueError:
+        raise BenchError(f"bad workload {workload!r}: give kv:N, N in MiB") from None
+    return max(1, mib * (1 << 20) // lanload.VALUE_BYTES // 2)
 
 
 def _ckpt_argv(root: Path, *args: str) -> list[str]:
@@ -159,7 +174,6 @@ class Bench:
 
         n = next(self.numbers)
         sid, ip = f"lan-{os.getpid()}-{n}", self.bed.sandbox_ip(n)
-        kv = workload.startswith("kv:")
         self._forget(sid)
         client: subprocess.Popen[bytes] | None = None
         try:
@@ -167,7 +181,7 @@ class Bench:
                   self.bed.bridge, "--ip", f"{ip}/24", "--port", str(HTTP_PORT))  # fmt: skip
             write_every = lanload.VALUE_BYTES / self.rate
             argv = netns.python_argv(lanload.main, ip, HTTP_PORT, INTERVAL_S, write_every,
-                                     CLIENT_LIFETIME_S, kv)  # fmt: skip
+                                     CLIENT_LIFETIME_S, slots_of(workload))  # fmt: skip
             client = self.bed.nsenter(self.bed.client, argv, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=netns.child_env())  # fmt: skip
             if (said := _line(client, READY_TIMEOUT_S, "the clients")) != "ready":
@@ -243,7 +257,7 @@ def sample(moved: dict[str, Any], seen: dict[str, Any], t0: int, t1: int) -> dic
     ``t1``: when the migration started and ended (monotonic ns, the clients' clock)."""
     events = [tuple(e) for e in seen["events"]]
     acked_keys = [e[4] for e in events if e[0] == "answer" and e[4]]
-    digests = {k: lanload.digest(lanload.value_of(k)) for k in acked_keys}
+    digests = {k: lanload.digest(lanload.value_of(lanload.write_of(k)[1])) for k in acked_keys}
     t = lantally.tally(events, digests)  # type: ignore[arg-type]
     readback = {k: (int(v[0]), str(v[1])) for k, v in seen["readback"].items()}
     longest = max(t.longest_at_ns, key=lambda g: g[1] - g[0], default=(t0, t0))
@@ -264,7 +278,7 @@ def sample(moved: dict[str, Any], seen: dict[str, Any], t0: int, t1: int) -> dic
         "timeouts": t.timeouts,
         "errors": t.errors,
         "answers": t.answers,
-        "acked": len(t.acked),
+        "acked": t.acked_writes,
         "lost": lantally.lost_writes(t.acked, readback),
         "rounds": len(moved.get("rounds", [])),
         "final_round": final,
@@ -344,7 +358,7 @@ def render(report: dict[str, Any]) -> Any:
             f"gap: the longest wait between two answers of one client ({report['clients']} "
             "keep-alive, and a writer for kv:N), max and median (~) over them; fails: "
             "resets/refusals/"
-            "reconnects/timeouts and lost/acked writes, totals; total in s"
+            "reconnects/timeouts/non-200 answers and lost/acked writes, totals; total in s"
         ),
         box=box.SIMPLE,
         pad_edge=False,
@@ -353,7 +367,7 @@ def render(report: dict[str, Any]) -> Any:
     for name in ("frozen", "down", "gap", "gap~", "total", "fails", "lost"):
         t.add_column(name, justify="right", overflow="fold")  # a long count folds, whole
     for c in report["cells"]:
-        fails = "/".join(str(c[k]) for k in ("resets", "refusals", "reconnects", "timeouts"))
+        fails = "/".join(str(c[k]) for k in FAILS)
         t.add_row(
             c["workload"],
             f"{c['frozen_ms']:.0f}",
@@ -387,7 +401,8 @@ def go_lines(report: dict[str, Any]) -> list[str]:
                     f"{s['gap_max_ms'] * 1e6:.0f} gap-max-ns",
                     f"{s['gap_median_ms'] * 1e6:.0f} gap-median-ns",
                     f"{s['resets']} resets", f"{s['refusals']} refusals",
-                    f"{s['reconnects']} reconnects", f"{s['lost']} lost",
+                    f"{s['reconnects']} reconnects", f"{s['errors']} errors",
+                    f"{s['lost']} lost",
                 ])
             )  # fmt: skip
     return lines

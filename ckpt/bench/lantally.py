@@ -7,11 +7,12 @@ clock for every namespace of the machine):
 * ``open``: a connection was made (the first is the client's own; every later one is
   a reconnect);
 * ``answer``: a 200 answer to a request sent at ``t_sent``, whole at ``t_got``;
-  ``key`` is the write it acknowledges (the writer's PUTs), or empty;
+  ``key`` is the write it acknowledges (the writer's ``w<slot>#<n>``: write ``n`` to
+  key ``w<slot>``), or empty;
 * ``reset``: the server ended the connection (RST, or EOF before an answer);
 * ``refused``: a connection attempt was refused (nothing listened on the address);
 * ``timeout``: no answer within the client's deadline for one request;
-* ``error``: an answer other than 200;
+* ``error``: an answer other than 200 (an answer all the same, for the gaps);
 * ``end``: the client stopped, at ``t_got``.
 
 Kept apart from the clients and the bench so that each figure can be checked on a
@@ -38,9 +39,10 @@ class Tally:
     timeouts: int = 0
     errors: int = 0
     answers: int = 0
+    acked_writes: int = 0
     gaps_ms: list[float] = field(default_factory=list)  # each client's longest
     longest_at_ns: list[tuple[int, int]] = field(default_factory=list)  # (from, to) each
-    acked: dict[str, str] = field(default_factory=dict)  # key -> the value's digest
+    acked: dict[str, str] = field(default_factory=dict)  # key -> its last acked digest
 
     @property
     def gap_max_ms(self) -> float:
@@ -53,9 +55,10 @@ class Tally:
 
 def tally(events: Iterable[Event], digests: Mapping[str, str] | None = None) -> Tally:
     """Count ``events`` per client.  A client's longest gap is the longest time between
-    two of its answers (their ``t_got``), or from its last answer to its ``end``: a
-    client that got nothing after the move shows all of it.  ``digests`` gives each
-    acknowledged key's value digest (the writer's, by key)."""
+    two of its answers (their ``t_got``; a 200 or not), or from its last answer to its
+    ``end``: a client that got nothing after the move shows all of it.  ``digests``
+    gives each acknowledged write's value digest (by the event's key); a key written
+    again keeps its last acknowledged value."""
     out = Tally()
     opens: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -75,20 +78,22 @@ def tally(events: Iterable[Event], digests: Mapping[str, str] | None = None) -> 
             opens[client] = opens.get(client, 0) + 1
             if opens[client] > 1:
                 out.reconnects += 1
-        elif kind == "answer":
-            out.answers += 1
+        elif kind in ("answer", "error"):
             gap(client, got)
             last[client] = got
+            if kind == "error":
+                out.errors += 1
+                continue
+            out.answers += 1
             if key:
-                out.acked[key] = (digests or {}).get(key, "")
+                out.acked_writes += 1
+                out.acked[key.partition("#")[0]] = (digests or {}).get(key, "")
         elif kind == "reset":
             out.resets += 1
         elif kind == "refused":
             out.refusals += 1
         elif kind == "timeout":
             out.timeouts += 1
-        elif kind == "error":
-            out.errors += 1
         elif kind == "end":
             gap(client, got)
     for client in sorted(longest):

@@ -82,13 +82,33 @@ def test_an_unknown_event_is_refused() -> None:
 def test_only_answered_writes_are_acknowledged() -> None:
     """A PUT whose connection reset before its answer is not acknowledged."""
     events = [
-        *_answers(4, [10], key="w0"),
-        ("reset", 4, 11 * MS, 12 * MS, ""),  # w1 sent, never answered
-        *_answers(4, [20], key="w1"),  # sent again on a new connection, answered
+        *_answers(4, [10], key="w0#0"),
+        ("reset", 4, 11 * MS, 12 * MS, ""),  # write 1 sent, never answered
+        *_answers(4, [20], key="w1#1"),  # sent again on a new connection, answered
         *_answers(0, [15]),  # a GET acknowledges nothing
     ]
-    t = lantally.tally(events, {"w0": "d0", "w1": "d1"})
-    assert t.acked == {"w0": "d0", "w1": "d1"}
+    t = lantally.tally(events, {"w0#0": "d0", "w1#1": "d1"})
+    assert t.acked == {"w0": "d0", "w1": "d1"} and t.acked_writes == 2
+
+
+def test_a_key_written_again_keeps_its_last_acknowledged_value() -> None:
+    """The writer goes round its keys: write 2 is to w0 again, after write 0."""
+    events = [*_answers(4, [30], key="w0#2"), *_answers(4, [10], key="w0#0")]
+    events += _answers(4, [20], key="w1#1")
+    digests = {"w0#0": "d0", "w1#1": "d1", "w0#2": "d2"}
+    t = lantally.tally(events, digests)
+    assert t.acked == {"w0": "d2", "w1": "d1"} and t.acked_writes == 3
+    assert lantally.lost_writes(t.acked, {"w0": (200, "d0"), "w1": (200, "d1")}) == 1
+
+
+def test_an_answer_other_than_200_ends_a_gap_but_acknowledges_nothing() -> None:
+    """A full store answers 507: the connection is alive, the write not acknowledged."""
+    events = [*_answers(4, [10], key="w0#0")]
+    events += [("error", 4, (t - 1) * MS, t * MS, "") for t in (20, 30, 40)]
+    events.append(("end", 4, 0, 45 * MS, ""))
+    t = lantally.tally(events, {"w0#0": "d0"})
+    assert t.gaps_ms == [10.0] and t.errors == 3 and t.answers == 1
+    assert t.acked == {"w0": "d0"} and t.acked_writes == 1
 
 
 @pytest.mark.parametrize(
@@ -111,17 +131,16 @@ def test_lost_writes_are_missing_absent_or_wrong(
 def test_a_sample_counts_a_wrong_value_read_back() -> None:
     """The bench's own path from the clients' output to the figures: one write of two
     comes back changed."""
-    good, bad = "w0", "w1"
     seen = {
         "events": [
             ["open", 4, 0, 1 * MS, ""],
-            ["answer", 4, 1 * MS, 2 * MS, good],
-            ["answer", 4, 3 * MS, 4 * MS, bad],
+            ["answer", 4, 1 * MS, 2 * MS, "w0#0"],
+            ["answer", 4, 3 * MS, 4 * MS, "w1#1"],
             ["end", 4, 0, 5 * MS, ""],
         ],
         "readback": {
-            good: [200, lanload.digest(lanload.value_of(good))],
-            bad: [200, lanload.digest(b"something else")],
+            "w0": [200, lanload.digest(lanload.value_of(0))],
+            "w1": [200, lanload.digest(lanload.value_of(0))],  # write 0's value: wrong
         },
     }
     moved = {"frozen_time_ms": 12.5, "downtime_ms": 80.0, "rounds": [{"final": True}]}
@@ -161,7 +180,7 @@ def test_the_table_fits_80_columns_and_the_lines_are_one_per_run() -> None:
     )
 
 
-@pytest.mark.parametrize("workloads", [[], ["nginx"], ["files:10"], ["kv:4", "empty"]])
+@pytest.mark.parametrize("workloads", [[], ["nginx"], ["files:10"], ["kv:4", "empty"], ["kv:x"]])
 def test_a_workload_that_serves_no_http_is_refused_before_anything_starts(
     workloads: list[str],
 ) -> None:
@@ -251,12 +270,32 @@ def test_a_connection_nobody_listens_for_is_a_refusal() -> None:
 def test_a_writers_write_is_acknowledged_with_its_key_only_when_answered() -> None:
     with _server("reset") as port:
         events = _drive(port, 2, writer=True)
-    assert [(e[0], e[4]) for e in events] == [("open", ""), ("answer", "w0"), ("reset", "")]
+    assert [(e[0], e[4]) for e in events] == [("open", ""), ("answer", "w0#0"), ("reset", "")]
+
+
+def test_the_writer_goes_round_its_keys() -> None:
+    with _server("ok") as port:
+        events: list[tuple] = []
+        client = lanload.Client(4, "127.0.0.1", port, 0.0, True, events, threading.Event(), 2)
+        sock = client._connect()
+        assert sock is not None
+        with sock:
+            for _ in range(5):
+                client._one(sock)
+    assert [e[4] for e in events if e[0] == "answer"] == ["w0#0", "w1#1", "w0#2", "w1#3", "w0#4"]
 
 
 def test_the_writers_values_are_its_numbers() -> None:
-    assert lanload.value_of("w12") == b"00000012" * (lanload.VALUE_BYTES // 8)
-    assert lanload.digest(lanload.value_of("w1")) != lanload.digest(lanload.value_of("w2"))
+    assert lanload.value_of(12) == b"00000012" * (lanload.VALUE_BYTES // 8)
+    assert lanload.digest(lanload.value_of(1)) != lanload.digest(lanload.value_of(2))
+    assert lanload.write_of("w3#1027") == ("w3", 1027)
+
+
+@pytest.mark.parametrize(
+    ("workload", "slots"), [("kv:4", 512), ("kv:256", 32768), ("http", 0), ("memory:8", 0)]
+)
+def test_the_writer_uses_half_the_stores_keys(workload: str, slots: int) -> None:
+    assert lanmigrate.slots_of(workload) == slots
 
 
 def test_the_tcp_counters_are_read_from_nstat() -> None:
