@@ -21,7 +21,8 @@ from tests.sandbox.conftest import Cli, cli  # noqa: F401  (the sandbox fixtures
 from tests.sandbox.kv_client import check_values, put_values
 from tests.sandbox.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+# Several real sandboxes and restores a test: slower than the watchdog's default.
+pytestmark = [pytest.mark.slow, pytest.mark.watchdog_s(300)]
 
 SID = f"s3enc-{os.getpid()}"
 SECRET = b"TOPSECRET-" + os.urandom(8).hex().encode()
