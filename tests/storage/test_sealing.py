@@ -135,6 +135,31 @@ def test_every_changed_or_cut_byte_of_a_manifest_is_refused(tmp_path: Path) -> N
     assert repo.open_image("img").read_file("pages.img") == payload(2 * CHUNK, 1)
 
 
+def test_a_sealed_manifest_whose_index_disagrees_is_refused(tmp_path: Path) -> None:
+    """Even under a valid tag (a writer's bug, or an old key's holder): the clear index
+    that prune trusts must list exactly the sealed manifest's chunks, or prune could
+    remove a chunk the image needs."""
+    import msgspec
+
+    from ckpt.storage import manifest as m
+
+    url = str(tmp_path / "repo")
+    up = upload(_sealed(url), "img", {"pages.img": payload(2 * CHUNK, 1)})
+    assert up.manifest is not None
+    real = m._index
+    try:
+        m._index = lambda mf, overhead: msgspec.structs.replace(  # type: ignore[assignment]
+            real(mf, overhead), files={"chunks": m.FileEntry(size=0, chunks=[])}
+        )
+        forged = m.encode(up.manifest, KEY, up.chunks)
+    finally:
+        m._index = real
+    repo = Repository.open(url, KEY)
+    repo.store.put("img/manifest", forged)
+    with pytest.raises(m.ManifestError, match="disagrees with its clear index"):
+        repo.open_image("img")
+
+
 def test_a_manifest_without_a_seal_is_refused_under_a_key(tmp_path: Path) -> None:
     """A bucket writer replaces the sealed manifest with a plain one naming chunks of
     its own; a reader with the key must refuse it, not read the forged bytes."""
@@ -163,6 +188,8 @@ def test_a_changed_or_cut_chunk_is_refused(repo_url: str) -> None:
         with pytest.raises(ChunkIntegrityError) as info:
             reader.read_chunk(ref)
         assert "\n" not in str(info.value)
+        cut = len(bad) < len(good)
+        assert ("truncated" if cut else "fails its aes-256-gcm tag") in str(info.value)
     # Another chunk's object under this address (a swap) fails its tag too.
     other = repo.chunk_key(reader.manifest.files["pages.img"].chunks[0].digest)
     repo.store.put(key, repo.store.get(other))
