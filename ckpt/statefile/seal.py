@@ -7,8 +7,7 @@ holds the sandbox's data is sealed after compression: each chunk of checkpoint.i
 the metadata JSON, each stored run of pages.img and the whole page map
 (pages_meta.img).  The HMAC tags of a keyed image still cover what is stored (the
 ciphertext), so the chain keeps catching dropped, reordered and truncated pieces
-before anything is decrypted; a page run's HMAC covers its AEAD tag only, and a
-reader checks the run by that tag (pages_map._run_tag).
+before anything is decrypted.
 
 Why these choices:
 
