@@ -398,10 +398,10 @@ def render(report: dict[str, Any]) -> Any:
         table.add_row(
             label, f"{local:.1f}", f"{s3:.1f}", f"{enc:.1f}", ratio(s3, local), ratio(enc, s3)
         )
-    for mode, label in (("eager", "eager"), ("bg", "--background")):
+    for mode, label in (("eager", "eager"), ("bg", "bg")):
         local, s3, enc = (m[f"first_{side}_{mode}_ms"] for side in SIDES)
         table.add_row(
-            f"1st response ms, {label}",
+            f"1st answer ms, {label}",
             f"{local:.1f}",
             f"{s3:.1f}",
             f"{enc:.1f}",
