@@ -414,7 +414,7 @@ def render(report: dict[str, Any]) -> Any:
     table.add_row(
         "uploaded, 1st ckpt", "", f"{first:.0f}", f"{first_enc:.0f}", "", ratio(first_enc, first)
     )
-    for label, key in (("uploaded, 2nd ckpt", "second"), ("uploaded, new sandbox", "new_sandbox")):
+    for label, key in (("uploaded, 2nd ckpt", "second"), ("uploaded, new sbx", "new_sandbox")):
         table.add_row(
             label,
             "",
