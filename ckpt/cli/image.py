@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.cli.options import JsonOpt
+from ckpt.cli.options import KEY_FILE_HELP, JsonOpt
 from ckpt.cli.output import emit_json, say, tables
 from ckpt.errors import CkptError
 
@@ -249,12 +249,7 @@ def rekey_cmd(
     ],
     key_files: Annotated[
         list[Path] | None,
-        typer.Option(
-            "--key-file",
-            metavar="PATH",
-            help="A key the image may be sealed with; repeat it to pass several (the one "
-            "whose key id the image names is used).",
-        ),
+        typer.Option("--key-file", metavar="PATH", help=KEY_FILE_HELP + "  [required]"),
     ] = None,
     new_key_file: Annotated[
         Path | None,
@@ -262,7 +257,10 @@ def rekey_cmd(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Rewrite an encrypted image under a new key, without a sandbox."""
+    """Rewrite an encrypted image under a new key, without a sandbox.
+
+    --key-file may be given several times (keys in rotation): the one whose key id the
+    image names opens it."""
     import os
 
     from ckpt.errors import UsageError
