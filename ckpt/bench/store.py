@@ -9,6 +9,8 @@ Per round, on one sandbox, in alternating order (local first, then S3 first):
   adds to the store (chunks the store lacked), against the first's;
 * a checkpoint into a repository all rounds share: from the second round on, the bytes
   a new sandbox of the same workload (and seed) adds;
+* the same three checkpoints with ``--encrypt`` (one key for the run) into repositories
+  of their own ("s3 enc"): chunks sealed convergently still deduplicate;
 * restore, from each, into a fresh sandbox, eager and ``--background``: the wall of the
   eager restore, and for both the time to the first HTTP response (restore started to
   ``GET /`` answered).  A ``--background`` restore from S3 starts with an empty chunk
@@ -51,6 +53,8 @@ FIRST_RESPONSE_S = 120.0  # deadline for a restored sandbox's first answer
 FILL_S = 600.0  # deadline for a background restore's pages to be all in
 NETNS_S = 3600.0  # deadline for all the rounds across the namespace link
 MODES = ("eager", "bg")
+SIDES = ("local", "s3", "s3enc")
+SUFFIX = {"s3": "", "s3enc": "_enc"}  # the store sides' keys in a row
 
 
 @dataclass(frozen=True)
@@ -137,12 +141,14 @@ def _filled(lifecycle: Any, root: Any, workload: str) -> None:
         time.sleep(0.05)
 
 
-def _restore(lifecycle: Any, root: Any, image: Any, background: bool, cache: Path) -> tuple:
+def _restore(
+    lifecycle: Any, root: Any, image: Any, background: bool, cache: Path, key: bytes | None
+) -> tuple:
     """(restore wall, first response) in ms; a ``--background`` restore gets the empty
     chunk cache ``cache`` (the sandbox is cold-started: it inherits this environment)."""
     with _env({"CKPT_CHUNK_CACHE_DIR": str(cache)}):
         t0 = time.perf_counter()
-        lifecycle.restore(root, SANDBOX, image, background=background, template=False)
+        lifecycle.restore(root, SANDBOX, image, background=background, template=False, key=key)
         t1 = time.perf_counter()
         _first_response(_address(lifecycle, root), time.monotonic() + FIRST_RESPONSE_S)
         t2 = time.perf_counter()
@@ -159,7 +165,9 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
-def _round(lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: int) -> dict:
+def _round(
+    lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: int, key: bytes
+) -> dict:
     """One round on a fresh sandbox (odd rounds S3 first) and a repository of its own;
     figures in ms and bytes.  Last, the sandbox is also checkpointed into a repository
     that every round shares: from the second round on, what that uploads is what a new
@@ -171,32 +179,41 @@ def _round(lifecycle: Any, root: Any, work: Path, base: str, workload: str, n: i
     lifecycle.run(root, SANDBOX, workload, port=0, template=False)
     digest = _digest(lifecycle, root, workload)
     local = work / f"local-{n}"
-    s3 = f"{repo}/img-{n}"
+    images = {"local": local, "s3": f"{repo}/img-{n}", "s3enc": f"{repo}-enc/img-{n}"}
+    repos = {"s3": repo, "s3enc": f"{repo}-enc"}
+    keys = {"s3enc": key}
     row: dict[str, Any] = {}
-    order = ("s3", "local") if n % 2 else ("local", "s3")
+    order = SIDES[n % len(SIDES) :] + SIDES[: n % len(SIDES)]
+
+    def checkpoint(side: str, image: Any) -> float:
+        enc = {"options": {"encrypt": True}} if side in keys else {}
+        return _timed(
+            lifecycle.checkpoint, root, SANDBOX, image, leave_running=True,
+            key=keys.get(side), **enc,
+        )  # fmt: skip
+
     for side in order:
-        image = s3 if side == "s3" else local
-        before = _store_bytes(repo) if side == "s3" else 0
-        row[f"checkpoint_{side}_ms"] = _timed(
-            lifecycle.checkpoint, root, SANDBOX, image, leave_running=True
-        )
-        if side == "s3":
-            row["uploaded_first"] = _store_bytes(repo) - before
+        before = _store_bytes(repos[side]) if side in repos else 0
+        row[f"checkpoint_{side}_ms"] = checkpoint(side, images[side])
+        if side in repos:
+            row[f"uploaded_first{SUFFIX[side]}"] = _store_bytes(repos[side]) - before
     row["image_bytes"] = Repository.open(repo).read_manifest(f"img-{n}").size
     row["local_bytes"] = _dir_bytes(local)
-    before = _store_bytes(repo)
-    lifecycle.checkpoint(root, SANDBOX, f"{s3}-again", leave_running=True)
-    row["uploaded_second"] = _store_bytes(repo) - before
-    before = _store_bytes(shared)
-    lifecycle.checkpoint(root, SANDBOX, f"{shared}/img-{n}", leave_running=True)
-    row["uploaded_new_sandbox"] = _store_bytes(shared) - before
+    for side, end in SUFFIX.items():
+        before = _store_bytes(repos[side])
+        checkpoint(side, f"{images[side]}-again")
+        row[f"uploaded_second{end}"] = _store_bytes(repos[side]) - before
+        where = f"{shared}{end.replace('_', '-')}"
+        before = _store_bytes(where)
+        checkpoint(side, f"{where}/img-{n}")
+        row[f"uploaded_new_sandbox{end}"] = _store_bytes(where) - before
     lifecycle.delete(root, SANDBOX, force=True)
     modes = MODES if n % 2 == 0 else MODES[::-1]
     for side in order:
         for mode in modes:
-            image = s3 if side == "s3" else local
+            image = images[side]
             cache = work / f"chunks-{n}-{side}-{mode}"
-            wall, first = _restore(lifecycle, root, image, mode == "bg", cache)
+            wall, first = _restore(lifecycle, root, image, mode == "bg", cache, keys.get(side))
             if mode == "eager":
                 row[f"restore_{side}_ms"] = wall
             row[f"first_{side}_{mode}_ms"] = first
@@ -219,9 +236,10 @@ def _rounds(work: Path, base: str, workload: str, count: int) -> list[dict[str, 
     root = Root(work / "root")
     root.ensure()
     rows = []
+    key = os.urandom(32)  # the encrypted side's, one for the run: its chunks deduplicate
     for n in range(count):
         try:
-            rows.append(_round(lifecycle, root, work, base, workload, n))
+            rows.append(_round(lifecycle, root, work, base, workload, n, key))
         finally:
             with contextlib.suppress(Exception):
                 lifecycle.delete(root, SANDBOX, force=True)
@@ -347,15 +365,20 @@ def summary(report: dict[str, Any]) -> dict[str, float]:
     for mode in MODES:
         med[f"first_{mode}_ratio"] = med[f"first_s3_{mode}_ms"] / med[f"first_local_{mode}_ms"]
         med[f"first_{mode}_extra_ms"] = med[f"first_s3_{mode}_ms"] - med[f"first_local_{mode}_ms"]
-    med["second_pct"] = 100.0 * med["uploaded_second"] / max(1, med["uploaded_first"])
-    later = [r["uploaded_new_sandbox"] for r in rounds[1:]]  # round 0 filled the store
-    med["uploaded_new_sandbox"] = statistics.median(later) if later else float("nan")
-    med["new_sandbox_pct"] = 100.0 * med["uploaded_new_sandbox"] / max(1, med["uploaded_first"])
+    for end in SUFFIX.values():
+        first = max(1, med[f"uploaded_first{end}"])
+        med[f"second{end}_pct"] = 100.0 * med[f"uploaded_second{end}"] / first
+        later = [r[f"uploaded_new_sandbox{end}"] for r in rounds[1:]]  # round 0 filled it
+        med[f"uploaded_new_sandbox{end}"] = statistics.median(later) if later else float("nan")
+        med[f"new_sandbox{end}_pct"] = 100.0 * med[f"uploaded_new_sandbox{end}"] / first
+    med["checkpoint_enc_ratio"] = med["checkpoint_s3enc_ms"] / med["checkpoint_s3_ms"]
+    med["restore_enc_ratio"] = med["restore_s3enc_ms"] / med["restore_s3_ms"]
     return med
 
 
 def render(report: dict[str, Any]) -> Any:
-    """One table, 80 columns: a row per measure, local and S3 side by side."""
+    """One table, 80 columns: a row per measure, local, S3 and encrypted S3 side by
+    side, with S3 against local and encrypted against plain S3."""
     from rich.table import Table
 
     m = summary(report)
@@ -364,39 +387,42 @@ def render(report: dict[str, Any]) -> Any:
         f" {report.get('link', 'loopback')}",
         title_justify="left",
     )
-    for col in ("measure", "local dir", "s3", "s3 / local"):
+    for col in ("measure", "local dir", "s3", "s3 enc", "s3/local", "enc/s3"):
         table.add_column(col, justify="left" if col == "measure" else "right")
-    table.add_row(
-        "checkpoint wall ms",
-        f"{m['checkpoint_local_ms']:.1f}",
-        f"{m['checkpoint_s3_ms']:.1f}",
-        f"{m['checkpoint_ratio']:.2f}x",
-    )
-    table.add_row(
-        "restore wall ms (eager)",
-        f"{m['restore_local_ms']:.1f}",
-        f"{m['restore_s3_ms']:.1f}",
-        f"{m['restore_ratio']:.2f}x",
-    )
-    for mode, label in (("eager", "eager"), ("bg", "--background")):
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}x" if b else ""
+
+    for label, key in (("checkpoint wall ms", "checkpoint"), ("restore ms (eager)", "restore")):
+        local, s3, enc = (m[f"{key}_{side}_ms"] for side in SIDES)
         table.add_row(
-            f"first response ms, {label}",
-            f"{m[f'first_local_{mode}_ms']:.1f}",
-            f"{m[f'first_s3_{mode}_ms']:.1f}",
-            f"{m[f'first_{mode}_ratio']:.2f}x",
+            label, f"{local:.1f}", f"{s3:.1f}", f"{enc:.1f}", ratio(s3, local), ratio(enc, s3)
         )
-    table.add_row("image bytes", f"{m['local_bytes']:.0f}", f"{m['image_bytes']:.0f}", "")
-    table.add_row("upload MB/s (image / wall)", "", f"{m['upload_mb_s']:.1f}", "")
-    table.add_row("bytes uploaded, 1st ckpt", "", f"{m['uploaded_first']:.0f}", "")
+    for mode, label in (("eager", "eager"), ("bg", "bg")):
+        local, s3, enc = (m[f"first_{side}_{mode}_ms"] for side in SIDES)
+        table.add_row(
+            f"1st answer ms, {label}",
+            f"{local:.1f}",
+            f"{s3:.1f}",
+            f"{enc:.1f}",
+            ratio(s3, local),
+            ratio(enc, s3),
+        )
+    table.add_row("image bytes", f"{m['local_bytes']:.0f}", f"{m['image_bytes']:.0f}", "", "", "")
+    table.add_row("upload MB/s", "", f"{m['upload_mb_s']:.1f}", "", "", "")
+    first, first_enc = m["uploaded_first"], m["uploaded_first_enc"]
     table.add_row(
-        "bytes uploaded, 2nd ckpt", "", f"{m['uploaded_second']:.0f}", f"{m['second_pct']:.1f}%"
+        "uploaded, 1st ckpt", "", f"{first:.0f}", f"{first_enc:.0f}", "", ratio(first_enc, first)
     )
-    table.add_row(
-        "bytes uploaded, new sandbox",
-        "",
-        f"{m['uploaded_new_sandbox']:.0f}",
-        f"{m['new_sandbox_pct']:.1f}%",
-    )
+    for label, key in (("uploaded, 2nd ckpt", "second"), ("uploaded, new sbx", "new_sandbox")):
+        table.add_row(
+            label,
+            "",
+            f"{m[f'{key}_pct']:.1f}%",
+            f"{m[f'{key}_enc_pct']:.1f}%",
+            "",
+            "",
+        )
     return table
 
 
@@ -419,10 +445,14 @@ def go_lines(report: dict[str, Any]) -> list[str]:
         *(
             f"{name}/first-response-{mode}/{side}\t{n}\t{m[f'first_{side}_{mode}_ms'] * 1e6:.0f} ns/op"
             for mode in MODES
-            for side in ("local", "s3")
+            for side in SIDES
         ),
-        f"{name}/second-checkpoint/s3\t{n}\t{m['uploaded_second']:.0f} B/op"
-        f"\t{m['second_pct']:.2f} pct-of-first",
-        f"{name}/new-sandbox-checkpoint/s3\t{n}\t{m['uploaded_new_sandbox']:.0f} B/op"
-        f"\t{m['new_sandbox_pct']:.2f} pct-of-first",
+        *(
+            f"{name}/{what}-checkpoint/{side}\t{n}\t{m[f'uploaded_{key}{end}']:.0f} B/op"
+            f"\t{m[f'{key}{end}_pct']:.2f} pct-of-first"
+            for side, end in SUFFIX.items()
+            for what, key in (("second", "second"), ("new-sandbox", "new_sandbox"))
+        ),
+        f"{name}/checkpoint/s3enc\t{n}\t{m['checkpoint_s3enc_ms'] * 1e6:.0f} ns/op",
+        f"{name}/restore/s3enc\t{n}\t{m['restore_s3enc_ms'] * 1e6:.0f} ns/op",
     ]

@@ -1,4 +1,4 @@
-"""``ckpt image ls|rm|prune``: the images of a repository (``s3://BUCKET/PREFIX`` or a
+"""``ckpt image ls|rm|prune|rekey``: the images of a repository (``s3://BUCKET/PREFIX`` or a
 directory).
 
 Commands parse the URL into a :class:`ckpt.images.Location` and call
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt.cli.options import JsonOpt
+from ckpt.cli.options import KEY_FILE_HELP, JsonOpt
 from ckpt.cli.output import emit_json, say, tables
 from ckpt.errors import CkptError
 
@@ -240,3 +240,45 @@ def _prune_local(directory: Path, json_out: bool) -> None:
     say(head + gone)
     for path in left:
         say(f"left {path}: not an image's file; look at it and remove it by hand")
+
+
+@image_app.command("rekey")
+def rekey_cmd(
+    url: Annotated[
+        str, typer.Argument(metavar="URL", help="Image: s3://BUCKET/PREFIX/NAME or a directory.")
+    ],
+    key_files: Annotated[
+        list[Path] | None,
+        typer.Option("--key-file", metavar="PATH", help=KEY_FILE_HELP + "  [required]"),
+    ] = None,
+    new_key_file: Annotated[
+        Path | None,
+        typer.Option("--new-key-file", metavar="PATH", help="The key to seal it with from now on."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Rewrite an encrypted image under a new key, without a sandbox.
+
+    --key-file may be given several times (keys in rotation): the one whose key id the
+    image names opens it."""
+    import os
+
+    from ckpt.errors import UsageError
+    from ckpt.images import Location
+    from ckpt.images.rekey import rekey
+    from ckpt.images.remote import STORE_VARS
+    from ckpt.keyfile import read_key_file
+
+    if not key_files:
+        raise UsageError("pass the image's current key with --key-file PATH")
+    if new_key_file is None:
+        raise UsageError("pass the key to seal it with from now on with --new-key-file PATH")
+    keys = [read_key_file(path) for path in key_files]
+    new_key = read_key_file(new_key_file)
+    env = {name: os.environ[name] for name in STORE_VARS if os.environ.get(name)}
+    done = rekey(Location.parse(url), keys, new_key, env)
+    if json_out:
+        emit_json(done.__dict__)
+        return
+    tail = "; `ckpt image prune` removes the old key's chunks" if url.startswith("s3://") else ""
+    say(f"image {done.image} re-keyed: key id {done.old_key_id} -> {done.new_key_id}{tail}")

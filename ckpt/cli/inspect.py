@@ -80,8 +80,11 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
     with tempfile.TemporaryDirectory(prefix="ckpt-inspect-") as temp:
         directory = Path(temp) / name  # its parents beside it, as a restore stages them
         reader.download(directory, allowed=IMAGE_FILES)  # checked before any fetch
-        parents = repo.download_parents(reader.manifest, Path(temp), MAX_CHAIN, IMAGE_FILES)
-        report = statefile.inspect_image(directory, key, **options)
+        parents = repo.download_parents(
+            reader.manifest, Path(temp), MAX_CHAIN, IMAGE_FILES, chunks=reader.chunks
+        )
+        # An encrypted image's files are unkeyed: its chunks' seal covers them.
+        report = statefile.inspect_image(directory, None if reader.sealed else key, **options)
     urls = {str(Path(temp) / n): repo.image_url(n) for n in [name, *parents]}
     header = report.get("header")
     if isinstance(header, dict) and "path" in header:
@@ -94,5 +97,7 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
         "parent": reader.manifest.parent,
         "chunks": len(reader.manifest.chunk_refs()),
         "sealed": key is not None,
+        "encrypted": reader.sealed,
+        "key_id": reader.chunks.key_id,
     }
     return report

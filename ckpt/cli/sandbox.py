@@ -352,7 +352,8 @@ def checkpoint_cmd(
         typer.Option(
             "--encrypt",
             help="Encrypt the image (AES-256-GCM) with the --key-file key; restore and "
-            "inspect then need that key.",
+            "inspect then need that key.  In an object store its chunks still deduplicate "
+            "between images of one key.",
         ),
     ] = False,
     timings: TimingsOpt = False,
@@ -373,12 +374,8 @@ def checkpoint_cmd(
     where = Location.parse(image_path)  # decided once, here
     options = precopy_options.cli_options(pre_dump, parent_path, pre_copy, where)
     if encrypt:
-        from ckpt.images.remote import ENCRYPT_REMOTE
-
         if key_file is None:
             raise UsageError("--encrypt seals the image with a key: pass --key-file PATH")
-        if not where.is_local:
-            raise UsageError(ENCRYPT_REMOTE)
         options["encrypt"] = True
     res = lifecycle().checkpoint(
         sandbox_root(),

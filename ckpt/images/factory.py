@@ -25,11 +25,12 @@ def store_of(location: Location, env: dict[str, str] | None = None) -> tuple[Any
     return S3Store.from_url(repo_url, dict(env or {})), repo_url, name
 
 
-def repository(store: Any, key: bytes | None) -> Any:
-    """The repository of images in ``store``, its manifests sealed with ``key``."""
+def repository(store: Any, key: bytes | None, *, sealed: bool = False) -> Any:
+    """The repository of images in ``store``, its manifests signed with ``key`` (or,
+    ``sealed``, the images it writes encrypted with it)."""
     from ckpt.storage.repository import Repository
 
-    return Repository(store, key)
+    return Repository(store, key, sealed=sealed)
 
 
 def writer(
@@ -50,11 +51,6 @@ def writer(
         from ckpt.statefile.image import ImageWriter
 
         return ImageWriter(location.path, **options)
-    if options.get("encrypt"):
-        from ckpt.errors import UsageError
-        from ckpt.images.remote import ENCRYPT_REMOTE
-
-        raise UsageError(ENCRYPT_REMOTE)
     if repository is None:
         raise ValueError(f"{location}: an object-store writer needs its repository")
     from ckpt.images.store_sink import StoreImageWriter

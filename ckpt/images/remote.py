@@ -36,9 +36,6 @@ STORE_VARS = (
 )
 STAGE_DIR = "image-stage"  # in the sandbox's directory: where a restore fetches an image
 BEFORE_DEADLINE_S = 5.0  # the CLI's look at the image before and after a checkpoint
-ENCRYPT_REMOTE = (
-    "--encrypt is not yet supported for object stores; checkpoint to a local image directory"
-)
 
 
 def within(seconds: float, what: str, work: Callable[[], Any], undo: Callable[[Any], None]) -> Any:

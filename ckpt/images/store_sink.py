@@ -10,6 +10,11 @@ queued or in flight plus one partial chunk per open file (16 MiB + 1.5 MiB with 
 threads), on top of the statefile writers' own compression window.  Visibility is the
 manifest's conditional create (``--force``: its replacement), made only at commit:
 an upload that fails or is killed leaves no image.
+
+Encrypted (``encrypt``, into a sealed repository): the files are written as an unkeyed
+image and the upload seals each chunk convergently (ckpt/storage/sealing.py), so an
+unchanged chunk is the same object in the next checkpoint under the key; the statefile's
+own per-image encryption would make every chunk differ.
 """
 
 from __future__ import annotations
@@ -65,6 +70,12 @@ class StoreImageWriter(ImageWriter):
         **options: Any,
     ) -> None:
         self.url = repo.image_url(name)
+        if options.pop("encrypt", False):
+            if not repo.sealed:
+                raise ValueError("an encrypted store image needs a sealed repository")
+            options["key"] = None  # the chunks' seal authenticates every byte
+        elif repo.sealed:
+            raise ValueError("a sealed repository writes encrypted images only")
         super().__init__(self.url, **options)
         self.path = self.url  # type: ignore[assignment]
         self._repo = repo

@@ -358,6 +358,7 @@ class ImageWriter:
         chunk_size: int = CHUNK_SIZE,
         sync: bool = True,
         encrypt: bool = False,
+        image_id: bytes | None = None,
     ) -> None:
         if encrypt and key is None:
             raise StatefileError("--encrypt seals the image with a key: pass --key-file")
@@ -386,7 +387,10 @@ class ImageWriter:
         self._level = level
         self._chunk_size = chunk_size
         self._sealer = Sealer(key)
-        self.image_id = os.urandom(IMAGE_ID_SIZE)
+        # A given id: the same image written again (a rekey, ckpt/images/rekey.py).
+        self.image_id = os.urandom(IMAGE_ID_SIZE) if image_id is None else image_id
+        if len(self.image_id) != IMAGE_ID_SIZE:
+            raise StatefileError(f"an image id is {IMAGE_ID_SIZE} bytes")
         self.encrypted = encrypt
         if encrypt:
             assert key is not None

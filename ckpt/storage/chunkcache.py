@@ -1,9 +1,11 @@
 """A local cache of chunks read from a store, so a second lazy restore of an image (or of
 another image sharing its chunks) reads them from disk instead of the network.
 
-Layout: ``DIR/XX/SHA256HEX``, one file per chunk, as in the repository.  A chunk enters
+Layout: ``DIR/XX/ADDRESS``, one file per chunk, as in the repository: the object as the
+store holds it (an encrypted image's chunks stay encrypted here).  A chunk enters
 the cache only after it matched its digest, by a temporary file renamed into place, so
-no reader sees half of one.  It is checked again on every read (length, then SHA-256):
+no reader sees half of one.  It is checked again on every read (length, then SHA-256,
+or its tag when sealed):
 the directory outlives any one image, and whatever is found there is trusted no more
 than the store; a file that fails is removed and the chunk is read from the store.
 
@@ -18,8 +20,10 @@ import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
+from ckpt.errors import CkptError
 from ckpt.storage.manifest import ChunkRef
 
 DEFAULT_MAX_MIB = 4096
@@ -54,33 +58,50 @@ class ChunkCache:
         hexed = ref.hex
         return self.dir / hexed[:2] / hexed
 
-    def get(self, ref: ChunkRef) -> bytes | None:
-        """The chunk, if the cache holds a file that matches it; else None."""
+    def get(
+        self,
+        ref: ChunkRef,
+        open_stored: Callable[[bytes], bytes] | None = None,
+        size: int | None = None,
+    ) -> bytes | None:
+        """The chunk, if the cache holds a file that matches it; else None.  A sealed
+        chunk's object is ``size`` bytes and ``open_stored`` checks and decrypts it
+        (default: the plain chunk, checked against its SHA-256)."""
         path = self._path(ref)
+        if size is None:
+            size = ref.size
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             return None
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size != ref.size:
+            if not stat.S_ISREG(info.st_mode) or info.st_size != size:
                 data = b""
             else:
-                data = os.pread(fd, ref.size, 0)
+                data = os.pread(fd, size, 0)
         except OSError:
             data = b""
         finally:
             os.close(fd)
-        if len(data) != ref.size or hashlib.sha256(data).digest() != ref.digest:
+        plain: bytes | None = None
+        if len(data) == size:
+            if open_stored is None:
+                plain = data if hashlib.sha256(data).digest() == ref.digest else None
+            else:
+                with contextlib.suppress(CkptError):
+                    plain = open_stored(data)
+        if plain is None:
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # read recently: trimmed last
-        return data
+        return plain
 
     def put(self, ref: ChunkRef, data: bytes) -> None:
-        """Keep ``data``, which the caller checked against ``ref``.  A cache that cannot
+        """Keep ``data`` (the object as stored), which the caller checked against
+        ``ref``.  A cache that cannot
         be written (disk full, removed) only costs the next restore a fetch."""
         path = self._path(ref)
         temp = path.parent / f".tmp-{secrets.token_hex(8)}"

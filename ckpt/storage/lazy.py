@@ -143,19 +143,22 @@ class ChunkSource:
         return data
 
     def _fetch(self, ref: ChunkRef) -> bytes:
-        cache = self.cache
+        cache, reader = self.cache, self.reader
         if cache is not None:
-            data = cache.get(ref)
+            data = cache.get(
+                ref, lambda raw: reader.open_stored(ref, raw), ref.size + reader.chunks.overhead
+            )
             if data is not None:
                 with self._lock:
                     self.stats.from_cache += 1
                 return data
-        data = self.reader.read_chunk(ref)  # checked against its digest, or raises
+        stored = reader.fetch_stored(ref)
+        data = reader.open_stored(ref, stored)  # checked (decrypted), or raises
         with self._lock:
             self.stats.from_store += 1
-            self.stats.bytes_from_store += len(data)
+            self.stats.bytes_from_store += len(stored)
         if cache is not None:
-            cache.put(ref, data)
+            cache.put(ref, stored)  # as stored: a sealed chunk stays sealed on disk
         return data
 
     def prefetch(self, refs: list[ChunkRef]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from ckpt.storage import lease as leases
+from ckpt.storage import sealing
 from ckpt.storage.errors import BadStoreURL, ImageInUse, ObjectMissing, StorageError
 from ckpt.storage.manifest import (
     MAX_CHUNK,
@@ -36,9 +37,9 @@ from ckpt.storage.manifest import (
     ManifestError,
     ManifestVersionError,
     check_key_len,
-    decode,
     decode_unverified,
-    verify_chunk,
+    decode_with_chunks,
+    unverified_key_id,
 )
 from ckpt.storage.store import Store, open_store
 from ckpt.storage.upload import ImageUpload
@@ -107,18 +108,24 @@ def split_image_url(url: str) -> tuple[str, str]:
 
 
 class Repository:
-    """Images stored as content-addressed chunks in ``store``; ``key`` seals manifests
-    (HMAC-SHA256) and is required to read sealed ones."""
+    """Images stored as content-addressed chunks in ``store``; ``key`` signs manifests
+    (HMAC-SHA256) and is required to read signed ones.  With ``sealed`` the images
+    it writes are encrypted with ``key`` instead (ckpt/storage/sealing.py); reading
+    follows each manifest's own kind."""
 
     def __init__(
         self,
         store: Store,
         key: bytes | None = None,
         *,
+        sealed: bool = False,
         chunk_size: int = CHUNK_SIZE,
         lease_ttl: float = leases.DEFAULT_TTL,
     ) -> None:
         check_key_len(key)
+        if sealed and key is None:
+            raise StorageError("--encrypt seals the image with a key: pass --key-file PATH")
+        self.sealed = sealed
         if not 4096 <= chunk_size <= MAX_CHUNK:
             raise StorageError(f"chunk size {chunk_size} is outside 4 KiB .. {MAX_CHUNK}")
         self.store = store
@@ -194,18 +201,39 @@ class Repository:
         except ObjectMissing:
             raise ObjectMissing(f"{self.image_url(name)}: no such image") from None
 
-    def read_manifest(self, name: str) -> Manifest:
-        """The image's manifest, checked with the key (if any)."""
-        manifest = decode(self._read_manifest_bytes(name), self.key, self.image_url(name))
+    def chunks(self) -> sealing.PlainChunks | sealing.ConvergentChunks:
+        """The codec of a new upload's chunks: plain, or sealed with the key."""
+        return sealing.chunks_for(self.key, self.sealed)
+
+    def _open_manifest(
+        self, name: str, data: bytes | None = None
+    ) -> tuple[Manifest, sealing.PlainChunks | sealing.ConvergentChunks]:
+        if data is None:
+            data = self._read_manifest_bytes(name)
+        manifest, chunks = decode_with_chunks(data, self.key, self.image_url(name))
         if manifest.name != name:
             raise StorageError(
                 f"{self.image_url(name)}: the manifest names image {manifest.name!r}"
                 " (copied by hand?)"
             )
-        return manifest
+        return manifest, chunks
+
+    def read_manifest(self, name: str) -> Manifest:
+        """The image's manifest, checked with the key (if any)."""
+        return self._open_manifest(name)[0]
+
+    def read_parent(self, name: str, child: Any, data: bytes | None = None) -> Manifest:
+        """Image ``name``'s manifest, as the parent of an image whose chunks ``child``
+        seals: refused in one line unless both are sealed under one key or neither is."""
+        if data is None:
+            data = self._read_manifest_bytes(name)
+        url = self.image_url(name)
+        kid = unverified_key_id(data, url)
+        sealing.check_chain(kid is not None, kid, child, f"the parent image {url}")
+        return self._open_manifest(name, data)[0]
 
     def open_image(self, name: str) -> ImageReader:
-        return ImageReader(self, self.read_manifest(name))
+        return ImageReader(self, *self._open_manifest(name))
 
     def download_parents(
         self,
@@ -213,10 +241,12 @@ class Repository:
         directory: Path,
         limit: int,
         allowed: Collection[str] | None = None,
+        chunks: Any = None,
     ) -> list[str]:
         """Download the parents ``manifest`` names, one after another, each whole into
         ``directory/NAME`` (beside its child, where a chain's statefile link points);
-        at most ``limit`` images in the chain.  Returns the parents' names."""
+        at most ``limit`` images in the chain, each sealed as the child (``chunks``,
+        its codec) is.  Returns the parents' names."""
         names, seen = [], {manifest.name}
         while manifest.parent is not None:
             if manifest.parent in seen or len(seen) >= limit:
@@ -227,6 +257,8 @@ class Repository:
             seen.add(manifest.parent)
             url = self.image_url(manifest.parent)
             try:
+                if chunks is not None:
+                    self.read_parent(manifest.parent, chunks)
                 reader = self.open_image(manifest.parent)  # its HMAC checked, with a key
                 reader.download(Path(directory) / manifest.parent, allowed=allowed)
             except StorageError as exc:
@@ -387,27 +419,48 @@ class Repository:
 
 
 class ImageReader:
-    """Reads an image's files back, chunk by chunk, checking each chunk's digest (the
-    manifest's HMAC, when keyed, was checked before this reader exists)."""
+    """Reads an image's files back, chunk by chunk, checking each chunk's digest or,
+    sealed, decrypting it and checking its tag (the manifest's HMAC or tag was checked
+    before this reader exists)."""
 
-    def __init__(self, repo: Repository, manifest: Manifest) -> None:
+    def __init__(
+        self,
+        repo: Repository,
+        manifest: Manifest,
+        chunks: sealing.PlainChunks | sealing.ConvergentChunks | None = None,
+    ) -> None:
         self.repo = repo
         self.manifest = manifest
+        self.chunks = chunks if chunks is not None else sealing.PlainChunks()
         self._offsets: dict[str, list[int]] = {}
+
+    @property
+    def sealed(self) -> bool:
+        """Encrypted: its files are unkeyed images, its chunks sealed with the key."""
+        return self.chunks.sealed
+
+    def fetch_stored(self, ref: ChunkRef) -> bytes:
+        """A chunk's object as stored, unchecked (for the chunk cache, which keeps
+        what the store holds); ObjectMissing if it was removed behind ckpt's back."""
+        key = self.repo.chunk_key(ref.digest)
+        try:  # never more than the manifest says
+            return self.repo.store.get(key, 0, ref.size + self.chunks.overhead)
+        except ObjectMissing:
+            raise ObjectMissing(
+                f"{self._where()}: chunk {ref.hex[:16]} is missing from the store"
+            ) from None
+
+    def open_stored(self, ref: ChunkRef, stored: bytes) -> bytes:
+        """The chunk from its object: checked against its digest, or decrypted and
+        its tag checked (ChunkIntegrityError otherwise)."""
+        return self.chunks.open(ref.digest, ref.size, stored, self._where())
 
     def _where(self) -> str:
         return self.repo.image_url(self.manifest.name)
 
     def read_chunk(self, ref: ChunkRef) -> bytes:
         """One chunk, verified; ObjectMissing if it was removed behind ckpt's back."""
-        key = self.repo.chunk_key(ref.digest)
-        try:
-            data = self.repo.store.get(key, 0, ref.size)  # never more than the manifest says
-        except ObjectMissing:
-            raise ObjectMissing(
-                f"{self._where()}: chunk {ref.hex[:16]} is missing from the store"
-            ) from None
-        return verify_chunk(ref, data, self._where())
+        return self.open_stored(ref, self.fetch_stored(ref))
 
     def _entry(self, name: str) -> Any:
         try:

@@ -1,8 +1,9 @@
 """Upload an image as content-addressed chunks, then publish its manifest.
 
 Bytes written to a file of the upload are cut into ``chunk_size`` pieces (512 KiB, as
-AWS Lambda's container images are); each piece is hashed and, unless the store already
-holds a chunk with that SHA-256, PUT to ``.chunks/XX/DIGEST``, on a pool of
+AWS Lambda's container images are); each piece is hashed (or, for an encrypted image,
+sealed: ckpt/storage/sealing.py) and, unless the store already holds an object at its
+address, PUT to ``.chunks/XX/ADDRESS``, on a pool of
 ``parallel`` threads.  Memory is bounded: a write blocks while ``2 * parallel`` chunks
 are queued or in flight, so the upload holds at most ``2 * parallel`` chunks plus one
 partial chunk per open file: 16 MiB + 512 KiB per open file with the defaults (16
@@ -20,7 +21,6 @@ its manifest is written, so no prune removes a chunk it is counting on.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import secrets
 import threading
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ckpt.storage import lease as leases
 from ckpt.storage.errors import ImageChanged, ImageExists, ObjectExists, ObjectMissing, StoreBusy
-from ckpt.storage.manifest import ChunkRef, FileEntry, Manifest, decode, encode
+from ckpt.storage.manifest import ChunkRef, FileEntry, Manifest, encode
 
 if TYPE_CHECKING:
     from ckpt.storage.repository import Repository
@@ -142,6 +142,7 @@ class ImageUpload:
         self.parallel = max(1, parallel)
         self.wait = wait
         self.chunk_size = repo.chunk_size
+        self.chunks = repo.chunks()  # plain, or sealed with the key (sealing.py)
         self.stats = UploadStats()
         self._files: dict[str, ChunkWriter] = {}
         self._seen: set[bytes] = set()
@@ -154,6 +155,11 @@ class ImageUpload:
         self._failure: BaseException | None = None
         self._replaces: str | None = None  # with force: the etag of the manifest replaced
         self.manifest: Manifest | None = None
+
+    @property
+    def replaces(self) -> str | None:
+        """With ``force``: the ETag of the manifest this upload will replace."""
+        return self._replaces
 
     def __enter__(self) -> ImageUpload:
         self.start()
@@ -178,7 +184,7 @@ class ImageUpload:
                 )
             self._replaces = current.etag
         if self.parent is not None and self._parent_id is None:
-            self._parent_id = self.repo.read_manifest(self.parent).image_id
+            self._parent_id = self.repo.read_parent(self.parent, self.chunks).image_id
         deadline = time.monotonic() + self.wait
         while True:
             lease = leases.Lease(self.store, leases.UPLOAD, self.repo.lease_ttl)
@@ -231,16 +237,17 @@ class ImageUpload:
 
     def _put_chunk(self, data: bytes) -> ChunkRef:
         try:
-            ref = ChunkRef(hashlib.sha256(data).digest(), len(data))
+            address, stored = self.chunks.seal(data)
+            ref = ChunkRef(address, len(data))
             with self._seen_lock:
                 first = ref.digest not in self._seen
                 self._seen.add(ref.digest)
             key = self.repo.chunk_key(ref.digest)
             uploaded = first and self.store.head(key) is None
             if uploaded:
-                self.store.put(key, data)
+                self.store.put(key, stored)
             with self._seen_lock:
-                self.stats.add(len(data), uploaded)
+                self.stats.add(len(stored), uploaded)
             return ref
         except BaseException as exc:
             self._failure = exc
@@ -275,7 +282,7 @@ class ImageUpload:
             chunk_size=self.chunk_size,
             files=files,
         )
-        data = encode(manifest, self.repo.key)
+        data = encode(manifest, self.repo.key, self.chunks)
         self._lease.check_held()
         self._check_parent()
         key = self.repo.manifest_key(self.name)
@@ -312,7 +319,7 @@ class ImageUpload:
                 f"{self.repo.image_url(self.name)}: its parent {url} was removed while"
                 " this checkpoint ran; nothing was written: take a full checkpoint"
             ) from None
-        parent = decode(data, self.repo.key, url)
+        parent = self.repo.read_parent(self.parent, self.chunks, data)
         if self._parent_id is not None and parent.image_id != self._parent_id:
             raise ImageChanged(
                 f"{self.repo.image_url(self.name)}: its parent {url} was replaced while"

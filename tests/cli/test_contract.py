@@ -95,7 +95,7 @@ def test_the_key_file_reads_the_same_everywhere_and_says_where_it_is_required() 
     assert {"checkpoint", "restore", "inspect statefile", "serve", "migrate"} <= set(found)
     for where, option in found.items():
         assert option.metavar == "PATH", where  # type: ignore[attr-defined]
-        required = where in ("serve", "migrate")
+        required = where in ("serve", "migrate", "image rekey")
         suffix = "  [required]" if required else ""
         assert option.help == KEY_FILE_HELP + suffix, where  # type: ignore[attr-defined]
     text = CliRunner().invoke(cli.app, ["serve", "--help"], env={"COLUMNS": "80"}).output

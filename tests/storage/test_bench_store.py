@@ -19,6 +19,7 @@ from ckpt.errors import CkptError
 
 
 @pytest.mark.slow
+@pytest.mark.watchdog_s(150)  # three sides now: local, s3 and encrypted s3
 def test_bench_store_one_round(tmp_path: os.PathLike[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["CKPT_ROOT"] = str(tmp_path)
@@ -27,7 +28,7 @@ def test_bench_store_one_round(tmp_path: os.PathLike[str]) -> None:
         [sys.executable, "-m", "ckpt", *args],
         capture_output=True,
         text=True,
-        timeout=55,
+        timeout=110,
         env=env,
         check=False,
     )
@@ -40,9 +41,13 @@ def test_bench_store_one_round(tmp_path: os.PathLike[str]) -> None:
     summary = report["summary"]
     assert summary["second_pct"] <= 20 and summary["upload_mb_s"] > 0
     assert row["uploaded_new_sandbox"] >= 0.9 * row["uploaded_first"]  # the first in its store
+    # Encrypted: the chunks still deduplicate under the run's one key.
+    assert row["uploaded_first_enc"] >= row["image_bytes"] // 2, row
+    assert row["uploaded_second_enc"] <= 0.2 * row["uploaded_first_enc"], row
+    assert row["restore_s3enc_ms"] > 0 and summary["second_enc_pct"] <= 20
     buf = io.StringIO()
     Console(file=buf, width=80).print(store.render(report))
-    assert "checkpoint wall ms" in buf.getvalue()
+    assert "checkpoint wall ms" in buf.getvalue() and "s3 enc" in buf.getvalue()
     assert max(len(line) for line in buf.getvalue().splitlines()) <= 80
     lines = store.go_lines(report)
     assert all(line.startswith("BenchmarkStore/memory2/") for line in lines)

@@ -291,7 +291,10 @@ class Host:
                 f"{request.image} is a pre-dump (memory pages, no kernel state); restore "
                 "the final image, taken with --parent-path or --pre-copy"
             )
-        images = chain.open_chain(image, _key(request.key_hex))  # every link checked first
+        from ckpt.sandbox.host.remote_image import image_key
+
+        # every link checked first (an encrypted store image's files open without a key)
+        images = chain.open_chain(image, image_key(staged, _key(request.key_hex)))
         reader = image.state_reader()
         try:
             k = state.load(reader, engine=request.engine or None, stats=stats)

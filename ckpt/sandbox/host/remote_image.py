@@ -100,11 +100,14 @@ class ImageSession:
             self.warm[cache_key] = store
         return store, name
 
-    def open_repository(self, params: Any, key: bytes | None) -> tuple[Any, str]:
-        """For the sandbox: the repository and image name of the request's image."""
+    def open_repository(
+        self, params: Any, key: bytes | None, *, sealed: bool = False
+    ) -> tuple[Any, str]:
+        """For the sandbox: the repository and image name of the request's image
+        (``sealed``: it writes encrypted images)."""
 
         store, name = self.store(params)
-        return factory.repository(store, key), name
+        return factory.repository(store, key, sealed=sealed), name
 
     def prepare(self, params: Any, sandbox_id: str = "") -> None:
         """Before the sandbox drains: open the store and start the upload (the bucket
@@ -120,7 +123,9 @@ class ImageSession:
 
         def start() -> Any:
             key = _get(params, "key_hex")
-            repo, name = self.open_repository(params, bytes.fromhex(key) if key else None)
+            repo, name = self.open_repository(
+                params, bytes.fromhex(key) if key else None, sealed=bool(_get(params, "encrypt"))
+            )
             upload = repo.upload(
                 name,
                 sandbox_id=sandbox_id,
@@ -152,7 +157,8 @@ class ImageSession:
         where = location_of(params)
         if where.is_local:
             return factory.writer(where, **options)
-        repo, _ = self.open_repository(params, options.get("key"))
+        sealed = bool(options.get("encrypt"))
+        repo, _ = self.open_repository(params, options.get("key"), sealed=sealed)
         self.warm.clear()  # the settings live as long as this writer, not in the sandbox
         sandbox_id = str((options.get("metadata") or {}).get("sandbox_id") or "")
         upload_options = _upload_options(params, self.parent_ids)
@@ -162,6 +168,7 @@ class ImageSession:
         if upload is not None and (
             for_sandbox != sandbox_id
             or upload.repo.key != options.get("key")
+            or upload.repo.sealed != sealed
             or any(getattr(upload, k) != v for k, v in upload_options.items() if k != "parent_id")
         ):
             upload.abort()  # started for another request: not this one's
@@ -180,7 +187,8 @@ class ImageSession:
     def parent_image(self, params: Any, key: bytes | None) -> Any:
         """The request's object-store parent, opened from a private local copy of its
         checkpoint.img (its manifest's HMAC, each chunk's digest and the statefile's own
-        tag checked, as for a restore); yields ``(image, name, url)``."""
+        tag checked, as for a restore; refused unless it is sealed as the new image
+        will be, under the same key); yields ``(image, name, url)``."""
         import tempfile
 
         from ckpt import statefile
@@ -189,7 +197,9 @@ class ImageSession:
         where = location_of(params, "parent")
         url = str(where)
         store, _ = self.store(params)  # the image's repository (checked by the CLI)
-        reader = factory.repository(store, key).open_image(where.name)
+        repo = factory.repository(store, key, sealed=bool(_get(params, "encrypt")))
+        repo.read_parent(where.name, repo.chunks())
+        reader = repo.open_image(where.name)
         self.parent_ids.clear()
         self.parent_ids[url] = reader.manifest.image_id
         with tempfile.TemporaryDirectory(prefix="ckpt-parent-") as tmp:
@@ -197,7 +207,7 @@ class ImageSession:
             with open(path, "xb") as out:
                 for data in reader.iter_file(CHECKPOINT_IMG):
                     out.write(data)
-            yield statefile.open_image(tmp, key=key), where.name, url
+            yield statefile.open_image(tmp, key=file_key(reader, key)), where.name, url
 
     def begin_restore(self, params: Any, key: bytes | None) -> None:
         """For an object-store image, start fetching it now, in a thread, while the
@@ -237,10 +247,23 @@ class ImageSession:
         lazy = bool(_get(params, "background"))
         staged = self._staged(params, key)
         try:
-            return factory.reader(staged.dir, key, source=staged.source if lazy else None), staged
+            source = staged.source if lazy else None
+            return factory.reader(staged.dir, staged.file_key, source=source), staged
         except BaseException:
             staged.remove()
             raise
+
+
+def file_key(reader: Any, key: bytes | None) -> bytes | None:
+    """The key the files of the store image ``reader`` reads open with: none when
+    the image is encrypted (its files are unkeyed; the chunks' seal covers them)."""
+    return None if reader.sealed else key
+
+
+def image_key(staged: StagedImage | None, key: bytes | None) -> bytes | None:
+    """The key the restored image (and its chain) opens with: ``key``, or none for
+    an encrypted image fetched from a store."""
+    return key if staged is None else staged.file_key
 
 
 def upload_counters(writer: Any) -> dict[str, Any]:
@@ -284,6 +307,7 @@ class StagedImage:
         repo, name = (session or ImageSession()).open_repository(params, key)
         self.dir = self.top / name  # each image of the chain beside its child
         reader = repo.open_image(name)  # the manifest's HMAC is checked here, with a key
+        self.file_key = file_key(reader, key)
         self.remove()  # a dead restore's leftover
         skip = (PAGES_IMG,) if lazy else ()
         reader.check_download(self.dir, skip=skip, allowed=IMAGE_FILES)  # before any fetch
@@ -293,6 +317,7 @@ class StagedImage:
                 self._fetch_lazily(reader)
             else:
                 reader.download(self.dir, allowed=IMAGE_FILES)  # each chunk checked
+            self.chunks = reader.chunks  # each parent is sealed as this image is
             self._fetch_parents(repo, reader.manifest)
         except BaseException:
             self.remove()
@@ -303,7 +328,9 @@ class StagedImage:
         its statefile's link (covered by its tag) says they are: the restore then
         checks the chain as a local one (ckpt/statefile/chain.py).  A parent is loaded
         eagerly, even under ``--background``."""
-        repo.download_parents(manifest, self.top, MAX_CHAIN, allowed=IMAGE_FILES)
+        repo.download_parents(
+            manifest, self.top, MAX_CHAIN, allowed=IMAGE_FILES, chunks=self.chunks
+        )
 
     def _fetch_lazily(self, reader: Any) -> None:
         from ckpt.storage.chunkcache import ChunkCache
