@@ -4,8 +4,8 @@ and inside ``ckpt.sandbox``, which process's subpackage may import which.
 Each module's imports are parsed with ``ast`` (nothing is imported), counting imports
 inside functions and ``TYPE_CHECKING`` blocks too, so a rule cannot be dodged by a
 deferred import.  The top-level leaf modules (``ckpt.errors``, ``ckpt.keyfile``,
-``ckpt.cachedir`` and the ``ckpt`` package itself) import no package and may be used
-from anywhere.
+``ckpt.cachedir``, ``ckpt.engines``, ``ckpt.imagefiles`` and the ``ckpt`` package
+itself) import no package and may be used from anywhere.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ import pytest
 import ckpt
 
 ROOT = Path(ckpt.__file__).parent
-LEAVES = {"", "errors", "keyfile", "cachedir"}  # "": the ckpt package itself
+LEAVES = {
+    "",
+    "errors",
+    "keyfile",
+    "cachedir",
+    "engines",
+    "imagefiles",
+}  # "": the ckpt package itself
 
 # package -> the other packages it may import (besides the leaves)
 ONLY = {

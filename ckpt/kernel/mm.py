@@ -53,7 +53,7 @@ class MemoryFault(SyscallError):
         self.addr = addr
 
 
-class LoadedPages(Protocol):
+class PageReader(Protocol):
     """What ``restore_pages`` needs from the statefile's page reader."""
 
     indices: Any
@@ -290,7 +290,7 @@ class MemoryFile:
             data = get(frame)
             yield frame, ZERO_PAGE if data is None else bytes(data)
 
-    def restore_pages(self, loaded: LoadedPages) -> None:
+    def restore_pages(self, loaded: PageReader) -> None:
         """Adopt a restored page file; frames are read from it on first touch.
 
         Works with an eager or a lazy (background-filled) reader: nothing is read here,

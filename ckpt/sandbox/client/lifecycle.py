@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckpt.engines import ENGINE_NAMES
 from ckpt.errors import (
     CgroupError,
     CkptError,
@@ -78,8 +79,6 @@ from ckpt.sandbox.wire.timings import (
 
 if TYPE_CHECKING:  # protocol (msgspec) is imported by the commands that talk to a sandbox
     from ckpt.sandbox.wire import protocol as p
-
-ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
 
 
 @dataclass
@@ -152,8 +151,8 @@ def _call(root: Root, st: SandboxState, request: p.Request, **kw: Any) -> Any:
 
 
 def _check_engine(engine: str | None) -> None:
-    if engine is not None and engine not in ENGINES:
-        raise SandboxError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise SandboxError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINE_NAMES)}")
 
 
 # -- commands --------------------------------------------------------------------------

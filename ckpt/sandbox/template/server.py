@@ -131,7 +131,7 @@ def warm() -> dict[str, Any]:
 # -- requests --------------------------------------------------------------------------
 
 
-class Incoming:
+class PendingRequest:
     """A connection whose request line is still arriving.
 
     Every connection is read as its bytes come, beside all others, so a client that
@@ -255,7 +255,7 @@ class Template:
         self.listener.setblocking(False)
         sel = selectors.DefaultSelector()
         sel.register(self.listener, selectors.EVENT_READ, None)
-        incoming: dict[int, Incoming] = {}
+        incoming: dict[int, PendingRequest] = {}
         next_check = time.monotonic() + POLL_S
         try:
             while self.running:
@@ -293,7 +293,7 @@ class Template:
             return True
         return False
 
-    def _accept(self, sel: selectors.BaseSelector, incoming: dict[int, Incoming]) -> None:
+    def _accept(self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest]) -> None:
         assert self.listener is not None
         while True:
             try:
@@ -324,11 +324,11 @@ class Template:
                 )
                 self._drop(sel, incoming, oldest)
             conn.setblocking(False)
-            incoming[conn.fileno()] = inc = Incoming(conn, peer_pid)
+            incoming[conn.fileno()] = inc = PendingRequest(conn, peer_pid)
             sel.register(conn, selectors.EVENT_READ, inc)
 
     def _readable(
-        self, sel: selectors.BaseSelector, incoming: dict[int, Incoming], inc: Incoming
+        self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest], inc: PendingRequest
     ) -> None:
         try:
             complete = inc.read_some()
@@ -352,7 +352,9 @@ class Template:
         self._reap()
         self._expire_holds()  # steady traffic must not keep a hold alive
 
-    def _expire_incoming(self, sel: selectors.BaseSelector, incoming: dict[int, Incoming]) -> None:
+    def _expire_incoming(
+        self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest]
+    ) -> None:
         now = time.monotonic()
         for inc in [i for i in incoming.values() if i.deadline <= now]:
             self._refuse(
@@ -361,7 +363,7 @@ class Template:
             self._drop(sel, incoming, inc)
 
     def _drop(
-        self, sel: selectors.BaseSelector, incoming: dict[int, Incoming], inc: Incoming
+        self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest], inc: PendingRequest
     ) -> None:
         sel.unregister(inc.conn)
         del incoming[inc.conn.fileno()]
