@@ -257,9 +257,8 @@ class StagedImage:
     ``lazy``: only the files other than pages.img are fetched (through the chunk cache),
     and :attr:`source` serves pages.img's chunks on demand from then on.  Its first
     chunk, pages.img's header (checked with the page map), is fetched beside them; no
-    page is asked for before the sandbox answers: on a busy 2-core host, 9 chunks
-    fetched during the kernel state's load put 300 ms before the first answer
-    (memory:512, loopback; 36 ms with the header alone)."""
+    page is asked for before the sandbox answers: chunks fetched during the kernel
+    state's load compete with it for the CPU and delay the first answer."""
 
     def __init__(
         self,

@@ -23,7 +23,8 @@ exits, so the client starts a fresh one.  The template exits by itself when its 
 is removed or replaced, or after ``CKPT_TEMPLATE_IDLE_S`` seconds (default 1800)
 without a request.  Killing it never touches a sandbox: each runs in its own session
 (a sandbox is the template's child, reaped by it, and reparented if it dies; one fork
-rather than two, since forking the warm 47 MiB template costs 2-18 ms on this VM).
+rather than two, since a fork copies the warm template's page tables and costs time in
+proportion to its size).
 
 Every wait has a deadline: a forked child that has not joined its cgroup within
 JOIN_TIMEOUT_S is killed and the spawn refused (below the client's reply timeout, so the

@@ -1,0 +1,1 @@
+"""Tools the tests share that the shipped package has no use for."""
