@@ -47,9 +47,8 @@ from ckpt.errors import (
 from ckpt.sandbox.client import template_client
 from ckpt.sandbox.client.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
-    CHECKPOINT_TIMEOUT_S,
     RESTORE_TIMEOUT_ENV,
-    env_seconds,
+    checkpoint_timeout,
     restore_timeout,
 )
 from ckpt.sandbox.client.group import cpu_usec, freezable, open_cgroup, own_group, remove_cgroup
@@ -446,7 +445,7 @@ def checkpoint(
     st.extra["checkpointing_to"] = request.image  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
-    deadline = env_seconds(CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S)
+    deadline = checkpoint_timeout()
     try:
         with timings.phase(CHECKPOINT):
             reply: p.CheckpointReply = _call(root, st, request, timeout=deadline)

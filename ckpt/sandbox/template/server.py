@@ -67,6 +67,7 @@ import stat
 import sys
 import time
 
+from ckpt import settings
 from ckpt.sandbox.template.checks import (
     Refused,
     cgroup_mounts,
@@ -85,8 +86,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 POLL_S = 1.0
-IDLE_DEFAULT_S = 1800.0
-HOLD_DEFAULT_S = 600.0
 LOCK_WAIT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
 JOIN_TIMEOUT_S = 5.0  # below template_client.REPLY_TIMEOUT_S: see the module docstring
@@ -183,7 +182,7 @@ class Template:
         self.spawned = 0
         self.refused = 0
         self.warm_info: dict[str, Any] = {}
-        self.idle_s = float(os.environ.get("CKPT_TEMPLATE_IDLE_S") or IDLE_DEFAULT_S)
+        self.idle_s = settings.current().template_idle_s
         self.last_request = time.monotonic()
         self.listener: socket.socket | None = None
         self.inode: tuple[int, int] | None = None
@@ -193,7 +192,7 @@ class Template:
         self.lent: dict[str, int] = {}  # sandbox ID -> pid of the restore using them
         self.after_send: list[str] = []
         self.lock_fd: int | None = None
-        self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
+        self.hold_s = settings.current().hold_timeout_s
         self.info: dict[str, Any] = {}  # template.json while serving
         self.reply_delay = fault_delay("spawn-reply-delay")
         self.hold_delay = fault_delay("hold-delay")
@@ -674,7 +673,7 @@ def main(argv: list[str] | None = None) -> None:
     proto.write_info(opts["root"], {**info, "state": "warming"})
     time.sleep(fault_delay("warm-delay"))
     t.warm_info = warm()
-    if os.environ.get("CKPT_TEMPLATE_GC_FREEZE", "1") != "0":
+    if settings.current().template_gc_freeze:
         gc.freeze()  # children's collections skip the template's objects: see README
     t.take_over()
     t.bind()
