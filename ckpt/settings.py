@@ -16,17 +16,24 @@ sandbox forked from the template adopts the asking command's variables after the
 A child process gets the settings it needs in its environment from ``child_env``, the
 one function that writes them.
 
-A leaf: it imports only ``ckpt.errors``, so the CLI's start and a sandbox's imports
+A leaf: it imports only ``ckpt.errors`` and ``ckpt.faults``, so the CLI's start and a sandbox's imports
 pay nothing for it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections import namedtuple
 
+from ckpt import faults
 from ckpt.errors import UsageError
+
+TYPE_CHECKING = False  # typing is not imported: a sandbox's start-up does not pay for it
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from ckpt.faults import Injection
 
 PREFIX = "CKPT_"
 INF = float("inf")
@@ -36,18 +43,22 @@ class SettingsError(UsageError):
     """A ``CKPT_*`` variable (or the option that sets it) has a value ckpt cannot use."""
 
 
-class Var(NamedTuple):
-    """One variable: ``kind`` is bool, int, float, path or str; numbers lie in
+_VAR = "name field kind default meaning low high inherit"
+
+
+class Var(namedtuple("Var", _VAR, defaults=(-INF, INF, True))):
+    """One variable: ``kind`` is bool, int, float, path, str or fault; numbers lie in
     ``[low, high]``; ``inherit``: a child process is given it (``child_env``)."""
 
+    __slots__ = ()
     name: str
     field: str
     kind: str
     default: Any
     meaning: str
-    low: float = -INF
-    high: float = INF
-    inherit: bool = True
+    low: float
+    high: float
+    inherit: bool
 
 
 # fmt: off
@@ -89,6 +100,9 @@ VARIABLES: tuple[Var, ...] = (
         "the chunk cache's bound, MiB", low=1, high=1 << 30),
     Var("CKPT_PURE_PYTHON", "pure_python", "bool", False,
         "never load the native engine's C core"),
+    Var("CKPT_FAULT", "fault", "fault", None,
+        "tests only: make ckpt stall, wait or stop at one point, POINT[:ARGUMENT] "
+        "(see Fault injection)"),
     Var("CKPT_TEMPLATE_SOCKET", "template_socket", "str", None,
         "internal: the template's socket, given to a sandbox by ckpt", inherit=False),
     Var("CKPT_SERVE_READY_FD", "serve_ready_fd", "int", None,
@@ -101,28 +115,52 @@ _TRUE = ("1", "yes", "on", "true")
 _FALSE = ("0", "no", "off", "false")
 
 
-class Settings(NamedTuple):
-    """Every setting, typed; built by ``load`` (options, then environment, then
-    defaults).  None: unset, for settings whose default is computed where used."""
+class Settings:
+    """Every setting, typed and frozen; built by ``load`` (options, then environment,
+    then defaults).  None: unset, for settings whose default is computed where used."""
 
-    root: str | None = None
-    template: bool = True
-    checkpoint_timeout_s: float = 1800.0
-    restore_timeout_s: float | None = None
-    migrate_io_timeout_s: float = 60.0
-    handover_timeout_s: float = 5.0
-    hold_timeout_s: float = 600.0
-    template_reply_timeout_s: float = 10.0
-    template_idle_s: float = 1800.0
-    template_gc_freeze: bool = True
-    cache_dir: str | None = None
-    code_cache: bool = True
-    chunk_cache: bool = True
-    chunk_cache_dir: str | None = None
-    chunk_cache_mib: int = 4096
-    pure_python: bool = False
-    template_socket: str | None = None
-    serve_ready_fd: int | None = None
+    __slots__ = tuple(v.field for v in VARIABLES)
+    root: str | None
+    template: bool
+    checkpoint_timeout_s: float
+    restore_timeout_s: float | None
+    migrate_io_timeout_s: float
+    handover_timeout_s: float
+    hold_timeout_s: float
+    template_reply_timeout_s: float
+    template_idle_s: float
+    template_gc_freeze: bool
+    cache_dir: str | None
+    code_cache: bool
+    chunk_cache: bool
+    chunk_cache_dir: str | None
+    chunk_cache_mib: int
+    pure_python: bool
+    fault: Injection | None
+    template_socket: str | None
+    serve_ready_fd: int | None
+
+    def __init__(self, **values: Any) -> None:
+        for var in VARIABLES:
+            object.__setattr__(self, var.field, values.pop(var.field, var.default))
+        if values:
+            raise TypeError(f"no such setting: {', '.join(sorted(values))}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"settings are frozen: build new ones to change {name}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f) for f in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settings) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        given = (f"{f}={getattr(self, f)!r}" for f in self.__slots__)
+        return f"Settings({', '.join(given)})"
 
 
 def _parse(var: Var, raw: str) -> Any:
@@ -136,6 +174,11 @@ def _parse(var: Var, raw: str) -> Any:
         raise SettingsError(f"{var.name}={raw!r}: give 1 or 0, or unset it")
     if var.kind in ("path", "str"):
         return text
+    if var.kind == "fault":
+        try:
+            return faults.parse(text)
+        except ValueError as exc:
+            raise SettingsError(f"{var.name}={raw!r}: {exc}") from None
     try:
         value: float = int(text) if var.kind == "int" else float(text)
     except ValueError:
@@ -150,8 +193,7 @@ def load(env: Mapping[str, str] | None = None, **options: Any) -> Settings:
     """The settings: each option not None wins, then ``env`` (default: this process's
     environment; an empty value counts as unset), then the default."""
     env = os.environ if env is None else env
-    fields = set(Settings._fields)
-    unknown = set(options) - fields
+    unknown = set(options) - set(Settings.__slots__)
     if unknown:
         raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}

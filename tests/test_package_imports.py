@@ -4,8 +4,9 @@ and inside ``ckpt.sandbox``, which process's subpackage may import which.
 Each module's imports are parsed with ``ast`` (nothing is imported), counting imports
 inside functions and ``TYPE_CHECKING`` blocks too, so a rule cannot be dodged by a
 deferred import.  The top-level leaf modules (``ckpt.errors``, ``ckpt.keyfile``,
-``ckpt.cachedir``, ``ckpt.engines``, ``ckpt.imagefiles``, ``ckpt.settings`` and the
-``ckpt`` package itself) import no package and may be used from anywhere.
+``ckpt.cachedir``, ``ckpt.engines``, ``ckpt.imagefiles``, ``ckpt.settings``,
+``ckpt.faults`` and the ``ckpt`` package itself) import no package and may be used
+from anywhere.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ LEAVES = {
     "engines",
     "imagefiles",
     "settings",
+    "faults",
 }  # "": the ckpt package itself
 
 # package -> the other packages it may import (besides the leaves)

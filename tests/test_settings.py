@@ -118,8 +118,7 @@ def test_every_variable_named_in_the_package_is_in_the_table() -> None:
         name for path, text in _sources() for name in re.findall(r"\bCKPT_[A-Z][A-Z0-9_]*\b", text)
     }
     assert "CKPT_HOLD_TIMEOUT_S" in named  # the scan sees the tree
-    legacy = {"CKPT_FAULT", "CKPT_TEMPLATE_FAULT", "CKPT_TEST_PAUSE_AT"}  # fault hooks
-    assert named - set(settings.BY_NAME) == legacy
+    assert named - set(settings.BY_NAME) == set()
 
 
 # a read of the environment that names a CKPT_ variable, or a constant holding one
@@ -132,12 +131,6 @@ def test_only_the_settings_module_reads_a_variable() -> None:
         for path, text in _sources()
         if path.name != "settings.py" and READ.search(text)
     ]
-    assert readers == [  # serve removes its fd's variable only; the rest: fault hooks
-        "ckpt/migration/serve.py",
-        "ckpt/sandbox/client/testhooks.py",
-        "ckpt/sandbox/host/process.py",
-        "ckpt/sandbox/template/faults.py",
-        "ckpt/statefile/pages.py",
-    ]
+    assert readers == ["ckpt/migration/serve.py"]  # it removes its fd's variable only
     assert READ.search('x = os.environ.get("CKPT_ROOT")')  # the pattern sees a read
     assert READ.search("os.environ.get(PAUSE_ENV)")

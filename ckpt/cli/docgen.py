@@ -114,6 +114,22 @@ def deadlines() -> list[tuple[str, str, str]]:
     ]
 
 
+def _faults() -> str:
+    """Every fault point ``CKPT_FAULT`` may name: ``ckpt/faults.py``'s table."""
+    from ckpt.faults import MEANINGS
+
+    rows = "\n".join(
+        f"| `{point.value}` | `{arg}` | {what} |" for point, (arg, what) in MEANINGS.items()
+    )
+    return (
+        "## Fault injection\n\n"
+        "For tests: `CKPT_FAULT=POINT[:ARGUMENT]` makes ckpt stall, wait or stop at one\n"
+        "point, in whichever of its processes meets it (they inherit the variable).  An\n"
+        "unknown point or a bad argument is refused like any bad variable.\n\n"
+        f"| Point | Argument | What happens |\n|---|---|---|\n{rows}\n"
+    )
+
+
 def _environment() -> str:
     """Every ``CKPT_*`` variable: ``ckpt/settings.py``'s table."""
     from ckpt import settings
@@ -227,6 +243,7 @@ def render() -> str:
     root = typer.main.get_command(cli.load())
     commands = list(_walk(root, []))
     parts = [HEADER, OUTPUT, _exit_codes(), LOGGING, _deadlines(commands), _environment()]
+    parts.append(_faults())
     parts.append("## Commands\n")
     parts += [_command(path, cmd) for path, cmd in commands]
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)

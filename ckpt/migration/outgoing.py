@@ -18,7 +18,7 @@ goes silent after ``Done`` leaves it paused, since it may or may not have kept i
 
 ``Options.at`` is called at each named step (``round``, ``frozen``, ``restored``,
 ``committing``, ``committed``): tests stop or fail the source there; by default it is
-``testhooks.from_env()``, None unless ``CKPT_TEST_PAUSE_AT`` is set.
+``testhooks.from_env()``, None unless ``CKPT_FAULT`` names a pause.
 """
 
 from __future__ import annotations

@@ -242,7 +242,7 @@ def test_a_migration_failing_before_the_commit_leaves_the_connection_with_the_so
             "ckpt", "--root", str(bed.roots["a"]), "migrate", sid, "--to",
             f"{bed.lan.b.address}:{SERVE_PORT}", "--key-file", str(bed.key)]  # fmt: skip
     env = {**child_env(), "CKPT_MIGRATE_IO_TIMEOUT_S": "10"}
-    env["CKPT_TEST_PAUSE_AT"] = f"migrate:{phase}"
+    env["CKPT_FAULT"] = f"pause:migrate:{phase}"
     cli = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=env)  # fmt: skip
     try:

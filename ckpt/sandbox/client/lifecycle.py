@@ -20,7 +20,7 @@ that ``list`` shows and ``delete --force`` cleans.  Nothing in a record is trust
 cgroup must be this root's own name for the ID, a pid must match its start time and be in
 that cgroup (or be the peer of the sandbox's socket), and the socket must be a socket.
 
-Testing hook: ``CKPT_TEST_PAUSE_AT=VERB:STEP`` stops the CLI at that step
+Fault point: ``CKPT_FAULT=pause:VERB:STEP`` stops the CLI at that step
 (``testhooks.py``).
 """
 

@@ -53,8 +53,7 @@ def _request(
 
 def _child_env() -> dict[str, str]:
     """The CKPT_* settings this command runs with, for the forked sandbox to adopt."""
-    hooks = ("CKPT_FAULT", "CKPT_TEMPLATE_FAULT", "CKPT_TEST_PAUSE_AT")  # tests only
-    return {**{k: os.environ[k] for k in hooks if k in os.environ}, **settings.child_env()}
+    return settings.child_env()
 
 
 def spawn(

@@ -33,13 +33,12 @@ spawn whose reply cannot be sent (the client gave up) kills the child it made.
 ``template.json`` lists the IDs whose sockets are held, so a client that times out
 knows not to kill a template that holds them.
 
-Testing hooks, in the template's environment: ``CKPT_TEMPLATE_FAULT=spawn-reply-delay:S``
-sleeps S seconds after a spawn's fork and before its reply, as a template slowed by a
-busy host would; ``CKPT_TEMPLATE_FAULT=join-stall:S`` has the forked child sleep S
-seconds before it reports that it joined its cgroup; ``CKPT_TEMPLATE_FAULT=hold-delay:S``
-sleeps S seconds before acting on a ``hold`` whose descriptors it has received;
-``CKPT_TEMPLATE_FAULT=warm-delay:S`` sleeps S seconds before warming, as a template
-started on a loaded host would.
+Fault points (``ckpt/faults.py``), in the template's environment: ``spawn-reply-delay``
+sleeps after a spawn's fork and before its reply, as a template slowed by a busy host
+would; ``join-stall`` has the forked child sleep before it reports that it joined its
+cgroup; ``hold-delay`` sleeps before acting on a ``hold`` whose descriptors it has
+received; ``warm-delay`` sleeps before warming, as a template started on a loaded host
+would.
 
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
@@ -67,7 +66,8 @@ import stat
 import sys
 import time
 
-from ckpt import settings
+from ckpt import faults, settings
+from ckpt.faults import Fault
 from ckpt.sandbox.template.checks import (
     Refused,
     cgroup_mounts,
@@ -77,7 +77,6 @@ from ckpt.sandbox.template.checks import (
     peer,
 )
 from ckpt.sandbox.template.child import become_sandbox
-from ckpt.sandbox.template.faults import fault_delay
 from ckpt.sandbox.wire import handover
 from ckpt.sandbox.wire import template_proto as proto
 
@@ -194,8 +193,8 @@ class Template:
         self.lock_fd: int | None = None
         self.hold_s = settings.current().hold_timeout_s
         self.info: dict[str, Any] = {}  # template.json while serving
-        self.reply_delay = fault_delay("spawn-reply-delay")
-        self.hold_delay = fault_delay("hold-delay")
+        self.reply_delay = faults.delay(Fault.SPAWN_REPLY_DELAY)
+        self.hold_delay = faults.delay(Fault.HOLD_DELAY)
 
     def take_over(self) -> None:
         """Collect the held sockets of a stale template still serving our socket path."""
@@ -407,7 +406,7 @@ class Template:
                 reply = {"stopping": True}
             elif op == "hold":
                 if self.hold_delay:
-                    log(f"hold: delaying {self.hold_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                    log(f"hold: delaying {self.hold_delay:g} s (CKPT_FAULT)")
                     time.sleep(self.hold_delay)
                 reply = self._hold(req, fds)
                 fds = []  # kept, not closed
@@ -420,7 +419,7 @@ class Template:
             else:
                 raise Refused(f"unknown op {op!r}")
             if op == "spawn" and self.reply_delay:
-                log(f"spawn: delaying the reply {self.reply_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                log(f"spawn: delaying the reply {self.reply_delay:g} s (CKPT_FAULT)")
                 time.sleep(self.reply_delay)
             if not _send(conn, {"ok": True, "result": reply}, send) and op == "spawn":
                 # the client gave up waiting and starts the sandbox another way: the
@@ -671,7 +670,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})
-    time.sleep(fault_delay("warm-delay"))
+    time.sleep(faults.delay(Fault.WARM_DELAY))
     t.warm_info = warm()
     if settings.current().template_gc_freeze:
         gc.freeze()  # children's collections skip the template's objects: see README
