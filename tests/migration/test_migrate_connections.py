@@ -1,5 +1,5 @@
 """A sandbox with its own address migrates from host A to host B on one LAN
-(``tests.support.lan``) and its clients do not notice: a keep-alive connection opened on
+(``ckpt.bench.lan``) and its clients do not notice: a keep-alive connection opened on
 A goes on being answered from B, the same TCP connection, with no reset and no
 request lost; a migration that fails leaves the source serving on its address with
 the same connection alive.  Root-only: skipped with the reason otherwise."""
@@ -25,7 +25,7 @@ from ckpt.sandbox.wire import netmove
 from ckpt.sandbox.wire.paths import Root
 from tests.sandbox.conftest import sandbox_processes, stop_template
 from tests.sandbox.waiting import wait_for
-from tests.support.lan import Lan, lan
+from ckpt.bench.lan import Lan, lan
 
 from .migrate_kit import make_key, stopped
 

@@ -3,7 +3,7 @@ in repair mode, the connection rebuilt by another process on another host that h
 the same address and MAC, and the conversation goes on: what each side had queued,
 and what the client sent while no one owned the address, arrives; no RST.
 
-The network is ``tests.support.lan``'s (a LAN with hosts A and B and a client, made and
+The network is ``ckpt.bench.lan``'s (a LAN with hosts A and B and a client, made and
 removed by a module fixture); the sandbox namespaces are made with ``sandbox.netns``
 inside host A and B.  Root-only: the namespace tests skip with the reason otherwise."""
 
@@ -28,7 +28,7 @@ from ckpt.sandbox.wire import netmove, netns, tcprepair
 from ckpt.sandbox.wire.tcprepair import RepairError, TcpState
 from tests.migration.netns_kit import read_line
 from tests.sandbox.waiting import wait_for
-from tests.support.lan import Lan, lan
+from ckpt.bench.lan import Lan, lan
 
 from . import tcprepair_kit
 

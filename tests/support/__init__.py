@@ -1,1 +1,0 @@
-"""Tools the tests share that the shipped package has no use for."""
