@@ -27,6 +27,7 @@ export LD_PRELOAD="$libasan $libubsan"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONMALLOC=malloc  # every Python object its own malloc block: ASan sees overruns
+export CKPT_TEST_SLOWDOWN=4  # the watchdogs allow for a sanitized build's pace
 # The sanitized core, not an installed one, must be what the tests run.
 $py -c "
 import sys
@@ -37,7 +38,7 @@ assert native._core.__file__.startswith('$work'), native._core.__file__
 print('asan: testing', native._core.__file__, file=sys.stderr)
 "
 set +e
-$py -m pytest -q -p no:cacheprovider \
+$py -m pytest -q -p no:cacheprovider --dist load \
     tests/state/test_native.py tests/state/test_corruption.py tests/state/test_random_graphs.py \
     tests/state/test_deep.py tests/state/test_safety.py tests/state/test_fresh_containers.py \
     tests/state/test_native_damage.py tests/state/test_native_kinds.py \

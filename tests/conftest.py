@@ -47,6 +47,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return (os.cpu_count() or 1) + 1
 
 
+def _slowdown() -> float:
+    """CKPT_TEST_SLOWDOWN scales every watchdog: the sanitizer run sets it, since its
+    code runs several times slower than a release build and a slow test is not a hang."""
+    return max(1.0, float(os.environ.get("CKPT_TEST_SLOWDOWN") or 1))
+
+
 class Hang(Exception):
     """Raised by the watchdog: the code under test ran far longer than it ever should."""
 
@@ -57,7 +63,7 @@ def watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
     ``@pytest.mark.watchdog_s(N)`` raises it for a test whose outside party is slow by
     design, as a store that answers every PUT after 30 s)."""
     marker = request.node.get_closest_marker("watchdog_s")
-    limit = float(marker.args[0]) if marker else 60.0
+    limit = (float(marker.args[0]) if marker else 60.0) * _slowdown()
 
     def fire(signum: int, frame: Any) -> None:
         raise Hang(f"the code under test did not finish within {limit:g} s: a hang?")

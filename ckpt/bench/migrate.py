@@ -21,14 +21,11 @@ The ``write`` load is the one client above; ``keepalive`` adds ``KEEPALIVE_CLIEN
 clients that each keep one HTTP/1.1 connection open and ``GET /`` every
 ``KEEPALIVE_INTERVAL_S``, and ``gap_ms`` is the longest any of them waited.
 
-With ``link="netns"`` the two roots are two hosts in network namespaces
-(``ckpt.bench.netns``: 198.18.0.0/15, each link shaped by ``tbf`` to ``shape``,
-optionally ``delay_ms`` of latency through a delaying relay on the source host).  A
-sandbox listens on its host's 127.0.0.1, so a client on the source host cannot follow
-it to the other: there the writer stops when the source goes, ``gap_ms`` is not
-measured (0), and the acknowledged writes are read back on the destination host.
+With ``link="netns"`` the sandbox moves between two hosts of a LAN in network
+namespaces, with its own address and its connections, under clients that follow it:
+``ckpt.bench.lanmigrate`` (its own figures, table and benchmark lines).
 
-One sample per cell: the sizes that matter take seconds each, and the machine is shared.
+On loopback, one sample per cell: the sizes that matter take seconds each, and the machine is shared.
 """
 
 from __future__ import annotations
@@ -297,20 +294,34 @@ def run(
     delay_ms: float = 0.0,
     loads: Sequence[str] = ("write",),
     with_baseline: bool = True,
+    runs: int | None = None,
 ) -> dict[str, Any]:
-    """Every cell, in private roots removed afterwards, with one ``ckpt serve``."""
-    if any(k not in ("memory", "kv") for k in kinds):
+    """Every cell, in private roots removed afterwards, with one ``ckpt serve``.
+    ``kinds``: ``kv`` and ``memory`` (each at every size) or whole workloads
+    (``kv:256``; over netns also ``http``)."""
+    if not sizes or any(s <= 0 for s in sizes):
+        raise BenchError("sizes are positive MiB counts, e.g. 64,256")
+    workloads = workloads_of(kinds, sizes)
+    if link == "netns":
+        from ckpt.bench import lanmigrate
+
+        if tuple(loads) != ("write",):
+            raise BenchError(
+                "--loads is for the loopback link: over netns, 4 keep-alive clients "
+                "and a writer always run"
+            )
+        return lanmigrate.run(
+            workloads, runs or lanmigrate.DEFAULT_RUNS, rate, progress,
+            shape=shape, delay_ms=delay_ms,
+        )  # fmt: skip
+    if link != "loopback":
+        raise BenchError(f"unknown link {link!r}; choose loopback or netns")
+    if runs not in (None, 1):
+        raise BenchError("--runs is for --link netns; loopback takes one sample per cell")
+    if any(not w.startswith(("kv:", "memory:")) for w in workloads):
         raise BenchError(f"unknown workload in {', '.join(kinds)}; choose memory, kv or both")
     if not loads or any(x not in LOADS for x in loads):
         raise BenchError(f"unknown load in {', '.join(loads)}; choose {' or '.join(LOADS)}")
-    if not sizes or any(s <= 0 for s in sizes):
-        raise BenchError("sizes are positive MiB counts, e.g. 64,256")
-    if link == "netns":
-        if "keepalive" in loads:
-            raise BenchError("--loads keepalive runs on loopback only; give --loads write")
-        return run_netns(sizes, kinds, rate, progress, shape=shape, delay_ms=delay_ms)
-    if link != "loopback":
-        raise BenchError(f"unknown link {link!r}; choose loopback or netns")
     top = Path(tempfile.mkdtemp(prefix="ckpt-bench-migrate-"))
     key = top / "key"
     key.write_bytes(os.urandom(32))
@@ -326,13 +337,11 @@ def run(
     cells: list[Cell] = []
     try:
         serve_at = _wait_listening(top / "serve.log", serve)
-        for kind in kinds:
-            for size in sizes:
-                for load in loads:
-                    workload = f"{kind}:{size}"
-                    if progress:
-                        progress(f"{workload} ({load})")
-                    cells.append(run_cell(top, key, workload, rate, serve_at, load, with_baseline))
+        for workload in workloads:
+            for load in loads:
+                if progress:
+                    progress(f"{workload} ({load})")
+                cells.append(run_cell(top, key, workload, rate, serve_at, load, with_baseline))
     finally:
         serve.terminate()
         try:
@@ -367,12 +376,28 @@ def _wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> str:
     raise BenchError("ckpt serve did not listen within 60 s")
 
 
+def workloads_of(kinds: Sequence[str], sizes: Sequence[int]) -> list[str]:
+    """``kv`` and ``memory`` at every size, in order; a whole workload (``kv:256``,
+    ``http``) as it is."""
+    out: list[str] = []
+    for kind in kinds:
+        if kind in ("kv", "memory"):
+            out += [f"{kind}:{size}" for size in sizes]
+        elif kind:
+            out.append(kind)
+    return list(dict.fromkeys(out))
+
+
 def _label(c: dict[str, Any]) -> str:
     return c["workload"] + ("+ka" if c.get("load") == "keepalive" else "")
 
 
 def render(report: dict[str, Any]) -> Any:
     """The cells as one table that fits 80 columns."""
+    if _lan(report):
+        from ckpt.bench import lanmigrate
+
+        return lanmigrate.render(report)
     from rich import box
     from rich.table import Table
 
@@ -406,6 +431,11 @@ def render(report: dict[str, Any]) -> Any:
     return t
 
 
+def _lan(report: dict[str, Any]) -> bool:
+    """Is it ``lanmigrate``'s report (``--link netns``)?"""
+    return str(report.get("link", "")).startswith("lan-")
+
+
 def to_json(report: dict[str, Any]) -> dict[str, Any]:
     """The report is plain data already: it is its own JSON document."""
     return report
@@ -413,6 +443,10 @@ def to_json(report: dict[str, Any]) -> dict[str, Any]:
 
 def go_lines(report: dict[str, Any]) -> list[str]:
     """``BenchmarkMigrate/loopback/kv_256 1 <downtime ns> ns/op ...`` for benchstat."""
+    if _lan(report):
+        from ckpt.bench import lanmigrate
+
+        return lanmigrate.go_lines(report)
     lines = []
     for c in report["cells"]:
         name = f"BenchmarkMigrate/{report['link']}/{c['workload'].replace(':', '_')}"
@@ -476,144 +510,3 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return path
-
-
-# --- two hosts in network namespaces ---------------------------------------------------
-
-SERVE_PORT = 7070
-RELAY_PORT = 7071
-
-
-def load_in_host(port: int, kv: bool, rate: int, out_path: str, lifetime: float) -> None:
-    """Inside the source host: load the sandbox until it stops answering (it moved), then
-    write the acknowledged writes to ``out_path`` as JSON.  Prints ``ready`` first."""
-    client = _Client([(HOST, port)], kv, rate)
-    print("ready", flush=True)
-    client.run_until_gone(lifetime)
-    Path(out_path).write_text(json.dumps({k: v.hex() for k, v in client.acked.items()}))
-
-
-def check_in_host(port: int, acked_path: str) -> None:
-    """Inside the destination host: print how many acknowledged writes are missing."""
-    acked = {k: bytes.fromhex(v) for k, v in json.loads(Path(acked_path).read_text()).items()}
-    print(json.dumps({"lost": _lost((HOST, port), acked)}), flush=True)
-
-
-def _in_host(net: Any, host: Any, root: Path, *args: str) -> str:
-    argv = [*ckpt_argv(), "--root", str(root), *args]
-    proc = net.run(host, argv, timeout=TIMEOUT_S, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BenchError(f"ckpt {' '.join(args[:2])} failed: {proc.stderr.strip()[-300:]}")
-    return proc.stdout
-
-
-def run_netns(
-    sizes: Sequence[int],
-    kinds: Sequence[str],
-    rate: int,
-    progress: Callable[[str], None] | None,
-    *,
-    shape: str,
-    delay_ms: float,
-) -> dict[str, Any]:
-    """The cells between two hosts in namespaces over a ``shape`` link (see the module)."""
-    from ckpt.bench import netns
-
-    reason = netns.unavailable_reason()
-    if reason is not None:
-        raise BenchError(f"--link netns: {reason}")
-    top = Path(tempfile.mkdtemp(prefix="ckpt-bench-migrate-"))
-    key = top / "key"
-    key.write_bytes(os.urandom(32))
-    os.chmod(key, 0o600)
-    cells: list[Cell] = []
-    try:
-        with netns.host_network(2, rate=shape) as net:
-            h0, h1 = net.hosts
-            log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
-            net.popen(
-                h1,
-                [*ckpt_argv(), "--root", str(top / "dst"), "serve",
-                 "--listen", f"{h1.address}:{SERVE_PORT}", "--key-file", str(key)],
-                stdout=log,
-                stderr=log,
-            )  # fmt: skip
-            log.close()
-            _wait_listening(top / "serve.log", net.processes[-1])
-            to = f"{h1.address}:{SERVE_PORT}"
-            if delay_ms > 0:
-                relay = net.python(
-                    h0, netns.run_relay, HOST, RELAY_PORT, h1.address, SERVE_PORT, delay_ms,
-                    TIMEOUT_S, stdout=subprocess.PIPE,
-                )  # fmt: skip
-                if relay.stdout is None or relay.stdout.readline() != b"ready\n":
-                    raise BenchError("the delaying relay did not start")
-                to = f"{HOST}:{RELAY_PORT}"
-            try:
-                for kind in kinds:
-                    for size in sizes:
-                        workload = f"{kind}:{size}"
-                        if progress:
-                            progress(f"{workload} ({shape}, +{delay_ms:g} ms)")
-                        cells.append(_netns_cell(net, top, key, workload, rate, to))
-            finally:
-                for root in (top / "src", top / "dst"):
-                    for sid in _ids(root):
-                        with contextlib.suppress(subprocess.SubprocessError, BenchError):
-                            _ckpt(root, "delete", sid, "--force", timeout=120)
-                    subprocess.run(
-                        [*ckpt_argv(), "--root", str(root), "template", "stop"],
-                        capture_output=True,
-                        timeout=60,
-                    )
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-    return {
-        "machine": machine_info(),
-        "link": f"netns-{shape}" + (f"+{delay_ms:g}ms" if delay_ms else ""),
-        "rate_bytes_s": rate,
-        "cells": [asdict(c) for c in cells],
-    }
-
-
-def _ids(root: Path) -> list[str]:
-    from ckpt.sandbox.wire.paths import Root
-
-    return Root(root).ids() if root.is_dir() else []
-
-
-def _netns_cell(net: Any, top: Path, key: Path, workload: str, rate: int, to: str) -> Cell:
-    h0, h1 = net.hosts
-    sid = f"mig-{os.getpid()}"
-    src, dst = top / "src", top / "dst"
-    cell = Cell(workload)
-    kv = workload.startswith("kv:")
-    _in_host(net, h0, src, "run", sid, "--workload", workload, "--port", "0")
-    port = int(json.loads(_ckpt(src, "state", sid))["address"].rpartition(":")[2])
-    acked_path = top / "acked.json"
-    loader = net.python(
-        h0, load_in_host, port, kv, rate, str(acked_path), TIMEOUT_S, stdout=subprocess.PIPE
-    )
-    if loader.stdout is None or loader.stdout.readline() != b"ready\n":
-        raise BenchError("the load client did not start")
-    time.sleep(0.5)
-    t0 = time.perf_counter_ns()
-    out = _in_host(net, h0, src, "migrate", sid, "--to", to, "--key-file", str(key), "--json")
-    cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
-    loader.wait(120)
-    report = json.loads(out)
-    cell.frozen_ms = float(report["frozen_time_ms"])
-    cell.downtime_ms = float(report["downtime_ms"])
-    cell.bytes_sent = int(report["bytes_sent"])
-    cell.memory_bytes = int(report["memory_bytes"])
-    cell.sent_ratio = round(cell.bytes_sent / max(1, cell.memory_bytes), 3)
-    cell.rounds = len(report["rounds"])
-    cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
-    acked = json.loads(acked_path.read_text())
-    cell.acked = len(acked)
-    if kv:
-        checker = net.python(h1, check_in_host, port, str(acked_path), stdout=subprocess.PIPE)
-        got, _ = checker.communicate(timeout=120)
-        cell.lost = int(json.loads(got)["lost"])
-    _ckpt(dst, "delete", sid, "--force", timeout=120)
-    return cell

@@ -299,13 +299,23 @@ def _forward_from(
 
 def bench_migrate_cmd(
     sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated MiB sizes.")] = "64,256",
-    kinds: Annotated[str, typer.Option("--workloads", help="kv, memory or both.")] = "kv,memory",
+    kinds: Annotated[
+        str,
+        typer.Option(
+            "--workloads",
+            help="kv, memory (each at every size) or whole ones: kv:256, http (netns).",
+        ),
+    ] = "kv,memory",
     rate: Annotated[
         int, typer.Option("--rate", min=4096, help="kv write load, bytes a second.")
     ] = 2 << 20,
     link: Annotated[
-        str, typer.Option("--link", help="loopback, or netns: two hosts in namespaces.")
+        str, typer.Option("--link", help="loopback, or netns: two hosts on a LAN of namespaces.")
     ] = "loopback",
+    runs: Annotated[
+        int | None,
+        typer.Option("--runs", min=1, metavar="N", help="netns: runs per workload, medians."),
+    ] = None,
     shape: Annotated[
         str, typer.Option("--shape", metavar="RATE", help="netns: tbf rate of the link.")
     ] = "1gbit",
@@ -334,13 +344,22 @@ def bench_migrate_cmd(
     Frozen time, downtime, client-visible gap, bytes and lost writes.
 
     kv:N and memory:N at each size, between two roots on 127.0.0.1 under a client
-    that retries every 5 ms, or between two hosts in network namespaces over a shaped
-    link (root only); every acknowledged write is read back at the destination.
+    that retries every 5 ms; every acknowledged write is read back at the destination.
+
+    --link netns (root only): host A, host B and a client on one LAN of network
+    namespaces, A's uplink shaped to --shape; the sandbox has its own address on it
+    and moves A to B with its connections, under 4 keep-alive clients and a writer
+    that follow it: resets, refusals, reconnects, lost writes, the longest gap between
+    answers; medians of --runs runs (default 5).
     """
     from ckpt.bench import migrate, scale
     from ckpt.bench.harness import mib_sizes
     from ckpt.cli.output import say, suite_report
 
+    if plot_path is not None and link == "netns":
+        from ckpt.bench.harness import BenchError
+
+        raise BenchError("--plot draws the loopback cells; leave it out with --link netns")
     plot_to = scale.check_plot(plot_path) if plot_path is not None else None
     report = migrate.run(
         mib_sizes(sizes),
@@ -352,6 +371,7 @@ def bench_migrate_cmd(
         delay_ms=delay_ms,
         loads=[x for x in loads.split(",") if x],
         with_baseline=baseline,
+        runs=runs,
     )
     if plot_to is not None:
         migrate.plot(report, plot_to)

@@ -107,7 +107,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     from ckpt.migration import connections
     from ckpt.migration.guard import COMMITTED, RESTORING, Guard, destination_act
     from ckpt.migration.incoming import Incoming, NoSpace
-    from ckpt.sandbox.client import lifecycle
+    from ckpt.sandbox.client import lifecycle, testhooks
 
     offer = ch.recv()
     try:
@@ -163,6 +163,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         )
         if net is not None:  # in repair mode, silent, until the commit
             connections.rebuild(root, sid, net, moved, incoming.dir)
+            testhooks.pause_point("serve:rebuilt")  # tests: Restored is not sent yet
         got.restore_ms = round((time.perf_counter() - t0) * 1e3, 3)
         got.notes = list(result.notes)
         got.address = _running_address(lifecycle, root, sid)  # proven once seen running

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
+from ckpt.bench.lan import lan
 from ckpt.bench.netns import list_namespaces, unavailable_reason
 from ckpt.sandbox.wire.netmove import in_netns
 from ckpt.sandbox.wire.netmove import netns_path as _path
-from ckpt.bench.lan import lan
 
 pytestmark = pytest.mark.skipif(
     unavailable_reason() is not None, reason=f"skipped: {unavailable_reason()}"

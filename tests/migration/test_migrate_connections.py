@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from ckpt.bench.lan import Lan, lan
 from ckpt.bench.netns import child_env, list_namespaces, unavailable_reason
 from ckpt.sandbox.client import lifecycle
 from ckpt.sandbox.wire import netmove
 from ckpt.sandbox.wire.paths import Root
 from tests.sandbox.conftest import sandbox_processes, stop_template
 from tests.sandbox.waiting import wait_for
-from ckpt.bench.lan import Lan, lan
 
 from .migrate_kit import make_key, stopped
 
@@ -66,13 +66,16 @@ class Bed:
             assert proc.returncode == 0, proc.stderr
         return proc
 
-    def serve(self, *, bridge: bool = True) -> None:
-        """``ckpt serve`` on B; without ``bridge``, on the bridge named as the source's."""
+    def serve(self, *, bridge: bool = True, pause_at: str | None = None) -> None:
+        """``ckpt serve`` on B; without ``bridge``, on the bridge named as the source's;
+        ``pause_at``: a step where it stops itself (``CKPT_FAULT=pause:STEP``)."""
         log = open(self.tmp / "serve.log", "wb")  # noqa: SIM115  (the child holds it)
         argv = [sys.executable, "-P", "-m", "ckpt", "--root", str(self.roots["b"]), "serve",
                 "--listen", f"{self.lan.b.address}:{SERVE_PORT}", "--key-file", str(self.key),
                 *(("--bridge", self.lan.bridge) if bridge else ())]  # fmt: skip
         env = {**child_env(), "CKPT_MIGRATE_IO_TIMEOUT_S": "10"}
+        if pause_at is not None:
+            env["CKPT_FAULT"] = f"pause:{pause_at}"
         proc = self.lan.nsenter(self.lan.b, argv, stdout=log, stderr=log, env=env)
         log.close()
         self.serving.append(proc)
@@ -225,15 +228,23 @@ def test_a_keep_alive_connection_follows_the_sandbox_to_another_host(bed: Bed) -
     client.sock.close()
 
 
-@pytest.mark.parametrize("phase", ["frozen", "restored"])
+PHASE_IP = {"round": 14, "frozen": 11, "restored": 12}
+
+
+@pytest.mark.parametrize("phase", ["round", "frozen", "restored"])
 def test_a_migration_failing_before_the_commit_leaves_the_connection_with_the_source(
     bed: Bed, phase: str
 ) -> None:
-    """The destination dies with the source's connections cut off and read (frozen), or
-    rebuilt on the destination (restored): the source takes them back, reattaches its
-    address and serves on, on the same connection, with no reset."""
-    sid, ip = f"back-{os.getpid()}", bed.lan.sandbox_ip(11 if phase == "frozen" else 12)
-    _run_sandbox(bed, sid, ip)
+    """The destination dies before the connections are touched (round: pre-copy, the
+    sandbox running), with them cut off and read but not sent (frozen), or rebuilt on
+    the destination (restored): the source takes them back, reattaches its address and
+    serves on, on the same connection, with no reset."""
+    sid, ip = f"back-{os.getpid()}", bed.lan.sandbox_ip(PHASE_IP[phase])
+    if phase == "round":  # a first round long enough to stop in: kv:8, not http
+        bed.ckpt("a", "run", sid, "-w", "kv:8", "--bridge", bed.lan.bridge,
+                 "--ip", f"{ip}/24", "--port", str(HTTP_PORT))  # fmt: skip
+    else:
+        _run_sandbox(bed, sid, ip)
     client = KeepAlive(bed.lan, ip)
     first = client.ask()
     client.start()
@@ -255,7 +266,14 @@ def test_a_migration_failing_before_the_commit_leaves_the_connection_with_the_so
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode != 0 and len(err.strip().splitlines()) == 1, err
+    _one_copy_on_a_serving_on(bed, sid, ip, client, first)
+
+
+def _one_copy_on_a_serving_on(bed: Bed, sid: str, ip: str, client: KeepAlive, first: dict) -> None:
+    """Exactly one copy runs, A's; it serves its address to a newcomer, and the
+    client's connection lives on: answered again, none lost, no reset."""
     assert lifecycle.state(Root(bed.roots["a"]), sid).status == "running"
+    wait_for(lambda: not Root(bed.roots["b"]).ids(), "B to remove what it restored", WAIT_S)
     during = len(client.answers)
     wait_for(lambda: len(client.answers) > during + 3 or client.errors, "answers", WAIT_S)
     client.finish()
@@ -263,7 +281,42 @@ def test_a_migration_failing_before_the_commit_leaves_the_connection_with_the_so
     assert client.answers[-1]["id"] == first["id"]
     counts = [a["requests"] for a in client.answers]
     assert counts == sorted(counts) and len(set(counts)) == len(counts)
+    newcomer = NewConnections(bed.lan, ip)
+    newcomer._one()  # a new connection to its address is answered, by A
+    assert newcomer.answers == 1
+    assert client.ask()["id"] == first["id"]
     client.sock.close()
+
+
+def test_a_destination_dying_with_the_connections_rebuilt_before_restored_gives_them_back(
+    bed: Bed,
+) -> None:
+    """B has rebuilt the connections (in repair mode, silent) and stops before it says
+    Restored; it is killed there.  The source hears the channel close, takes its
+    connections back and serves on; B's guard removes what B restored."""
+    sid, ip = f"rebuilt-{os.getpid()}", bed.lan.sandbox_ip(15)
+    _run_sandbox(bed, sid, ip)
+    client = KeepAlive(bed.lan, ip)
+    first = client.ask()
+    client.start()
+    bed.serve(pause_at="serve:rebuilt")
+    argv = ["nsenter", f"--net=/run/netns/{bed.lan.a.netns}", sys.executable, "-P", "-m",
+            "ckpt", "--root", str(bed.roots["a"]), "migrate", sid, "--to",
+            f"{bed.lan.b.address}:{SERVE_PORT}", "--key-file", str(bed.key)]  # fmt: skip
+    env = {**child_env(), "CKPT_MIGRATE_IO_TIMEOUT_S": "10"}
+    cli = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env)  # fmt: skip
+    try:
+        wait_for(lambda: stopped(bed.serving[0]), "ckpt serve to stop after the rebuild",
+                 2 * WAIT_S)  # fmt: skip
+        bed.serving[0].kill()
+        bed.serving[0].wait(WAIT_S)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode != 0 and len(err.strip().splitlines()) == 1, err
+    _one_copy_on_a_serving_on(bed, sid, ip, client, first)
 
 
 def test_a_destination_without_the_sources_bridge_refuses_and_the_source_serves_on(

@@ -22,13 +22,13 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
+from ckpt.bench.lan import Lan, lan
 from ckpt.bench.netns import list_namespaces, python_argv, unavailable_reason
 from ckpt.sandbox.host.http import bind
 from ckpt.sandbox.wire import netmove, netns, tcprepair
 from ckpt.sandbox.wire.tcprepair import RepairError, TcpState
 from tests.migration.netns_kit import read_line
 from tests.sandbox.waiting import wait_for
-from ckpt.bench.lan import Lan, lan
 
 from . import tcprepair_kit
 
@@ -351,18 +351,20 @@ def test_a_detached_address_drops_what_arrives_and_refuses_nothing(bed: Lan, how
 
 @needs_netns
 def test_bytes_queued_but_never_sent_go_out_after_the_rebuild(bed: Lan) -> None:
-    """A client that reads nothing closes its window: the server's queue holds bytes
-    in flight and bytes never sent; both arrive, in order, from the rebuilt socket."""
+    """The server writes more than its congestion window into a cut link: its queue
+    holds bytes in flight (sent, never acknowledged) and bytes never sent; both
+    arrive, in order, from the rebuilt socket.  The link is cut before the write, so
+    no acknowledgement can empty the in-flight part, however slow the machine."""
     src = _sandbox_net(bed, "a", "unsent", bed.sandbox_ip(9), netns.new_mac())
     srv, conn, client = _connected(bed, src)
+    _detach(bed, "a", src)
     payload = os.urandom(1 << 20)
     conn.setblocking(False)
     sent = 0
     with contextlib.suppress(BlockingIOError):
         while sent < len(payload):
             sent += conn.send(payload[sent:])
-    wait_for(lambda: _unsent(conn) > 0, "bytes the window holds back", WAIT_S)
-    _detach(bed, "a", src)
+    wait_for(lambda: _unsent(conn) > 0, "bytes the congestion window holds back", WAIT_S)
     tcprepair.repair(conn)
     state = tcprepair.dump(conn)
     assert 0 < state.unsent < len(state.send_queue)

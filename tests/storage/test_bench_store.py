@@ -63,6 +63,7 @@ def _ours() -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.watchdog_s(150)  # a store behind a shaped link, every size measured
 def test_bench_store_across_the_namespace_link(tmp_path: os.PathLike[str]) -> None:
     """One small round with the store behind the shaped link: every row is there, the
     traffic crossed the relay, and the namespaces are gone after, as after a failure."""

@@ -226,9 +226,11 @@ def test_sandbox_killed_mid_checkpoint_leaves_the_previous_image(
     assert [i.name for i in before] == ["img"]
     release.unlink()
     pid = cli.state(MEM)["pid"]
+    log = cli.root / MEM / "sandbox.log"
+    stalls = log.read_text().count("stalling")  # the first checkpoint's pass-through
     proc = cli.popen("checkpoint", MEM, "--image-path", url, "--force", env=s3_env)
-    time.sleep(2.0)  # not a timing assertion: the kill lands in the 20 s stall
-    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: log.read_text().count("stalling") > stalls, "the checkpoint to stall", 50)
+    os.kill(pid, signal.SIGKILL)  # in the stall: after the state, before the commit
     _out, err = proc.communicate(timeout=50)
     lines = err.splitlines()
     assert proc.returncode != 0 and len(lines) == 1, err

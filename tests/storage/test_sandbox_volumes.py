@@ -85,6 +85,7 @@ def test_volume_servers_killed_mid_checkpoint(
         server.stop()
 
 
+@pytest.mark.watchdog_s(150)  # a store, a sandbox, a checkpoint and two restores
 def test_volume_server_killed_after_checkpoint(
     cli: Cli,  # noqa: F811
     tmp_path: Path,
