@@ -16,8 +16,8 @@ sandbox forked from the template adopts the asking command's variables after the
 A child process gets the settings it needs in its environment from ``child_env``, the
 one function that writes them.
 
-A leaf: it imports only ``ckpt.errors`` and ``ckpt.faults``, so the CLI's start and a sandbox's imports
-pay nothing for it.
+A leaf: it imports only ``ckpt.errors`` (and ``ckpt.faults`` once CKPT_FAULT is set),
+so the CLI's start and a sandbox's imports pay little for it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-from ckpt import faults
 from ckpt.errors import UsageError
 
 TYPE_CHECKING = False  # typing is not imported: a sandbox's start-up does not pay for it
@@ -175,6 +174,8 @@ def _parse(var: Var, raw: str) -> Any:
     if var.kind in ("path", "str"):
         return text
     if var.kind == "fault":
+        from ckpt import faults  # only when a test sets CKPT_FAULT
+
         try:
             return faults.parse(text)
         except ValueError as exc:
