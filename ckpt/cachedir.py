@@ -17,6 +17,8 @@ import os
 import stat
 from pathlib import Path
 
+from ckpt import settings
+
 _dir: Path | bool | None = False  # False: not resolved yet; None: disabled
 
 
@@ -26,9 +28,10 @@ def cache_dir() -> Path | None:
     if _dir is not False:
         return _dir  # type: ignore[return-value]
     _dir = None
-    if os.environ.get("CKPT_CODE_CACHE", "1") == "0":
+    given = settings.current()
+    if not given.code_cache:
         return None
-    base = os.environ.get("CKPT_CACHE_DIR")
+    base = given.cache_dir
     _dir = _private_dir(Path(base) if base else _xdg() / "codegen")
     return _dir
 
@@ -54,10 +57,10 @@ def chunk_dir() -> Path | None:
     """Where chunks read from an object store are kept, or None when that cache is off
     or unusable.  Read from the environment at each call: a sandbox forked from the
     template has the asking command's CKPT_* settings, not the template's."""
-    if os.environ.get("CKPT_CHUNK_CACHE", "1") == "0":
+    s = settings.current()
+    if not s.chunk_cache:
         return None
-    given = os.environ.get("CKPT_CHUNK_CACHE_DIR")
-    base = os.environ.get("CKPT_CACHE_DIR")
+    given, base = s.chunk_cache_dir, s.cache_dir
     if given:
         path = Path(given)
     elif base:

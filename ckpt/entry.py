@@ -16,8 +16,12 @@ import sys
 def main() -> None:
     if sys.dont_write_bytecode and sys.pycache_prefix is None:
         from ckpt.cachedir import bytecode_dir
+        from ckpt.errors import CkptError
 
-        where = bytecode_dir()
+        try:
+            where = bytecode_dir()
+        except CkptError:  # a bad CKPT_* value: the command below says which, in one line
+            where = None
         if where is not None:
             sys.pycache_prefix = str(where)
             sys.dont_write_bytecode = False

@@ -27,11 +27,13 @@ def ckpt_argv(*args: str) -> list[str]:
 
 
 def python_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: ours) with PYTHONPATH naming the directory of this process's
+    """``env`` (default: ours, with this command's settings) with PYTHONPATH naming the directory of this process's
     ckpt when nothing else on the child's path would."""
     import ckpt
+    from ckpt import settings
 
-    out = dict(os.environ if env is None else env)
+    # ours: with this command's settings (--no-template's among them)
+    out = {**os.environ, **settings.child_env()} if env is None else dict(env)
     here = os.path.realpath(os.path.dirname(os.path.dirname(ckpt.__file__)))
     given = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
     # sys.path[0] is our script's directory or working directory, which -P leaves out

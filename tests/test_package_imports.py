@@ -4,8 +4,8 @@ and inside ``ckpt.sandbox``, which process's subpackage may import which.
 Each module's imports are parsed with ``ast`` (nothing is imported), counting imports
 inside functions and ``TYPE_CHECKING`` blocks too, so a rule cannot be dodged by a
 deferred import.  The top-level leaf modules (``ckpt.errors``, ``ckpt.keyfile``,
-``ckpt.cachedir`` and the ``ckpt`` package itself) import no package and may be used
-from anywhere.
+``ckpt.cachedir``, ``ckpt.engines``, ``ckpt.imagefiles``, ``ckpt.settings``, ``ckpt.faults``, the
+``ckpt`` package itself) import no package and may be used from anywhere.
 """
 
 from __future__ import annotations
@@ -19,7 +19,16 @@ import pytest
 import ckpt
 
 ROOT = Path(ckpt.__file__).parent
-LEAVES = {"", "errors", "keyfile", "cachedir"}  # "": the ckpt package itself
+LEAVES = {
+    "",
+    "errors",
+    "keyfile",
+    "cachedir",
+    "engines",
+    "imagefiles",
+    "settings",
+    "faults",
+}  # "": the ckpt package itself
 
 # package -> the other packages it may import (besides the leaves)
 ONLY = {
@@ -231,8 +240,19 @@ def test_the_scan_sees_the_tree() -> None:
         ("ckpt.sandbox.host.process", "cli"),
         ("ckpt.migration.session", "bench"),
         ("ckpt.images.remote", "sandbox"),
+        ("ckpt.images.factory", "migration"),
         ("ckpt.statefile.image", "storage"),
+        ("ckpt.statefile.reader", "images"),
+        ("ckpt.state.api", "statefile"),
+        ("ckpt.state.api", "storage"),
+        ("ckpt.state.api", "images"),
+        ("ckpt.state.api", "sandbox"),
+        ("ckpt.kernel.vfs", "storage"),
+        ("ckpt.kernel.vfs", "migration"),
+        ("ckpt.kernel.vfs", "images"),
         ("ckpt.errors", "state"),
+        ("ckpt.settings", "sandbox"),
+        ("ckpt.faults", "state"),
     ],
 )
 def test_a_forbidden_import_is_a_violation(module: str, part: str) -> None:
@@ -250,10 +270,27 @@ def test_a_forbidden_import_is_a_violation(module: str, part: str) -> None:
         ("ckpt.migration.session", "sandbox"),
         ("ckpt.cli.base", "bench"),
         ("ckpt.keyfile", "errors"),
+        ("ckpt.state.native_core", "settings"),
+        ("ckpt.statefile.pages", "faults"),
+        ("ckpt.settings", "faults"),
+        ("ckpt.images.factory", "statefile"),
+        ("ckpt.images.factory", "storage"),
     ],
 )
 def test_an_allowed_import_is_not(module: str, part: str) -> None:
     assert violations({(module, part)}) == set()
+
+
+def test_the_layering_rules_are_in_the_tables() -> None:
+    """The rules the layering rests on, read back from the tables: ``state`` imports
+    nothing above it, ``statefile`` not ``storage``, ``images`` not ``sandbox``,
+    ``kernel`` none of ``sandbox``, ``statefile``, ``storage``, ``migration``."""
+    assert ONLY["state"] == set()
+    assert "storage" not in ONLY["statefile"]
+    assert "sandbox" in NEVER["images"]
+    assert {"sandbox", "statefile", "storage", "migration"} <= NEVER["kernel"]
+    assert ONLY["kernel"] == {"state"}
+    assert {"settings", "faults", "engines", "imagefiles"} <= LEAVES
 
 
 def test_no_package_imports_what_its_layer_must_not() -> None:

@@ -27,7 +27,6 @@ from typing import Any
 from ckpt import kernel, state, statefile
 from ckpt.bench import harness
 
-ENGINES = ("typed", "reflect", "native") if state.native_status()[0] else ("typed", "reflect")
 TARGETS = {
     "Encode": 0.25,
     "Decode": 0.36,
@@ -70,7 +69,7 @@ def checkpointfile_cases(
     k.pause()
     sizes: dict[str, dict[str, float]] = {}
     cases: list[harness.Case] = []
-    for engine in ENGINES:
+    for engine in state.ENGINES:
         image = workdir / f"nginx-{engine}"
         sizes[engine] = write_image(k, image, engine, pages=True)
         stream = state.dumps(k, engine=engine)
@@ -159,7 +158,7 @@ def run(
     stats_names = [
         f"Files{files}{op}/{v}" for op in ("Save", "Load") for v in ("stats-off", "stats-on")
     ]
-    cpf_names = [f"{n}/{e}" for n in TARGETS for e in ENGINES]
+    cpf_names = [f"{n}/{e}" for n in TARGETS for e in state.ENGINES]
     # Images go to tmpfs when there is one: the benchmark writes through the real
     # statefile writer (compression, integrity) but not to a disk, so fsync latency of a
     # shared disk would only hide the engines' difference behind a constant.

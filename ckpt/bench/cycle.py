@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt.engines import ENGINE_NAMES
 from ckpt.errors import CkptError, SandboxError
 from ckpt.sandbox.client import lifecycle
 from ckpt.sandbox.wire.paths import Root
@@ -87,9 +88,9 @@ class Plan:
         if not names or len(set(names)) != len(names):
             raise SandboxError("--engines: give distinct engine names, e.g. typed,reflect")
         for name in names:
-            if name not in lifecycle.ENGINES:
+            if name not in ENGINE_NAMES:
                 raise SandboxError(
-                    f"--engines: unknown engine {name!r}; choose from {', '.join(lifecycle.ENGINES)}"
+                    f"--engines: unknown engine {name!r}; choose from {', '.join(ENGINE_NAMES)}"
                 )
         if count < 1:
             raise SandboxError("--count must be at least 1")

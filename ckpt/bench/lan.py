@@ -26,7 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ckpt.bench.netns import Host, HostNetwork, _ip, _tbf, host_network
+from ckpt.bench.netns import HostNetwork, NetnsHost, _ip, _tbf, host_network
 
 BRIDGE = "sbr"
 PREFIX_LEN = 24
@@ -40,15 +40,15 @@ class Lan:
     made: list[str] = field(default_factory=list)  # sandbox namespaces to remove at exit
 
     @property
-    def a(self) -> Host:
+    def a(self) -> NetnsHost:
         return self.net.hosts[0]
 
     @property
-    def b(self) -> Host:
+    def b(self) -> NetnsHost:
         return self.net.hosts[1]
 
     @property
-    def client(self) -> Host:
+    def client(self) -> NetnsHost:
         return self.net.hosts[2]
 
     @property
@@ -58,10 +58,10 @@ class Lan:
     def sandbox_ip(self, n: int) -> str:
         return f"198.18.0.{SANDBOX_BASE + n}"
 
-    def nsenter(self, host: Host | str, argv: list[str], **kw) -> subprocess.Popen:  # type: ignore[no-untyped-def,type-arg]
+    def nsenter(self, host: NetnsHost | str, argv: list[str], **kw) -> subprocess.Popen:  # type: ignore[no-untyped-def,type-arg]
         """Start ``argv`` in ``host``'s network namespace only (``nsenter --net``: the
         mount namespace stays, so ``/sys`` and cgroups are the real ones)."""
-        name = host.netns if isinstance(host, Host) else host
+        name = host.netns if isinstance(host, NetnsHost) else host
         proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{name}", *argv], **kw)
         self.net.processes.append(proc)
         return proc
@@ -76,7 +76,7 @@ class Lan:
         return None
 
 
-def _enslave_uplink(host: Host, bridge: str) -> None:
+def _enslave_uplink(host: NetnsHost, bridge: str) -> None:
     """The uplink becomes a port of ``bridge``, which takes the host's address and the
     uplink's MAC: set, so that it never changes as sandboxes' veths come and go (a
     bridge otherwise takes its ports' lowest MAC, and the LAN's neighbour caches

@@ -124,7 +124,7 @@ def python_argv(func: Callable[..., Any], *args: Any) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Host:
+class NetnsHost:
     """One test host: a namespace and its address on the shared link."""
 
     netns: str
@@ -137,23 +137,23 @@ class Host:
 class HostNetwork:
     """The namespaces of one ``host_network()`` and the processes started in them."""
 
-    hosts: list[Host]
+    hosts: list[NetnsHost]
     switch: str
     rate: str | None
     namespaces: list[str] = field(default_factory=list)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def argv(self, host: Host, argv: list[str]) -> list[str]:
+    def argv(self, host: NetnsHost, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", host.netns, *argv]
 
     def run(
-        self, host: Host, argv: list[str], *, timeout: float, **kwargs: Any
+        self, host: NetnsHost, argv: list[str], *, timeout: float, **kwargs: Any
     ) -> subprocess.CompletedProcess[Any]:
         """Run ``argv`` inside ``host`` to completion (killed at ``timeout``)."""
         kwargs.setdefault("env", child_env())
         return subprocess.run(self.argv(host, argv), timeout=timeout, **kwargs)
 
-    def popen(self, host: Host, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    def popen(self, host: NetnsHost, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside ``host``; it is stopped when the host network closes."""
         kwargs.setdefault("env", child_env())
         proc = subprocess.Popen(self.argv(host, argv), **kwargs)
@@ -161,16 +161,16 @@ class HostNetwork:
         return proc
 
     def python(
-        self, host: Host, func: Callable[..., Any], *args: Any, **kwargs: Any
+        self, host: NetnsHost, func: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> subprocess.Popen[Any]:
         """Start ``func(*args)`` in a new interpreter inside ``host`` (see ``python_argv``)."""
         return self.popen(host, python_argv(func, *args), **kwargs)
 
-    def set_link(self, host: Host, up: bool) -> None:
+    def set_link(self, host: NetnsHost, up: bool) -> None:
         """Bring ``host``'s link up or down (a cut cable, for fault tests)."""
         _ip("ip", "-n", host.netns, "link", "set", host.device, "up" if up else "down")
 
-    def qdisc(self, host: Host) -> str:
+    def qdisc(self, host: NetnsHost) -> str:
         """``tc qdisc show`` for ``host``'s device."""
         return _ip("tc", "-n", host.netns, "qdisc", "show", "dev", host.device).stdout
 
@@ -249,7 +249,7 @@ def host_network(
         raise ValueError(f"n must be between 1 and 200, not {n}")
     tag = f"{PREFIX}{os.getpid()}-{next(_counter)}"
     hosts = [
-        Host(f"{tag}-h{i}", SUBNET.format(i + 1).split("/")[0], switch_port=f"h{i}")
+        NetnsHost(f"{tag}-h{i}", SUBNET.format(i + 1).split("/")[0], switch_port=f"h{i}")
         for i in range(n)
     ]
     bed = HostNetwork(hosts=hosts, switch=f"{tag}-sw", rate=rate)

@@ -36,7 +36,7 @@ from ckpt.state import api
 NATIVE = ("native",) if state.native_status()[0] else ()  # where its C core is built
 # The measuring order within a round (reversed every other round): native sits between
 # reflect and C pickle, the two baselines its targets divide by, so each ratio compares
-# samples taken back to back; this VM's speed drifts within a second.
+# samples taken back to back: a shared host's speed drifts within a second.
 PEERS = ("typed", "reflect", *NATIVE, "pickle", "pickle-py")
 
 

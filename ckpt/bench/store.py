@@ -261,8 +261,8 @@ def serve_store(address: str, delay_ms: float, ready: str, lifetime: float) -> N
     """Inside the store's namespace: a SeaweedFS on its loopback, reachable only through
     a ``DelayRelay`` on ``address``; its AWS variables go to ``ready`` (JSON).  Runs until
     SIGTERM or ``lifetime``, then stops the server."""
+    from ckpt.bench import seaweed
     from ckpt.bench.netns import DelayRelay
-    from ckpt.storage import seaweed
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -330,7 +330,7 @@ def _rounds_across(link: Link, work: Path, base: str, workload: str, count: int)
 def run(workload: str = "memory:64", count: int = 3, link: Link | None = None) -> dict[str, Any]:
     """Start SeaweedFS (on loopback, or across ``link``), run ``count`` rounds on
     ``workload``, stop and remove everything."""
-    from ckpt.storage import seaweed
+    from ckpt.bench import seaweed
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-store-") as temp:

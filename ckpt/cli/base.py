@@ -94,12 +94,15 @@ class Globals:
     debug: bool = False
     root: Path | None = None
     root_given: bool = False  # --root was on the command line, not from the environment
+    settings: Any = None  # ckpt.settings.Settings: options, then the environment
 
 
 def default_root() -> Path:
     """``$CKPT_ROOT``, else ``/run/ckpt`` as root, else ``$XDG_RUNTIME_DIR/ckpt``."""
-    if env := os.environ.get("CKPT_ROOT"):
-        return Path(env)
+    from ckpt import settings
+
+    if given := settings.current().root:
+        return Path(given)
     if os.geteuid() == 0:
         return Path("/run/ckpt")
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/ckpt-{os.getuid()}"
@@ -118,6 +121,7 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def main_options(
+    ctx: typer.Context,
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks for errors; log at debug level.")
     ] = False,
@@ -173,11 +177,16 @@ def main_options(
     ] = False,
 ) -> None:
     """Checkpoint and restore sandboxes running a simulated kernel, fast."""
+    from ckpt import settings
+
     Globals.debug = debug
+    # The one settings object of this command (its options, then the environment),
+    # handed to the library for the command's run and taken back when it ends.
+    Globals.settings = settings.load(template=False if no_template else None)
+    settings.use(Globals.settings)
+    ctx.call_on_close(lambda: settings.use(None))
     Globals.root = root or default_root()
     Globals.root_given = root is not None
-    if no_template:
-        os.environ["CKPT_TEMPLATE"] = "0"
     logconfig.configure(log_level, log_file, log_format, debug=debug)
     if logconfig.active():
         import shlex

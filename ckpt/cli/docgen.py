@@ -104,51 +104,50 @@ def _exit_codes() -> str:
 
 def deadlines() -> list[tuple[str, str, str]]:
     """(environment variable, default, what waits on it): every ``CKPT_*`` deadline,
-    its default read from the constant the code uses."""
-    from ckpt.migration import outgoing
-    from ckpt.sandbox.client import deadlines as dl
-    from ckpt.sandbox.client import template_client
-    from ckpt.sandbox.template import server as template
-    from ckpt.sandbox.wire import handover
+    from the one table of variables (``ckpt/settings.py``)."""
+    from ckpt import settings
 
     return [
-        (
-            dl.CHECKPOINT_TIMEOUT_ENV,
-            f"{dl.CHECKPOINT_TIMEOUT_S:g} s",
-            "`checkpoint`'s wait for the sandbox to write its image (it keeps writing)",
-        ),
-        (
-            dl.RESTORE_TIMEOUT_ENV,
-            f"{dl.RESTORE_TIMEOUT_S:g} s + the image's size at "
-            f"{dl.RESTORE_BYTES_PER_S // 1024} KiB/s per CPU",
-            "`restore`'s wait for the sandbox to load its image (then it is removed)",
-        ),
-        (
-            outgoing.IO_TIMEOUT_ENV,
-            f"{outgoing.IO_TIMEOUT_S:g} s",
-            "`migrate`: one frame or answer from the destination",
-        ),
-        (
-            handover.TIMEOUT_ENV,
-            f"{handover.TIMEOUT_S:g} s",
-            "the template's answer when a sandbox hands over or takes back its sockets",
-        ),
-        (
-            "CKPT_HOLD_TIMEOUT_S",
-            f"{template.HOLD_DEFAULT_S:g} s",
-            "how long the template keeps a checkpointed sandbox's sockets for its restore",
-        ),
-        (
-            template_client.REPLY_TIMEOUT_ENV,
-            f"{template_client.REPLY_TIMEOUT_S:g} s",
-            "the template's answer to a request (`run`, `restore`, `template`)",
-        ),
-        (
-            "CKPT_TEMPLATE_IDLE_S",
-            f"{template.IDLE_DEFAULT_S:g} s",
-            "the template exits after this long without a request",
-        ),
+        (v.name, f"{v.default:g} s" if v.default is not None else "from the image size", v.meaning)
+        for v in settings.VARIABLES
+        if v.name.endswith("_S")
     ]
+
+
+def _faults() -> str:
+    """Every fault point ``CKPT_FAULT`` may name: ``ckpt/faults.py``'s table."""
+    from ckpt.faults import MEANINGS
+
+    rows = "\n".join(
+        f"| `{point.value}` | `{arg}` | {what} |" for point, (arg, what) in MEANINGS.items()
+    )
+    return (
+        "## Fault injection\n\n"
+        "For tests: `CKPT_FAULT=POINT[:ARGUMENT]` makes ckpt stall, wait or stop at one\n"
+        "point, in whichever of its processes meets it (they inherit the variable).  An\n"
+        "unknown point or a bad argument is refused like any bad variable.\n\n"
+        f"| Point | Argument | What happens |\n|---|---|---|\n{rows}\n"
+    )
+
+
+def _environment() -> str:
+    """Every ``CKPT_*`` variable: ``ckpt/settings.py``'s table."""
+    from ckpt import settings
+
+    rows = "\n".join(
+        f"| `{v.name}` | {v.kind} | {settings.describe(v)} | {settings.bounds(v) or '-'} "
+        f"| {v.meaning} |"
+        for v in settings.VARIABLES
+    )
+    return (
+        "## Environment variables\n\n"
+        "Every setting ckpt reads from the environment.  An option given on the command\n"
+        "line wins over its variable (`--root`, `--no-template`); an empty variable counts\n"
+        "as unset; a value that does not parse or is out of bounds is refused (`error:\n"
+        "CKPT_...`, exit 2), never replaced by the default.  Booleans are 1 or 0.\n"
+        "Those marked internal are set by ckpt for its own processes.\n\n"
+        f"| Variable | Type | Default | Bounds | Meaning |\n|---|---|---|---|---|\n{rows}\n"
+    )
 
 
 def _deadlines(commands: list[tuple[str, Any]]) -> str:
@@ -165,8 +164,8 @@ def _deadlines(commands: list[tuple[str, Any]]) -> str:
     return (
         "## Deadlines\n\n"
         "Every wait has a deadline; a command whose deadline passes exits 124.  These\n"
-        "environment variables move them (seconds, a positive number; anything else\n"
-        "keeps the default):\n\n"
+        "environment variables move them (seconds, a positive number; see\n"
+        "[Environment variables](#environment-variables)):\n\n"
         f"| Variable | Default | What waits |\n|---|---|---|\n{env_rows}\n\n"
         "And these options:\n\n"
         f"| Option | Default | What |\n|---|---|---|\n{option_rows}\n"
@@ -243,7 +242,9 @@ def render() -> str:
 
     root = typer.main.get_command(cli.load())
     commands = list(_walk(root, []))
-    parts = [HEADER, OUTPUT, _exit_codes(), LOGGING, _deadlines(commands), "## Commands\n"]
+    parts = [HEADER, OUTPUT, _exit_codes(), LOGGING, _deadlines(commands), _environment()]
+    parts.append(_faults())
+    parts.append("## Commands\n")
     parts += [_command(path, cmd) for path, cmd in commands]
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
 

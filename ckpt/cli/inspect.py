@@ -71,8 +71,7 @@ def inspect_remote(url: str, key: bytes | None, **options: Any) -> dict[str, Any
     import tempfile
 
     from ckpt import statefile
-    from ckpt.sandbox.host.remote_image import IMAGE_FILES
-    from ckpt.statefile.chain import MAX_CHAIN
+    from ckpt.imagefiles import IMAGE_FILES, MAX_CHAIN
     from ckpt.storage.repository import Repository
 
     repo, name = Repository.for_image(url, key)

@@ -14,14 +14,10 @@ from typing import Annotated, Any
 import typer
 
 from ckpt.cli.base import ROOT_HELP, Globals, default_root
+from ckpt.engines import ENGINE_NAMES
 
-
-class Engine(enum.Enum):
-    """``lifecycle.ENGINES``, as choices (without importing lifecycle)."""
-
-    NATIVE = "native"
-    TYPED = "typed"
-    REFLECT = "reflect"
+# ``ckpt.engines.ENGINE_NAMES`` as choices: that leaf is all the CLI loads for them.
+Engine = enum.Enum("Engine", {name.upper(): name for name in ENGINE_NAMES})  # type: ignore[misc]
 
 
 class Compression(enum.Enum):

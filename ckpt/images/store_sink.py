@@ -109,8 +109,8 @@ class StoreImageWriter(ImageWriter):
         assert self.upload is not None
         # pages.img starts with a header naming the image; the page runs after it are
         # the same bytes in the next checkpoint of unchanged memory, so they must not
-        # share a chunk with it (measured on memory:2: a second checkpoint sent 540 KB
-        # of 1.2 MB before, see the commit).
+        # share a chunk with it: a chunk holding the header would differ every time
+        # and shift every content-defined chunk boundary after it.
         return _Sink(self.upload.open(name), cut_after_first=name == PAGES_IMG)  # type: ignore[return-value]
 
     def _write_whole(self, name: str, data: bytes) -> None:

@@ -53,7 +53,7 @@ class MemoryFault(SyscallError):
         self.addr = addr
 
 
-class LoadedPages(Protocol):
+class PageReader(Protocol):
     """What ``restore_pages`` needs from the statefile's page reader."""
 
     indices: Any
@@ -139,8 +139,8 @@ class MemoryFile:
     _source: Any = state.field(nosave=True, default=None)  # noqa: RUF009
     _unfetched: set[int] = state.field(nosave=True, default_factory=set)  # noqa: RUF009
     # Dirty frames since the last clear: one byte per frame (0 or 1), grown on demand.
-    # A bytearray, not a set: 256 KiB per GiB of frames whatever is dirty, and the mark
-    # is a store (measured against a set of ints in the commit that added it).
+    # A bytearray, not a set: 256 KiB per GiB of frames whatever is dirty, and marking
+    # a frame is one store, with no hashing and no allocation on the write path.
     _dirty: bytearray = state.field(nosave=True, default_factory=bytearray)  # noqa: RUF009
 
     def alloc(self) -> int:
@@ -290,7 +290,7 @@ class MemoryFile:
             data = get(frame)
             yield frame, ZERO_PAGE if data is None else bytes(data)
 
-    def restore_pages(self, loaded: LoadedPages) -> None:
+    def restore_pages(self, loaded: PageReader) -> None:
         """Adopt a restored page file; frames are read from it on first touch.
 
         Works with an eager or a lazy (background-filled) reader: nothing is read here,

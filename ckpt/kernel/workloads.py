@@ -410,13 +410,11 @@ def build_graph(n: int, seed: int = 0, id: str | None = None, rootfs: str = "min
     pipes, FIFOs, unlink, locks (some blocking), timers, mappings, mprotect, munmap, dup,
     sockets, sessions, stop/continue, exit, running the clock).
 
-    What it asks of the kernel grows linearly with ``n``, as a real program's does
-    (redefined once, which changed the fingerprints): a thread group holds at most
-    ``GRAPH_TIMERS_PER_GROUP`` POSIX timers (it deletes its oldest with timer_delete
-    before creating another) and ``GRAPH_MAPPINGS_PER_GROUP`` anonymous mappings (it
-    unmaps one first), and periodic timers fire every 100 ms to 2 s rather than every
-    7 or 11 ms.  Before, timers piled up in init at 7 ms each, so boot delivered about
-    n**2/460 signals and an idle sandbox handled thousands of signals a second.
+    What it asks of the kernel grows linearly with ``n``, as a real program's does: a
+    thread group holds at most ``GRAPH_TIMERS_PER_GROUP`` POSIX timers (it deletes its
+    oldest with timer_delete before creating another) and ``GRAPH_MAPPINGS_PER_GROUP`` anonymous mappings (it
+    unmaps one first), and periodic timers fire every 100 ms to 2 s, so neither boot
+    nor an idle sandbox spends its time delivering signals.
     """
     if not 1 <= n <= 100_000:
         raise KernelError(f"graph:N needs 1 <= N <= 100000, not {n}")

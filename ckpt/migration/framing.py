@@ -115,7 +115,7 @@ def mac(key: bytes, direction: int, seq: int, kind: int, payload: bytes | memory
     return h.digest()
 
 
-class Sealer:
+class FrameSealer:
     """Seals the frames one side sends: counts them and MACs each with its number."""
 
     def __init__(self, key: bytes, direction: int) -> None:
@@ -129,7 +129,7 @@ class Sealer:
         return b"".join((HEADER.pack(len(payload), kind), payload, tag))
 
 
-class Opener:
+class FrameOpener:
     """Reads and verifies the frames one side receives, in order, within limits."""
 
     def __init__(self, key: bytes, direction: int, max_payload: int) -> None:
@@ -167,9 +167,9 @@ def check_header(length: int, kind: int, max_payload: int) -> None:
 __all__ = [
     "DEFAULT_MAX_PAYLOAD",
     "Deadline",
+    "FrameOpener",
+    "FrameSealer",
     "MigrationError",
-    "Opener",
-    "Sealer",
     "Wire",
     "mac",
 ]

@@ -22,7 +22,7 @@ import struct
 
 from ckpt.migration import messages
 from ckpt.migration.errors import AuthenticationError, HandshakeError, KeyMismatch
-from ckpt.migration.framing import TO_CLIENT, TO_SERVER, Deadline, Opener, Sealer, Wire
+from ckpt.migration.framing import TO_CLIENT, TO_SERVER, Deadline, FrameOpener, FrameSealer, Wire
 
 MAGIC = b"CKPTMIG\x00"
 NONCE_LEN = 32
@@ -71,14 +71,14 @@ def exchange_openings(wire: Wire, deadline: Deadline) -> tuple[bytes, bytes]:
 
 def handshake(
     wire: Wire, secret: bytes, *, client: bool, deadline: Deadline, max_payload: int
-) -> tuple[Sealer, Opener, messages.Hello]:
+) -> tuple[FrameSealer, FrameOpener, messages.Hello]:
     """Run the handshake; returns the sealer and opener of the connection and the peer's hello."""
     ours, theirs = exchange_openings(wire, deadline)
     client_nonce, server_nonce = (ours, theirs) if client else (theirs, ours)
     key = derive_key(secret, client_nonce, server_nonce)
-    sealer = Sealer(key, TO_SERVER if client else TO_CLIENT)
+    sealer = FrameSealer(key, TO_SERVER if client else TO_CLIENT)
     # Until the peer's Hello is verified, accept no more than a Hello can need.
-    opener = Opener(key, TO_CLIENT if client else TO_SERVER, 4 * messages.MAX_TEXT)
+    opener = FrameOpener(key, TO_CLIENT if client else TO_SERVER, 4 * messages.MAX_TEXT)
     hello = messages.Hello(messages.PROTOCOL_VERSION, SOFTWARE, max_payload)
     wire.write(sealer.seal(hello.KIND, messages.encode(hello)), deadline, "the handshake")
     try:

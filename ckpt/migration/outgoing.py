@@ -18,7 +18,7 @@ goes silent after ``Done`` leaves it paused, since it may or may not have kept i
 
 ``Options.at`` is called at each named step (``round``, ``frozen``, ``restored``,
 ``committing``, ``committed``): tests stop or fail the source there; by default it is
-``testhooks.from_env()``, None unless ``CKPT_TEST_PAUSE_AT`` is set.
+``testhooks.from_env()``, None unless ``CKPT_FAULT`` names a pause.
 """
 
 from __future__ import annotations
@@ -44,19 +44,15 @@ from ckpt.sandbox.host.precopy_policy import StopRule, run_rounds
 from ckpt.statefile.format import MAX_PAGES, PAGE_SIZE
 
 WORK_PREFIX = ".migrate-"
-IO_TIMEOUT_S = 60.0  # one frame, or one answer, from the destination
-IO_TIMEOUT_ENV = "CKPT_MIGRATE_IO_TIMEOUT_S"
 RESTORE_WAIT_FACTOR = 5  # the wait for Restored: the destination restores meanwhile
 
 
 def io_timeout() -> float:
-    """``CKPT_MIGRATE_IO_TIMEOUT_S`` if a positive number, else ``IO_TIMEOUT_S``: a cut
-    link is noticed after this long (tests shorten it)."""
-    try:
-        given = float(os.environ.get(IO_TIMEOUT_ENV) or 0)
-    except ValueError:
-        given = 0
-    return given if given > 0 else IO_TIMEOUT_S
+    """One frame, or one answer, from the destination: ``CKPT_MIGRATE_IO_TIMEOUT_S``; a
+    cut link is noticed after this long (tests shorten it)."""
+    from ckpt import settings
+
+    return settings.current().migrate_io_timeout_s
 
 
 @dataclass

@@ -377,8 +377,11 @@ def listen(host: str, port: int, secret: bytes, *, tls: Any = None, limits: Limi
 
 def ready_line_writer() -> Callable[[str], None] | None:
     """For ``--detach``: the child tells its parent the bound address on this fd."""
-    fd = os.environ.pop(READY_FD_ENV, "")
-    if not fd.isdigit():
+    from ckpt import settings
+
+    fd = settings.current().serve_ready_fd
+    os.environ.pop(READY_FD_ENV, None)  # for this process alone, not its children
+    if fd is None:
         return None
 
     def ready(bound: str) -> None:

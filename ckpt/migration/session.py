@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt.engines import ENGINE_NAMES
 from ckpt.errors import CkptError
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError
 from ckpt.migration.proof import NONCE_BYTES, proof
 
-ENGINES = ("", "native", "typed", "reflect")
 LINGER_S = 10.0  # after refusing, read what the source still sends until it hears
 
 
@@ -61,7 +61,7 @@ def check_offer(offer: m.Offer) -> None:
         check_id(offer.sandbox_id)
     except Exception as exc:
         raise FrameError(f"the peer offered a bad sandbox ID: {exc}") from exc
-    if offer.engine not in ENGINES:
+    if offer.engine and offer.engine not in ENGINE_NAMES:
         raise FrameError(f"the peer offered an unknown engine {offer.engine!r}")
     if not 0 < offer.pages <= MAX_PAGES:
         raise FrameError(f"the peer offered {offer.pages} pages (at most {MAX_PAGES})")

@@ -17,12 +17,12 @@
  * A stage re-reads its chain from the object every time (the Python code a field may
  * run can change any of it) and reads only what the save itself reads a moment later;
  * what it finds it only prefetches, which never faults and never changes a value. */
-#define LOOK 4 /* objects between one stage and the next (2-12 measured alike) */
+#define LOOK 4 /* objects between one stage and the next; the gain is flat over 2-12 */
 
 /* Objects a walk must have met before it looks ahead: as many as fill a core's L2 cache
  * at about 512 bytes each (4096 for 2 MiB; set at import).  A smaller graph stays in the
- * caches and the stages are only instructions: Encoding/fields, 2049 objects, took
- * 0.56 ms without them and 0.64 ms with them; a 4000-node random graph gained 10%. */
+ * caches, where the stages are only instructions that prefetch nothing worth having;
+ * past them each stage hides a miss the save would wait for. */
 static Py_ssize_t look_min = 4096;
 
 static void look_min_init(void)
@@ -96,10 +96,10 @@ static inline void ahead_dict(TypeEntry *te, PyObject *o)
 
 /* Stage 4: each attribute value's header (w_field reads every value's type) and the
  * line after it, where an int's digits, a float's value or a str's state and text lie
- * when the object straddles two lines (GraphSave 0.24 -> 0.22 of C pickle).  Values
- * are found as save_object and field_value find them: by shared-key index in inline
- * values or a split table, by position in a combined str-keyed table.  Leaving the
- * scalars out made GraphSave slower (0.28 against 0.25). */
+ * when the object straddles two lines.  Values are found as save_object and
+ * field_value find them: by shared-key index in inline values or a split table, by
+ * position in a combined str-keyed table.  Scalars are fetched too: the save reads
+ * each one a moment later, and a scalar is as likely to miss as a reference. */
 static inline void ahead_fields(TypeEntry *te, PyObject *o)
 {
     PyObject **values = values_for_ahead(te, o);
@@ -161,10 +161,9 @@ static inline void ahead_dict_entries(PyObject *v)
 /* Stage 5, one object before it is written: the id-table slot of each reference, the
  * memo slot of each container that something else holds too (held_once: no memo), and
  * for a list of references each item's header and id slot (all_refs_fit looks both up
- * for every item: at 400k nodes those look-ups were half of walk_run's samples).
- * Fetched with the headers (stage 4) the slots made GraphSave slower (0.28 of C pickle
- * against 0.25); on their own, this late, they gain (GraphSave 0.248 -> 0.241, FlatSave
- * 0.216 -> 0.194). */
+ * for every item: in a graph past the caches those look-ups miss).  They are fetched
+ * here, this late, and not with the headers (stage 4): fetched that early they compete
+ * with the headers for the cache and are evicted before the write uses them. */
 static inline void ahead_slots(Walk *w, TypeEntry *te, PyObject *o)
 {
     PyObject **values = values_for_ahead(te, o);

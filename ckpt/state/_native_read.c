@@ -832,12 +832,11 @@ static inline Py_ssize_t rd_any_ref(Rd *r, Py_ssize_t limit)
 
 /* ---- looking ahead (large loads) ------------------------------------------------------
  * Past the caches, nearly all of fill's own time is the reference count of each object a
- * reference names: Py_NewRef on an object anywhere in the graph, a cache and TLB miss
- * (95% of read_fill's samples at a million nodes).  A second cursor reads the row
- * AHEAD_ROWS ahead of the one being filled and prefetches, for writing, the objects its
- * reference fields name, so those misses are under way when the row is filled.  It
- * only reads and prefetches: a row it cannot read stops it, and fill meets and reports
- * the same bytes itself. */
+ * reference names: Py_NewRef on an object anywhere in the graph, a cache and TLB miss.
+ * A second cursor reads the row AHEAD_ROWS ahead of the one being filled and
+ * prefetches, for writing, the objects its reference fields name, so those misses are
+ * under way when the row is filled.  It only reads and prefetches: a row it cannot
+ * read stops it, and fill meets and reports the same bytes itself. */
 #define AHEAD_ROWS 8
 static Py_ssize_t load_ahead_min = 65536; /* objects; below it the graph stays cached */
 

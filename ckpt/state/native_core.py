@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import os
 import sys
 import sysconfig
 import zlib
@@ -26,7 +25,9 @@ from ckpt.state import wire as w
 
 
 def _load_core() -> tuple[Any, str]:
-    if os.environ.get("CKPT_PURE_PYTHON", "") not in ("", "0"):
+    from ckpt import settings
+
+    if settings.current().pure_python:
         return None, "disabled by CKPT_PURE_PYTHON=1"
     if importlib.util.find_spec("ckpt.state._native") is None:
         return None, not_built_reason(Path(__file__).parent)

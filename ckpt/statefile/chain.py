@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.errors import CkptError, IntegrityError, StatefileError
+from ckpt.imagefiles import MAX_CHAIN
 from ckpt.statefile.format import MAX_PAGES
 from ckpt.statefile.image import ROUND_NAME, ROUNDS_DIR, is_real_dir
 from ckpt.statefile.image_reader import Image, open_image, open_image_unverified
 from ckpt.statefile.pages import LoadedPages
 from ckpt.statefile.seal import check_parent_sealing
 
-MAX_CHAIN = 16  # images in one chain, the final one included
 PRE_DUMP = "pre-dump"
 
 

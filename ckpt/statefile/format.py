@@ -72,6 +72,12 @@ from __future__ import annotations
 
 import struct
 
+# the file names are re-exported from the leaf every layer reads them from
+from ckpt.imagefiles import CHECKPOINT_IMG as CHECKPOINT_IMG
+from ckpt.imagefiles import PAGES_IMG as PAGES_IMG
+from ckpt.imagefiles import PAGES_META_IMG as PAGES_META_IMG
+from ckpt.imagefiles import STATS_JSON as STATS_JSON
+
 PAGE_SIZE = 4096
 CHUNK_SIZE = 1 << 20  # raw bytes per statefile chunk: ~1 MiB, as gVisor's compressio
 PAGES_PER_CHUNK = CHUNK_SIZE // PAGE_SIZE
@@ -122,10 +128,6 @@ PAGES_META_HEADER = struct.Struct("<8sHBBI16sQQQQII")
 STORED_RUN = struct.Struct("<QIB3xQI")  # first_page, npages, codec, offset, stored_len
 ZERO_RUN = struct.Struct("<QQ")  # first_page, npages
 
-CHECKPOINT_IMG = "checkpoint.img"
-PAGES_IMG = "pages.img"
-PAGES_META_IMG = "pages_meta.img"
-STATS_JSON = "stats.json"
 
 DEFAULT_COMPRESSION = "zstd"
 DEFAULT_LEVEL = 1  # measured: see README "Image format"

@@ -74,9 +74,9 @@ def _fsync_dir(path: str) -> None:
 def _fsync_together(fds: list[int]) -> None:
     """fsync every descriptor, all at once: the first here, the rest on the chunk pool.
 
-    Concurrent fsyncs of one filesystem can share a journal commit: three new files
-    took 0.94 ms one after another and 0.69 ms together on this VM's ext4.  Every call
-    has returned (or failed) before this does, so the caller may close the descriptors.
+    Concurrent fsyncs of one filesystem can share a journal commit, so several new
+    files cost less together than one after another.  Every call has returned (or
+    failed) before this does, so the caller may close the descriptors.
     """
     jobs = [chunks.pool().submit(os.fsync, fd) for fd in fds[1:]]
     error: BaseException | None = None

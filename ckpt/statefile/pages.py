@@ -17,8 +17,8 @@ out its pages: every later read of them raises the error, and ``on_error`` is ca
 once, from whichever thread found it first, so the host can stop the sandbox at once
 rather than let it run on with memory it does not have.
 
-Testing hook: ``CKPT_FAULT=pages-fill-delay:SECONDS`` makes the background fill sleep
-that long before each run, so a test can see requests served while pages still load.
+Fault point ``pages-fill-delay`` (``ckpt/faults.py``) makes the background fill sleep
+before each run, so a test can see requests served while pages still load.
 
 This module writes pages (``PageWriter``) and loads them (``LoadedPages``,
 ``check_runs``, ``iter_stored``).  The run layout both sides share (``StoredRun``,
@@ -39,7 +39,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ckpt import faults
 from ckpt.errors import IntegrityError, StatefileError
+from ckpt.faults import Fault
 from ckpt.statefile import seal
 from ckpt.statefile.chunks import Ordered, compress_chunk, decompress_chunk, map_ordered
 from ckpt.statefile.files import open_regular
@@ -321,17 +323,6 @@ class _Indices(Sequence[int]):
         return r >= 0 and page < self._starts[r] + (self._cum[r + 1] - self._cum[r])
 
 
-def _fill_delay() -> float:
-    """Seconds to sleep before each run of a lazy fill (``CKPT_FAULT``, tests only)."""
-    name, _, value = os.environ.get("CKPT_FAULT", "").partition(":")
-    if name != "pages-fill-delay":
-        return 0.0
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return 0.0
-
-
 def _fetch_run(
     source: PageFile, r: StoredRun, i: int, sealer: Sealer, image_id: bytes, verify: bool
 ) -> bytes:
@@ -421,7 +412,7 @@ class LoadedPages:
         self.summary = meta.summary
         self._on_error = on_error
         self._error_lock = threading.Lock()
-        self._fill_delay = _fill_delay() if lazy else 0.0
+        self._fill_delay = faults.delay(Fault.PAGES_FILL_DELAY) if lazy else 0.0
         self.lazy = lazy
         self._meta = meta
         self._sealer = sealer

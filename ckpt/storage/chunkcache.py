@@ -26,17 +26,12 @@ from pathlib import Path
 from ckpt.errors import CkptError
 from ckpt.storage.manifest import ChunkRef
 
-DEFAULT_MAX_MIB = 4096
-MAX_ENV = "CKPT_CHUNK_CACHE_MIB"
-
 
 def max_bytes() -> int:
-    """The cache's bound in bytes, from ``CKPT_CHUNK_CACHE_MIB`` (else the default)."""
-    with contextlib.suppress(ValueError):
-        given = int(os.environ.get(MAX_ENV) or 0)
-        if given > 0:
-            return given << 20
-    return DEFAULT_MAX_MIB << 20
+    """The cache's bound in bytes, from ``CKPT_CHUNK_CACHE_MIB`` (ckpt/settings.py)."""
+    from ckpt import settings
+
+    return settings.current().chunk_cache_mib << 20
 
 
 class ChunkCache:

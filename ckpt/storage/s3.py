@@ -1,29 +1,13 @@
 """The S3 store, on obstore (Rust's object_store).
 
-Why obstore and not boto3, measured against a local SeaweedFS on the 2-core build host
-(``python3 -m ckpt.storage.clientbench``; medians of 3; large object 256 MiB in 8 MiB
-parts; "small" = 64 MiB of 1 MiB objects from 8 threads)::
-
-    quiet host (first run)            obstore      boto3
-    put 1 stream MB/s                   120.3      115.7
-    put 8 streams MB/s                  127.5      156.7
-    get whole MB/s                      167.5      611.6
-    small puts x8 MB/s                  230.1      183.7
-    small gets x8 MB/s                  957.8      536.5
-    4 KiB range get ms                    2.8        3.7
-    create refused when present           yes        yes
-    import + client ms                   32.1      182.6
-
-With other jobs loading the host (load average 6-8), two more runs (1 MiB, then 512 KiB
-small objects) halved every throughput and flipped some orders: small PUTs 51 vs 60 and
-48 vs 43 MB/s, small GETs 353 vs 376 and 190 vs 124 MB/s, range GET 7.4 vs 5.1 and 4.0 vs
-5.0 ms.  What held in all three: import + client costs obstore 15-60 ms and boto3
-183-657 ms, and each ``ckpt restore`` from S3 pays that in a fresh process.  Chunked
-images use small PUTs and GETs, and lazy restore uses range GETs. On those the two
-clients are even, within the noise, or obstore is ahead.  boto3 is ahead on one large
-GET, which ckpt does not make.  Both refuse ``If-None-Match: *`` when the object exists
-(in obstore, ``mode="create"``).  obstore has no bucket calls; ckpt never creates
-buckets.
+Why obstore and not boto3: a fresh process imports obstore and builds a client several
+times faster than boto3, and every ``ckpt restore`` from a bucket pays that start-up in
+a new sandbox process.  Chunked images use small PUTs and GETs and a lazy restore uses
+range GETs; on those the two clients are even or obstore is ahead.  boto3 is ahead on
+one large GET, which ckpt does not make.  Both refuse ``If-None-Match: *`` when the
+object exists (in obstore, ``mode="create"``).  obstore has no bucket calls; ckpt never
+creates buckets.  ``python3 -m ckpt.bench.s3clients`` measures the two side by side
+(figures in docs/performance-history.md).
 
 Settings come from the standard AWS variables only (:meth:`S3Settings.from_env`).
 Every request has a deadline: connect within CONNECT_TIMEOUT, each request within

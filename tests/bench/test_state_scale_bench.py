@@ -23,7 +23,7 @@ def test_parse_sizes_rejects_what_is_not_a_usable_count(text: str) -> None:
 
 
 def test_parse_engines() -> None:
-    assert state_scale.parse_engines("") == list(state_scale.ENGINES)
+    assert state_scale.parse_engines("") == list(state_scale.CONTENDERS)
     assert state_scale.parse_engines("typed,pickle,typed") == ["typed", "pickle"]
     with pytest.raises(BenchError, match="unknown pickle-py"):
         state_scale.parse_engines("typed,pickle-py")

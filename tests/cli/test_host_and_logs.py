@@ -55,9 +55,9 @@ def test_the_store_is_configured_by_its_variables_and_none_is_printed() -> None:
 
 
 def test_the_template_item_follows_ckpt_template(tmp_path: Path) -> None:
-    off = hostcheck.template_item(tmp_path, {"CKPT_TEMPLATE": "0"})
+    off = hostcheck.template_item(tmp_path, False)
     assert not off.ok and "CKPT_TEMPLATE=0" in off.detail
-    on = hostcheck.template_item(tmp_path / "none", {})
+    on = hostcheck.template_item(tmp_path / "none", True)
     assert on.ok and "not running" in on.detail
 
 

@@ -138,3 +138,18 @@ def test_bad_locations_are_one_line_errors(tmp_path: Path) -> None:
     for url in ("http://host/x", "s3://", ""):
         code, said = _error(runner.invoke(app, ["image", "ls", url]))
         assert code == 2, (url, said)
+
+
+def test_rm_and_prune_take_a_file_url_as_ls_does(tmp_path: Path) -> None:
+    repo, n0, n1 = _chain(tmp_path)
+    dead = repo / ".n2.tmp-999999999-abc"
+    dead.mkdir()
+    res = runner.invoke(app, ["image", "prune", f"file://{repo}", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["removed_leftovers"] == [str(dead)]
+    code, said = _error(runner.invoke(app, ["image", "rm", f"file://{n0}"]))
+    assert code == 4 and "is the parent of n1" in said  # the local rules, not a bucket's
+    res = runner.invoke(app, ["image", "rm", f"file://{n1}", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"removed": str(n1)}
+    assert not n1.exists() and n0.is_dir() and not Path("file:").exists()

@@ -18,7 +18,7 @@ MS = 1_000_000
 
 @dataclass
 class MemoryPages:
-    """A LoadedPages stand-in over pages taken from ``memory_file.pages()``.
+    """A PageReader stand-in over pages taken from ``memory_file.pages()``.
 
     ``reads`` records which pages were fetched, so tests can tell lazy from eager.
     """

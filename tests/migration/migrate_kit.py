@@ -140,7 +140,7 @@ def leftovers(hosts: Hosts) -> list[str]:
 
 
 def stopped(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> bool:
-    """The process stopped itself at a ``CKPT_TEST_PAUSE_AT`` point."""
+    """The process stopped itself at a ``CKPT_FAULT=pause:VERB:STEP`` point."""
     try:
         return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
     except psutil.NoSuchProcess:
@@ -156,7 +156,7 @@ def make_key(path: Path, data: bytes | None = None) -> Path:
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    for k in ("CKPT_FAULT", "CKPT_TEST_PAUSE_AT"):
+    for k in ("CKPT_FAULT",):
         env.pop(k, None)
     h = Hosts(
         Cli(tmp_path / "src", dict(env), set()),

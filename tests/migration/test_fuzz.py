@@ -12,7 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckpt.migration import AuthenticationError, MigrationError, PageRuns, unpack_pages
-from ckpt.migration.framing import HEADER, MAC_LEN, TO_SERVER, Deadline, Opener, Sealer, Wire
+from ckpt.migration.framing import (
+    HEADER,
+    MAC_LEN,
+    TO_SERVER,
+    Deadline,
+    FrameOpener,
+    FrameSealer,
+    Wire,
+)
 from ckpt.migration.handshake import MAGIC, OPENING, exchange_openings
 from ckpt.migration.messages import MESSAGE_TYPES, Kind, decode
 
@@ -43,7 +51,7 @@ class BytesSocket:
 def read_all(data: bytes, max_payload: int = 1 << 16) -> int:
     """Read frames from ``data`` until one is refused; returns how many were accepted."""
     wire = Wire(BytesSocket(data))  # type: ignore[arg-type]
-    opener = Opener(KEY, TO_SERVER, max_payload)
+    opener = FrameOpener(KEY, TO_SERVER, max_payload)
     accepted = 0
     while True:
         try:
@@ -69,7 +77,7 @@ def test_random_payload_behind_a_valid_header_is_refused(kind, payload, tag, tai
     """Without the key no tag is the payload's MAC: the frame is refused by its MAC,
     before its payload is decoded, whatever the payload is."""
     sock = BytesSocket(HEADER.pack(len(payload), kind) + payload + tag + tail)
-    opener = Opener(KEY, TO_SERVER, 1 << 16)
+    opener = FrameOpener(KEY, TO_SERVER, 1 << 16)
     with pytest.raises(AuthenticationError):
         opener.read(Wire(sock), Deadline(5))  # type: ignore[arg-type]
     assert opener.seq == 0
@@ -78,9 +86,9 @@ def test_random_payload_behind_a_valid_header_is_refused(kind, payload, tag, tai
 @given(st.sampled_from(sorted(MESSAGE_TYPES)), st.binary(max_size=512))
 def test_authenticated_garbage_payload_decodes_or_is_refused(kind: int, payload: bytes) -> None:
     """A peer holding the key is still not trusted to send well-formed messages."""
-    frame = Sealer(KEY, TO_SERVER).seal(kind, payload)
+    frame = FrameSealer(KEY, TO_SERVER).seal(kind, payload)
     wire = Wire(BytesSocket(frame))  # type: ignore[arg-type]
-    got_kind, got = Opener(KEY, TO_SERVER, 1 << 16).read(wire, Deadline(5))
+    got_kind, got = FrameOpener(KEY, TO_SERVER, 1 << 16).read(wire, Deadline(5))
     try:
         msg = decode(got_kind, got)
     except MigrationError:
@@ -116,7 +124,7 @@ def test_random_opening_is_refused(data: bytes) -> None:
 
 def test_oversized_length_reads_nothing_past_the_header() -> None:
     sock = BytesSocket(HEADER.pack(0xFFFFFFFF, Kind.STATE_CHUNK) + bytes(1 << 16))
-    opener = Opener(KEY, TO_SERVER, 1 << 20)
+    opener = FrameOpener(KEY, TO_SERVER, 1 << 20)
     try:
         opener.read(Wire(sock), Deadline(5))  # type: ignore[arg-type]
     except MigrationError as exc:

@@ -68,14 +68,14 @@ class Bed:
 
     def serve(self, *, bridge: bool = True, pause_at: str | None = None) -> None:
         """``ckpt serve`` on B; without ``bridge``, on the bridge named as the source's;
-        ``pause_at``: a ``CKPT_TEST_PAUSE_AT`` step where it stops itself."""
+        ``pause_at``: a step where it stops itself (``CKPT_FAULT=pause:STEP``)."""
         log = open(self.tmp / "serve.log", "wb")  # noqa: SIM115  (the child holds it)
         argv = [sys.executable, "-P", "-m", "ckpt", "--root", str(self.roots["b"]), "serve",
                 "--listen", f"{self.lan.b.address}:{SERVE_PORT}", "--key-file", str(self.key),
                 *(("--bridge", self.lan.bridge) if bridge else ())]  # fmt: skip
         env = {**child_env(), "CKPT_MIGRATE_IO_TIMEOUT_S": "10"}
         if pause_at is not None:
-            env["CKPT_TEST_PAUSE_AT"] = pause_at
+            env["CKPT_FAULT"] = f"pause:{pause_at}"
         proc = self.lan.nsenter(self.lan.b, argv, stdout=log, stderr=log, env=env)
         log.close()
         self.serving.append(proc)
@@ -253,7 +253,7 @@ def test_a_migration_failing_before_the_commit_leaves_the_connection_with_the_so
             "ckpt", "--root", str(bed.roots["a"]), "migrate", sid, "--to",
             f"{bed.lan.b.address}:{SERVE_PORT}", "--key-file", str(bed.key)]  # fmt: skip
     env = {**child_env(), "CKPT_MIGRATE_IO_TIMEOUT_S": "10"}
-    env["CKPT_TEST_PAUSE_AT"] = f"migrate:{phase}"
+    env["CKPT_FAULT"] = f"pause:migrate:{phase}"
     cli = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=env)  # fmt: skip
     try:

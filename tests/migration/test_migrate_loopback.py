@@ -82,7 +82,7 @@ def test_the_destination_makes_the_sandbox_process_while_the_rounds_arrive(
     alive), so the frozen step only loads the image into it; then it runs."""
     _run(hosts)
     serve = hosts.serve()
-    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:round"})
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_FAULT": "pause:migrate:round"})
     try:
         wait_for(lambda: stopped(cli), "the migrate CLI to stop in a round", 120)
         # the record is written as the sandbox appears (pid 0), then gets its process
@@ -200,7 +200,7 @@ def test_destination_killed_leaves_the_source_running(hosts: Hosts, phase: str) 
     acked = _put(hosts, 0, 100)
     before = digest(hosts.src, SID)
     serve = hosts.serve()
-    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": f"migrate:{phase}"})
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_FAULT": f"pause:migrate:{phase}"})
     try:
         wait_for(lambda: stopped(cli), f"the migrate CLI to stop at {phase}", 120)
         serve.proc.kill()
@@ -225,7 +225,7 @@ def test_source_cli_killed_leaves_the_source_running(hosts: Hosts, phase: str) -
     acked = _put(hosts, 0, 100)
     before = digest(hosts.src, SID)
     serve = hosts.serve()
-    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": f"migrate:{phase}"})
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_FAULT": f"pause:migrate:{phase}"})
     try:
         wait_for(lambda: stopped(cli), f"the migrate CLI to stop at {phase}", 120)
         cli.kill()
@@ -335,7 +335,7 @@ def test_source_cli_killed_after_the_commit_leaves_the_destination_running(
     acked = _put(hosts, 0, 100)
     before = digest(hosts.src, SID)
     serve = hosts.serve()
-    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:committed"})
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_FAULT": "pause:migrate:committed"})
     try:
         wait_for(lambda: stopped(cli), "the migrate CLI to stop once committed", 120)
         cli.kill()
@@ -358,7 +358,7 @@ def test_source_cli_killed_after_sending_done_leaves_one_running_copy(hosts: Hos
     acked = _put(hosts, 0, 100)
     before = digest(hosts.src, SID)
     serve = hosts.serve()
-    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": "migrate:committing"})
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_FAULT": "pause:migrate:committing"})
     try:
         wait_for(lambda: stopped(cli), "the migrate CLI to stop after sending Done", 120)
         wait_for(

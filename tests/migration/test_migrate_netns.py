@@ -156,7 +156,7 @@ def test_link_cut_leaves_the_source_running(bed: Bed, phase: str) -> None:
     argv = [sys.executable, "-m", "ckpt", "--root", str(bed.src_root), "migrate", SID,
             "--to", f"{dst.address}:{SERVE_PORT}", "--key-file", str(bed.key)]  # fmt: skip
     env = {**bed.net_env(), "CKPT_MIGRATE_IO_TIMEOUT_S": IO_TIMEOUT}
-    env["CKPT_TEST_PAUSE_AT"] = f"migrate:{phase}"
+    env["CKPT_FAULT"] = f"pause:migrate:{phase}"
     cli = bed.net.popen(src, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                         env=env)  # fmt: skip
     try:

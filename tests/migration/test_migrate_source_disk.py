@@ -33,7 +33,7 @@ def _image_files(root: Path) -> list[str]:
 def test_a_migration_writes_no_image_file_on_the_source(hosts: Hosts, phase: str) -> None:
     hosts.src("run", SID, "--workload", "kv:8", "--port", "0", timeout=120)
     serve = hosts.serve()
-    cli = hosts.migrate_popen(SID, serve, env={"CKPT_TEST_PAUSE_AT": f"migrate:{phase}"})
+    cli = hosts.migrate_popen(SID, serve, env={"CKPT_FAULT": f"pause:migrate:{phase}"})
     try:
         wait_for(lambda: stopped(cli), f"the migrate CLI to stop at {phase}", 120)
         assert _image_files(hosts.src.root) == []

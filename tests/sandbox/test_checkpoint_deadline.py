@@ -50,8 +50,13 @@ def test_a_checkpoint_past_its_deadline_ends_the_wait_and_spares_the_sandbox(
 
 
 def test_the_environment_sets_the_checkpoint_deadline(monkeypatch) -> None:
+    from ckpt.settings import SettingsError
+
     monkeypatch.setenv(deadlines.CHECKPOINT_TIMEOUT_ENV, "7.5")
-    assert deadlines.env_seconds(deadlines.CHECKPOINT_TIMEOUT_ENV, 1.0) == 7.5
-    for bad in ("0", "-1", "soon", ""):
+    assert deadlines.checkpoint_timeout() == 7.5
+    monkeypatch.setenv(deadlines.CHECKPOINT_TIMEOUT_ENV, "")
+    assert deadlines.checkpoint_timeout() == 1800.0  # empty: unset
+    for bad in ("0", "-1", "soon", "nan"):
         monkeypatch.setenv(deadlines.CHECKPOINT_TIMEOUT_ENV, bad)
-        assert deadlines.env_seconds(deadlines.CHECKPOINT_TIMEOUT_ENV, 1.0) == 1.0
+        with pytest.raises(SettingsError, match=deadlines.CHECKPOINT_TIMEOUT_ENV):
+            deadlines.checkpoint_timeout()

@@ -73,10 +73,11 @@ def test_a_command_that_takes_an_id_says_what_it_is(path: list[str]) -> None:
 
 
 def test_fixed_choices_are_listed_and_match_the_library() -> None:
-    from ckpt import statefile
-    from ckpt.sandbox.client import lifecycle
+    from ckpt import state, statefile
+    from ckpt.engines import ENGINE_NAMES
 
-    assert tuple(e.value for e in Engine) == lifecycle.ENGINES
+    assert tuple(e.value for e in Engine) == ENGINE_NAMES
+    assert set(state.ENGINES) <= set(ENGINE_NAMES)
     assert tuple(c.value for c in Compression) == statefile.COMPRESSIONS
     text = _help(["checkpoint"])
     assert "--engine [native|typed|reflect]" in text

@@ -4,7 +4,7 @@ of ``run``, ``checkpoint`` (with and without ``--force``) and ``restore``.  Afte
 alive) and ``ckpt delete --force`` leaves no process, cgroup, socket, temporary image
 directory or record.
 
-The CLI stops itself (SIGSTOP) at a step named by ``CKPT_TEST_PAUSE_AT``
+The CLI stops itself (SIGSTOP) at a step named by ``CKPT_FAULT=pause:VERB:STEP``
 (``testhooks.pause_point``), where the test kills it, or kills the sandbox or the template
 and lets it go on.  Mid-checkpoint, the sandbox stalls through ``CKPT_FAULT``.
 Kill points and cases are counted in ``CASES`` below (printed with ``-s``).
@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ckpt.sandbox.client import template_client, testhooks
+from ckpt.sandbox.client import template_client
 from ckpt.sandbox.wire.paths import Root
 
 from .conftest import CGROUP_ROOT, Cli
@@ -109,7 +109,7 @@ def assert_accounted(cli: Cli, sandbox_id: str, image: Path | None = None) -> No
 
 def paused(cli: Cli, step: str, *args: str) -> subprocess.Popen[str]:
     """Start ``ckpt ARGS`` and return once it has stopped itself at ``step``."""
-    proc = cli.popen(*args, env={testhooks.PAUSE_ENV: step})
+    proc = cli.popen(*args, env={"CKPT_FAULT": f"pause:{step}"})
 
     def stopped() -> str | None:
         if proc.poll() is not None:

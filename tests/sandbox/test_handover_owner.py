@@ -153,7 +153,7 @@ def test_a_template_too_slow_to_spawn_hands_its_sockets_to_the_cold_restore(
     hook, as a busy host would).  The restore starts cold; the template, which holds the
     listener and a parked connection, must not be killed: every client that connected
     or sent a request in the gap is answered by the restored sandbox."""
-    tpl = start_template(tcli, CKPT_TEMPLATE_FAULT="spawn-reply-delay:4")
+    tpl = start_template(tcli, CKPT_FAULT="spawn-reply-delay:4")
     port, web, image = free_port(), sid("slow"), tmp_path / "img"
     tcli("--no-template", "run", web, "--workload", "http", "--port", str(port))
     parked = clients(port)
@@ -196,7 +196,7 @@ def test_a_child_that_does_not_join_in_time_is_killed_and_the_command_starts_col
     """The template's wait for its forked child to join the cgroup has a deadline below
     the client's: the client hears a refusal (and leaves the template alone), and the
     child that never joined is killed."""
-    tpl = start_template(tcli, CKPT_TEMPLATE_FAULT="join-stall:30")
+    tpl = start_template(tcli, CKPT_FAULT="join-stall:30")
     web = sid("join")
     out = tcli("run", web, "--workload", "http", "--json")
     c = json.loads(out.stdout)["timings"]["counters"]
@@ -215,7 +215,7 @@ def test_a_hold_that_times_out_leaves_the_sockets_alive_for_the_restore(
     waiting for its answer (a test hook delays the hold; the sandbox waits 1 s).  The
     sandbox must close its descriptors without shutting the sockets down: the restore
     then adopts a live listener, and the clients of the gap are answered."""
-    start_template(tcli, CKPT_TEMPLATE_FAULT="hold-delay:3")
+    start_template(tcli, CKPT_FAULT="hold-delay:3")
     port, web, image = free_port(), sid("holdto"), tmp_path / "img"
     tcli(
         "run", web, "--workload", "http", "--port", str(port),

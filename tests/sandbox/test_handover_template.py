@@ -92,7 +92,7 @@ def test_a_checkpoint_right_after_the_first_run_waits_for_the_warming_template(
     """The first ``run`` in a root starts the template in the background; a checkpoint
     that comes while it still warms up waits for it, so the sockets are held, not closed."""
     port, web, image = free_port(), sid("warming"), tmp_path / "img"
-    run_http(tcli, web, port, env={"CKPT_TEMPLATE_FAULT": "warm-delay:5"})
+    run_http(tcli, web, port, env={"CKPT_FAULT": "warm-delay:5"})
     assert template_client.status(tcli.root) is None, "the template serves already"
     conn = clients(port)
     conn.get()

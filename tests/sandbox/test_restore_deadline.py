@@ -34,9 +34,12 @@ def test_the_deadline_grows_with_the_image_and_a_smaller_quota(
 def test_the_environment_sets_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(deadlines.RESTORE_TIMEOUT_ENV, "2.5")
     assert deadlines.restore_timeout(_image(tmp_path / "img", 64 << 20), 0.25) == 2.5
+    from ckpt.settings import SettingsError
+
     for bad in ("0", "-1", "soon"):
         monkeypatch.setenv(deadlines.RESTORE_TIMEOUT_ENV, bad)
-        assert deadlines.restore_timeout(tmp_path / "img") > deadlines.RESTORE_TIMEOUT_S
+        with pytest.raises(SettingsError, match=deadlines.RESTORE_TIMEOUT_ENV):
+            deadlines.restore_timeout(tmp_path / "img")
 
 
 def test_a_symlinked_file_in_the_image_does_not_count(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from ckpt.bench import seaweed
 from ckpt.errors import CkptError
-from ckpt.storage import seaweed
 from ckpt.storage.repository import Repository
 
 BUCKET = "ckpt-tests"

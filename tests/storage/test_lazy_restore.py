@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ckpt.bench import seaweed
 from ckpt.sandbox.host.http import get_json
-from ckpt.storage import seaweed
 from ckpt.storage.repository import CHUNKS, Repository
 from tests.sandbox.conftest import Cli, cli, tcli  # noqa: F401  (the sandbox fixtures)
 from tests.sandbox.waiting import wait_for

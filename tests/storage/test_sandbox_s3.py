@@ -122,7 +122,7 @@ def test_store_killed_mid_checkpoint_leaves_no_image_and_the_sandbox(
     """The sandbox stalls after writing its state and pages (CKPT_FAULT) and before the
     commit; the store is killed meanwhile: one line, the sandbox runs on, and the store,
     restarted on its data, holds no image."""
-    from ckpt.storage import seaweed
+    from ckpt.bench import seaweed
     from ckpt.storage.s3 import S3Store
 
     data = tmp_path / "seaweed"
@@ -166,7 +166,7 @@ def test_store_killed_mid_restore_leaves_nothing(
 ) -> None:
     """The restoring sandbox stalls before it fetches the image (CKPT_FAULT); the store
     is killed meanwhile: one line, and no sandbox, record or fetched copy remains."""
-    from ckpt.storage import seaweed
+    from ckpt.bench import seaweed
 
     server = seaweed.start(buckets=(FAULT_BUCKET,))
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.storage import seaweed
+from ckpt.bench import seaweed
 from ckpt.storage.repository import Repository
 from ckpt.storage.s3 import S3Store
 from tests.sandbox.conftest import Cli, cli  # noqa: F401  (the sandbox fixtures)

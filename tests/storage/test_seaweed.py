@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.storage import seaweed
+from ckpt.bench import seaweed
 from ckpt.storage.errors import StorageError
 from ckpt.storage.repository import Repository
 

@@ -20,7 +20,13 @@ def child_env() -> dict[str, str]:
 
     here = str(Path(ckpt.__file__).resolve().parent.parent)
     entries = [here, *(p for p in sys.path if p and p != here and os.path.isdir(p))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}
+    from ckpt import settings
+
+    env = {
+        **os.environ,
+        **settings.child_env(),  # this command's settings, --no-template's among them
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(entries)),
+    }
     # Every sandbox is a fresh interpreter; without bytecode it compiles all of ckpt
     # again each time (hosts setting PYTHONDONTWRITEBYTECODE).  Keep bytecode in
     # ckpt's own cache directory instead, so nothing is written beside the sources

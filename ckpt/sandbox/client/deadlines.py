@@ -6,6 +6,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from ckpt import settings
+
 # The restore RPC: a fixed floor plus time for the image's bytes at a slow rate per CPU
 # of its quota, so a big image is never cut short while a hung restore (a FIFO for a
 # statefile, a wedged sandbox) still ends.  A files:100000 image (3.3 MB) restored in
@@ -13,28 +15,23 @@ from pathlib import Path
 RESTORE_TIMEOUT_S = 120.0
 RESTORE_BYTES_PER_S = 512 * 1024
 RESTORE_TIMEOUT_ENV = "CKPT_RESTORE_TIMEOUT_S"
-# A checkpoint's own deadline: generous, since a sandbox of many GiB under a small quota
-# writes for minutes, and stopping the wait never kills the sandbox (it may still finish).
-CHECKPOINT_TIMEOUT_S = 1800.0
+# A checkpoint's own deadline (ckpt/settings.py): generous, since a sandbox of many GiB
+# under a small quota writes for minutes, and stopping the wait never kills the sandbox
+# (it may still finish).
 CHECKPOINT_TIMEOUT_ENV = "CKPT_CHECKPOINT_TIMEOUT_S"
 
 
-def env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from the environment variable ``name``, else
-    ``default``."""
-    with contextlib.suppress(ValueError):
-        given = float(os.environ.get(name) or 0)
-        if given > 0:
-            return given
-    return default
+def checkpoint_timeout() -> float:
+    """How long the CLI waits for a checkpoint: ``CKPT_CHECKPOINT_TIMEOUT_S``."""
+    return settings.current().checkpoint_timeout_s
 
 
 def restore_timeout(image: Path, cpus: float | None = None) -> float:
     """How long the restore RPC may take: ``CKPT_RESTORE_TIMEOUT_S`` if set, else
     RESTORE_TIMEOUT_S plus the image's size at RESTORE_BYTES_PER_S per CPU of the
     quota (``cpus``; no quota counts as one CPU)."""
-    given = env_seconds(RESTORE_TIMEOUT_ENV, 0.0)
-    if given > 0:
+    given = settings.current().restore_timeout_s
+    if given is not None:
         return given
     size = 0
     with contextlib.suppress(OSError):

@@ -78,12 +78,12 @@ def native_item() -> Item:
     return Item("native engine", ok, why)
 
 
-def template_item(root: Path, env: Mapping[str, str]) -> Item:
+def template_item(root: Path, template: bool) -> Item:
     """Whether sandboxes start from the warm template, and whether it runs now."""
     from ckpt.sandbox.client import template_client
 
-    if env.get("CKPT_TEMPLATE", "1").strip().lower() in ("0", "no", "off", "false"):
-        return Item("template", False, "disabled by CKPT_TEMPLATE=0 (cold starts)")
+    if not template:
+        return Item("template", False, "disabled by --no-template or CKPT_TEMPLATE=0")
     if not hasattr(os, "fork"):
         return Item("template", False, "this platform has no fork(): cold starts")
     status = template_client.status(root) if root.is_dir() else None
@@ -125,11 +125,14 @@ def store_item(env: Mapping[str, str]) -> Item:
 
 def check(root: Path, env: Mapping[str, str] | None = None, run: Runner = run_probe) -> list[Item]:
     """Every item, in the order ``ckpt check`` prints them."""
+    from ckpt import settings
+
+    given = settings.current() if env is None else settings.load(env)
     env = os.environ if env is None else env
     return [
         *cgroup_items(),
         native_item(),
-        template_item(root, env),
+        template_item(root, given.template),
         netns_item(run),
         tc_item(run),
         store_item(env),

@@ -20,7 +20,7 @@ that ``list`` shows and ``delete --force`` cleans.  Nothing in a record is trust
 cgroup must be this root's own name for the ID, a pid must match its start time and be in
 that cgroup (or be the peer of the sandbox's socket), and the socket must be a socket.
 
-Testing hook: ``CKPT_TEST_PAUSE_AT=VERB:STEP`` stops the CLI at that step
+Fault point: ``CKPT_FAULT=pause:VERB:STEP`` stops the CLI at that step
 (``testhooks.py``).
 """
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckpt.engines import ENGINE_NAMES
 from ckpt.errors import (
     CgroupError,
     CkptError,
@@ -46,9 +47,8 @@ from ckpt.errors import (
 from ckpt.sandbox.client import template_client
 from ckpt.sandbox.client.deadlines import (
     CHECKPOINT_TIMEOUT_ENV,
-    CHECKPOINT_TIMEOUT_S,
     RESTORE_TIMEOUT_ENV,
-    env_seconds,
+    checkpoint_timeout,
     restore_timeout,
 )
 from ckpt.sandbox.client.group import cpu_usec, freezable, open_cgroup, own_group, remove_cgroup
@@ -78,8 +78,6 @@ from ckpt.sandbox.wire.timings import (
 
 if TYPE_CHECKING:  # protocol (msgspec) is imported by the commands that talk to a sandbox
     from ckpt.sandbox.wire import protocol as p
-
-ENGINES = ("native", "typed", "reflect")  # None: the fastest one the sandbox has
 
 
 @dataclass
@@ -152,8 +150,8 @@ def _call(root: Root, st: SandboxState, request: p.Request, **kw: Any) -> Any:
 
 
 def _check_engine(engine: str | None) -> None:
-    if engine is not None and engine not in ENGINES:
-        raise SandboxError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if engine is not None and engine not in ENGINE_NAMES:
+        raise SandboxError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINE_NAMES)}")
 
 
 # -- commands --------------------------------------------------------------------------
@@ -447,7 +445,7 @@ def checkpoint(
     st.extra["checkpointing_to"] = request.image  # kill and delete clean its leftovers
     root.write(st)
     pause_point("checkpoint:sending")
-    deadline = env_seconds(CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S)
+    deadline = checkpoint_timeout()
     try:
         with timings.phase(CHECKPOINT):
             reply: p.CheckpointReply = _call(root, st, request, timeout=deadline)

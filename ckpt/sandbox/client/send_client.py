@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ckpt.sandbox.client.deadlines import CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S, env_seconds
+from ckpt.sandbox.client.deadlines import checkpoint_timeout
 from ckpt.sandbox.client.group import freezable, open_cgroup, own_group
 from ckpt.sandbox.client.status import live
 from ckpt.sandbox.wire import protocol as p
@@ -48,7 +48,7 @@ def send(
             p.SendRequest(pre_dump=pre_dump, after=after, engine=engine or st.engine),
             what=what,
             peer_pid=st.pid,
-            timeout=env_seconds(CHECKPOINT_TIMEOUT_ENV, CHECKPOINT_TIMEOUT_S),
+            timeout=checkpoint_timeout(),
             on_event=on_event,
         )
     except BaseException:

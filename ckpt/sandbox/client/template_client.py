@@ -21,20 +21,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ckpt import settings
 from ckpt.errors import SandboxError
 from ckpt.sandbox.wire import template_proto as proto
 
 CONNECT_TIMEOUT_S = 1.0
-REPLY_TIMEOUT_S = 10.0  # a warm template answers in milliseconds; this only catches a wedge
-REPLY_TIMEOUT_ENV = "CKPT_TEMPLATE_REPLY_TIMEOUT_S"  # tests set it small
+# a warm template answers in milliseconds; this only catches a wedge (tests set it small)
+REPLY_TIMEOUT_S = settings.BY_NAME["CKPT_TEMPLATE_REPLY_TIMEOUT_S"].default
 START_TIMEOUT_S = 60.0
 WARMING_WAIT_S = 30.0  # how long a checkpoint waits for a template still warming up
-ENV_PREFIX = "CKPT_"
 
 
 def disabled() -> bool:
-    """``CKPT_TEMPLATE=0`` (or ``ckpt --no-template``) forces cold starts."""
-    return os.environ.get("CKPT_TEMPLATE", "1").strip().lower() in ("0", "no", "off", "false")
+    """``ckpt --no-template`` (or ``CKPT_TEMPLATE=0``) forces cold starts."""
+    return not settings.current().template
 
 
 def _request(
@@ -52,8 +52,8 @@ def _request(
 
 
 def _child_env() -> dict[str, str]:
-    """The CKPT_* variables this command runs with, for the forked sandbox to adopt."""
-    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX) and k != "CKPT_ROOT"}
+    """The CKPT_* settings this command runs with, for the forked sandbox to adopt."""
+    return settings.child_env()
 
 
 def spawn(
@@ -102,11 +102,7 @@ def _gave_up(root: Path, exc: Exception, timeout: float) -> str:
 
 
 def _reply_timeout() -> float:
-    try:
-        value = float(os.environ.get(REPLY_TIMEOUT_ENV) or REPLY_TIMEOUT_S)
-    except ValueError:
-        return REPLY_TIMEOUT_S
-    return value if value > 0 else REPLY_TIMEOUT_S
+    return settings.current().template_reply_timeout_s
 
 
 def holds_sockets(root: Path) -> list[str]:

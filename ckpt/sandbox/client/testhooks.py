@@ -1,5 +1,6 @@
-"""Test hook of the CLI: ``CKPT_TEST_PAUSE_AT=VERB:STEP`` stops the CLI (SIGSTOP) at that
-step, so a test can SIGKILL it exactly there; the steps are ``pause_point``'s callers."""
+"""The CLI's fault point: ``CKPT_FAULT=pause:VERB:STEP`` stops the CLI (SIGSTOP) at that
+step, so a test can SIGKILL it exactly there; the steps are ``pause_point``'s callers
+(and ``migrate``'s, through the hook ``from_env`` gives)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,22 @@ import os
 import signal
 from collections.abc import Callable
 
-PAUSE_ENV = "CKPT_TEST_PAUSE_AT"
+from ckpt import faults
+from ckpt.faults import Fault
 
 
-def pause_point(step: str) -> None:
-    """Stop this process here when ``CKPT_TEST_PAUSE_AT`` names ``step`` (tests only)."""
-    if os.environ.get(PAUSE_ENV) == step:
+def _stop_at(step: str) -> None:
+    pause = faults.injected(Fault.PAUSE)
+    if pause is not None and pause.text == step:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
+def pause_point(step: str) -> None:
+    """Stop this process here when ``CKPT_FAULT`` is ``pause:`` ``step`` (tests only)."""
+    _stop_at(step)
+
+
 def from_env() -> Callable[[str], None] | None:
-    """``pause_point`` when ``CKPT_TEST_PAUSE_AT`` is set, else None: read once, so a
+    """The pause hook when ``CKPT_FAULT`` names a pause, else None: read once, so a
     caller that takes its hook as an argument has nothing of tests on its path."""
-    return pause_point if os.environ.get(PAUSE_ENV) else None
+    return _stop_at if faults.injected(Fault.PAUSE) is not None else None

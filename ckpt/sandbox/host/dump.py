@@ -183,9 +183,9 @@ def write_image(job: Dump) -> dict[str, Any]:
             if rounds is not None:
                 rounds.adopt(img.temp_dir)
             if stats is not None:
-                # Only with --stats: the digest of everything observable (~10 ms on
-                # http), so the image can be checked against a restore; no plain
-                # checkpoint needs it.  Timed apart; the kernel is frozen.
+                # Only with --stats: the digest of everything observable walks the
+                # whole kernel while it is frozen, so the image can be checked against
+                # a restore; no plain checkpoint needs it.  Timed apart.
                 with clock.phase("fingerprint"):
                     img.metadata["fingerprint"] = k.fingerprint()
             if job.stall is not None:

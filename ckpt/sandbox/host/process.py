@@ -14,12 +14,10 @@ per connection), and a ticker that advances the kernel's clock.  All kernel acce
 through ``Host.cond``; while the kernel is frozen, HTTP requests wait on it and are
 answered after thaw.
 
-Testing hook: ``CKPT_FAULT=checkpoint-stall:SECONDS`` sleeps after the object stream is
-written and before the image is committed, so tests can kill a sandbox mid-checkpoint.
-``CKPT_FAULT=checkpoint-stall:SECONDS:PATH`` ends that stall as soon as file PATH exists
-(SECONDS stays the upper bound), so a test can hold a checkpoint open for exactly as long
-as it needs, whatever the machine's load, and then let it finish.
-``CKPT_FAULT=restore-stall:SECONDS`` sleeps at the start of a restore, so tests can see
+Fault points (``ckpt/faults.py``): ``checkpoint-stall`` sleeps after the object stream is
+written and before the image is committed, so tests can kill a sandbox mid-checkpoint,
+or hold a checkpoint open for exactly as long as they need (its release file) whatever
+the machine's load; ``restore-stall`` sleeps at the start of a restore, so tests can see
 the restore's deadline end the wait and clean up.
 
 Stdlib and ``ckpt`` only; no typer, rich, argparse or typing, so start-up stays fast.
@@ -42,7 +40,9 @@ import sys
 import threading
 import time
 
+from ckpt import faults
 from ckpt.errors import KernelError, SandboxError, StatefileError
+from ckpt.faults import Fault
 from ckpt.sandbox.host import introspect
 from ckpt.sandbox.host.http import HttpServer
 from ckpt.sandbox.wire import rpc
@@ -83,20 +83,6 @@ def self_cpu_usec() -> int:
     """CPU (user + system) of this process, all threads, in microseconds."""
     t = os.times()
     return int((t.user + t.system) * 1_000_000)
-
-
-def _fault_stall(which: str = "checkpoint-stall") -> tuple[float, str | None]:
-    """``CKPT_FAULT=WHICH:SECONDS[:PATH]`` as (seconds, release file or None)."""
-    spec = os.environ.get("CKPT_FAULT", "")
-    name, _, rest = spec.partition(":")
-    if name != which:
-        return 0.0, None
-    value, _, release = rest.partition(":")
-    try:
-        seconds = float(value or "5")
-    except ValueError:
-        seconds = 5.0
-    return seconds, release or None
 
 
 def _stall(seconds: float, release: str | None) -> None:
@@ -143,7 +129,9 @@ class Host:
         self.title_root: str | None = None  # set by a cold start: see ``serve``
         self.exiting = threading.Event()
         self.last_request = 0.0  # monotonic time of the last HTTP request
-        self.stall, self.stall_release = _fault_stall()
+        stall = faults.injected(Fault.CHECKPOINT_STALL)  # None: no hook on the path
+        self.stall = stall.seconds if stall is not None else 0.0
+        self.stall_release = (stall.text or None) if stall is not None else None
         self.last_dump: str | None = None  # image id of the last dump (see precopy.py)
         from ckpt.sandbox.host.remote_image import ImageSession
 
@@ -270,10 +258,10 @@ class Host:
         """Load an image into this (empty) process and resume it."""
         if self.kernel is not None:
             raise SandboxError("sandbox already has a kernel")
-        seconds, release = _fault_stall("restore-stall")
-        if seconds:
-            log(f"restore: stalling {seconds:g} s (CKPT_FAULT)")
-            _stall(seconds, release)
+        stall = faults.injected(Fault.RESTORE_STALL)
+        if stall is not None:
+            log(f"restore: stalling {stall.seconds:g} s (CKPT_FAULT)")
+            _stall(stall.seconds, None)
         t0 = time.perf_counter_ns()
         self.images.begin_restore(request, _key(request.key_hex))  # a store's: while importing
         from ckpt import kernel, state  # kernel: registers its savable types

@@ -23,19 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from ckpt.errors import SandboxError
+from ckpt.imagefiles import IMAGE_FILES, MAX_CHAIN, PAGES_IMG  # a leaf: see its docstring
 from ckpt.images import factory
 from ckpt.images.location import Location
 from ckpt.images.remote import BEFORE_DEADLINE_S as BEFORE_DEADLINE_S  # the CLI states
 from ckpt.images.remote import within
 
-PAGES_IMG = "pages.img"
-# ckpt/statefile/chain.py's bound, which the restore checks again on the staged chain;
-# not imported from there, as the fetch runs in a thread beside the sandbox's imports
-# of the statefile package (two threads importing one package can see it half made).
-MAX_CHAIN = 16
-# The files an image has (ckpt/statefile/format.py's names, not imported, as above): a
-# restore refuses a manifest listing any other before it fetches a byte.
-IMAGE_FILES = frozenset({"checkpoint.img", "pages.img", "pages_meta.img", "stats.json"})
 # A checkpoint asks the store everything it needs (bucket, credentials, the target, the
 # parent, the upload lease) before the sandbox drains; a store that has not answered
 # all of it within PREPARE_DEADLINE_S fails the checkpoint with the sandbox untouched.
@@ -287,9 +280,8 @@ class StagedImage:
     ``lazy``: only the files other than pages.img are fetched (through the chunk cache),
     and :attr:`source` serves pages.img's chunks on demand from then on.  Its first
     chunk, pages.img's header (checked with the page map), is fetched beside them; no
-    page is asked for before the sandbox answers: on a busy 2-core host, 9 chunks
-    fetched during the kernel state's load put 300 ms before the first answer
-    (memory:512, loopback; 36 ms with the header alone)."""
+    page is asked for before the sandbox answers: chunks fetched during the kernel
+    state's load compete with it for the CPU and delay the first answer."""
 
     def __init__(
         self,

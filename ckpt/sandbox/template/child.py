@@ -14,8 +14,9 @@ import signal
 import sys
 import time
 
+from ckpt import faults
+from ckpt.faults import Fault
 from ckpt.sandbox.template.checks import close_all
-from ckpt.sandbox.template.faults import fault_delay
 from ckpt.sandbox.wire import handover
 
 TYPE_CHECKING = False
@@ -29,7 +30,7 @@ def become_sandbox(spec: dict[str, Any], keep_out: list[int]) -> None:
     try:
         for fd in spec["cgroup_fds"]:  # first of all: every instruction from here is charged
             os.write(fd, b"0")
-        stall = fault_delay("join-stall")
+        stall = faults.delay(Fault.JOIN_STALL)
         if stall:
             time.sleep(stall)
         os.setsid()  # its own session: a signal to the template's group never reaches it

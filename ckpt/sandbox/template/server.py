@@ -23,7 +23,8 @@ exits, so the client starts a fresh one.  The template exits by itself when its 
 is removed or replaced, or after ``CKPT_TEMPLATE_IDLE_S`` seconds (default 1800)
 without a request.  Killing it never touches a sandbox: each runs in its own session
 (a sandbox is the template's child, reaped by it, and reparented if it dies; one fork
-rather than two, since forking the warm 47 MiB template costs 2-18 ms on this VM).
+rather than two, since a fork copies the warm template's page tables and costs time in
+proportion to its size).
 
 Every wait has a deadline: a forked child that has not joined its cgroup within
 JOIN_TIMEOUT_S is killed and the spawn refused (below the client's reply timeout, so the
@@ -32,13 +33,12 @@ spawn whose reply cannot be sent (the client gave up) kills the child it made.
 ``template.json`` lists the IDs whose sockets are held, so a client that times out
 knows not to kill a template that holds them.
 
-Testing hooks, in the template's environment: ``CKPT_TEMPLATE_FAULT=spawn-reply-delay:S``
-sleeps S seconds after a spawn's fork and before its reply, as a template slowed by a
-busy host would; ``CKPT_TEMPLATE_FAULT=join-stall:S`` has the forked child sleep S
-seconds before it reports that it joined its cgroup; ``CKPT_TEMPLATE_FAULT=hold-delay:S``
-sleeps S seconds before acting on a ``hold`` whose descriptors it has received;
-``CKPT_TEMPLATE_FAULT=warm-delay:S`` sleeps S seconds before warming, as a template
-started on a loaded host would.
+Fault points (``ckpt/faults.py``), in the template's environment: ``spawn-reply-delay``
+sleeps after a spawn's fork and before its reply, as a template slowed by a busy host
+would; ``join-stall`` has the forked child sleep before it reports that it joined its
+cgroup; ``hold-delay`` sleeps before acting on a ``hold`` whose descriptors it has
+received; ``warm-delay`` sleeps before warming, as a template started on a loaded host
+would.
 
 Stdlib and ``ckpt`` only, no ``typing``: this module is on the cold path of the
 template's own start.
@@ -66,6 +66,8 @@ import stat
 import sys
 import time
 
+from ckpt import faults, settings
+from ckpt.faults import Fault
 from ckpt.sandbox.template.checks import (
     Refused,
     cgroup_mounts,
@@ -75,7 +77,6 @@ from ckpt.sandbox.template.checks import (
     peer,
 )
 from ckpt.sandbox.template.child import become_sandbox
-from ckpt.sandbox.template.faults import fault_delay
 from ckpt.sandbox.wire import handover
 from ckpt.sandbox.wire import template_proto as proto
 
@@ -84,8 +85,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 POLL_S = 1.0
-IDLE_DEFAULT_S = 1800.0
-HOLD_DEFAULT_S = 600.0
 LOCK_WAIT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0
 JOIN_TIMEOUT_S = 5.0  # below template_client.REPLY_TIMEOUT_S: see the module docstring
@@ -131,7 +130,7 @@ def warm() -> dict[str, Any]:
 # -- requests --------------------------------------------------------------------------
 
 
-class Incoming:
+class PendingRequest:
     """A connection whose request line is still arriving.
 
     Every connection is read as its bytes come, beside all others, so a client that
@@ -182,7 +181,7 @@ class Template:
         self.spawned = 0
         self.refused = 0
         self.warm_info: dict[str, Any] = {}
-        self.idle_s = float(os.environ.get("CKPT_TEMPLATE_IDLE_S") or IDLE_DEFAULT_S)
+        self.idle_s = settings.current().template_idle_s
         self.last_request = time.monotonic()
         self.listener: socket.socket | None = None
         self.inode: tuple[int, int] | None = None
@@ -192,10 +191,10 @@ class Template:
         self.lent: dict[str, int] = {}  # sandbox ID -> pid of the restore using them
         self.after_send: list[str] = []
         self.lock_fd: int | None = None
-        self.hold_s = float(os.environ.get("CKPT_HOLD_TIMEOUT_S") or HOLD_DEFAULT_S)
+        self.hold_s = settings.current().hold_timeout_s
         self.info: dict[str, Any] = {}  # template.json while serving
-        self.reply_delay = fault_delay("spawn-reply-delay")
-        self.hold_delay = fault_delay("hold-delay")
+        self.reply_delay = faults.delay(Fault.SPAWN_REPLY_DELAY)
+        self.hold_delay = faults.delay(Fault.HOLD_DELAY)
 
     def take_over(self) -> None:
         """Collect the held sockets of a stale template still serving our socket path."""
@@ -255,7 +254,7 @@ class Template:
         self.listener.setblocking(False)
         sel = selectors.DefaultSelector()
         sel.register(self.listener, selectors.EVENT_READ, None)
-        incoming: dict[int, Incoming] = {}
+        incoming: dict[int, PendingRequest] = {}
         next_check = time.monotonic() + POLL_S
         try:
             while self.running:
@@ -293,7 +292,7 @@ class Template:
             return True
         return False
 
-    def _accept(self, sel: selectors.BaseSelector, incoming: dict[int, Incoming]) -> None:
+    def _accept(self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest]) -> None:
         assert self.listener is not None
         while True:
             try:
@@ -324,11 +323,11 @@ class Template:
                 )
                 self._drop(sel, incoming, oldest)
             conn.setblocking(False)
-            incoming[conn.fileno()] = inc = Incoming(conn, peer_pid)
+            incoming[conn.fileno()] = inc = PendingRequest(conn, peer_pid)
             sel.register(conn, selectors.EVENT_READ, inc)
 
     def _readable(
-        self, sel: selectors.BaseSelector, incoming: dict[int, Incoming], inc: Incoming
+        self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest], inc: PendingRequest
     ) -> None:
         try:
             complete = inc.read_some()
@@ -352,7 +351,9 @@ class Template:
         self._reap()
         self._expire_holds()  # steady traffic must not keep a hold alive
 
-    def _expire_incoming(self, sel: selectors.BaseSelector, incoming: dict[int, Incoming]) -> None:
+    def _expire_incoming(
+        self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest]
+    ) -> None:
         now = time.monotonic()
         for inc in [i for i in incoming.values() if i.deadline <= now]:
             self._refuse(
@@ -361,7 +362,7 @@ class Template:
             self._drop(sel, incoming, inc)
 
     def _drop(
-        self, sel: selectors.BaseSelector, incoming: dict[int, Incoming], inc: Incoming
+        self, sel: selectors.BaseSelector, incoming: dict[int, PendingRequest], inc: PendingRequest
     ) -> None:
         sel.unregister(inc.conn)
         del incoming[inc.conn.fileno()]
@@ -405,7 +406,7 @@ class Template:
                 reply = {"stopping": True}
             elif op == "hold":
                 if self.hold_delay:
-                    log(f"hold: delaying {self.hold_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                    log(f"hold: delaying {self.hold_delay:g} s (CKPT_FAULT)")
                     time.sleep(self.hold_delay)
                 reply = self._hold(req, fds)
                 fds = []  # kept, not closed
@@ -418,7 +419,7 @@ class Template:
             else:
                 raise Refused(f"unknown op {op!r}")
             if op == "spawn" and self.reply_delay:
-                log(f"spawn: delaying the reply {self.reply_delay:g} s (CKPT_TEMPLATE_FAULT)")
+                log(f"spawn: delaying the reply {self.reply_delay:g} s (CKPT_FAULT)")
                 time.sleep(self.reply_delay)
             if not _send(conn, {"ok": True, "result": reply}, send) and op == "spawn":
                 # the client gave up waiting and starts the sandbox another way: the
@@ -669,9 +670,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: (t.close(), os._exit(0)))
     info = {"pid": os.getpid(), "version": t.version, "socket": t.sock_path, "started": t.started}
     proto.write_info(opts["root"], {**info, "state": "warming"})
-    time.sleep(fault_delay("warm-delay"))
+    time.sleep(faults.delay(Fault.WARM_DELAY))
     t.warm_info = warm()
-    if os.environ.get("CKPT_TEMPLATE_GC_FREEZE", "1") != "0":
+    if settings.current().template_gc_freeze:
         gc.freeze()  # children's collections skip the template's objects: see README
     t.take_over()
     t.bind()

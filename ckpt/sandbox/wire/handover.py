@@ -47,22 +47,21 @@ ENV = "CKPT_TEMPLATE_SOCKET"
 LISTEN = "listen"
 CONN = "conn"
 MAX_SOCKETS = 250  # below the kernel's SCM_MAX_FD (253) for one message
-TIMEOUT_S = 5.0
-TIMEOUT_ENV = "CKPT_HANDOVER_TIMEOUT_S"  # for hold and release; tests set it small
 NO_ANSWER = "the template did not answer in time"
 ADOPT_TIMEOUT_S = 20.0  # a template slow enough to miss a spawn is waited for this long
 
 
 def template_socket() -> str | None:
-    return os.environ.get(ENV) or None
+    from ckpt import settings
+
+    return settings.current().template_socket
 
 
 def _timeout() -> float:
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV) or TIMEOUT_S)
-    except ValueError:
-        return TIMEOUT_S
-    return value if value > 0 else TIMEOUT_S
+    """For hold and release: ``CKPT_HANDOVER_TIMEOUT_S`` (tests set it small)."""
+    from ckpt import settings
+
+    return settings.current().handover_timeout_s
 
 
 def _exchange(

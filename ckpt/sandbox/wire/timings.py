@@ -17,7 +17,6 @@ Stdlib only: the sandbox process imports this.
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,12 +30,6 @@ RESTORE = "Restore"
 RESUME_TOTAL = "ResumeTotal"
 CPU = "CPU"
 PHASES = (CHECKPOINT, SUSPEND_TOTAL, SANDBOX_CREATE, RESTORE, RESUME_TOTAL)
-
-
-def self_cpu_usec() -> int:
-    """CPU (user + system) used so far by this process, all threads, in microseconds."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return int((ru.ru_utime + ru.ru_stime) * 1_000_000)
 
 
 @dataclass

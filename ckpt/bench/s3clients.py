@@ -1,11 +1,11 @@
 """Compare the two candidate S3 clients, obstore and boto3, against a local SeaweedFS.
 
-``python3 -m ckpt.storage.clientbench [--mib 256] [--repeat 3]`` starts a server on free
+``python3 -m ckpt.bench.s3clients [--mib 256] [--repeat 3]`` starts a server on free
 loopback ports, runs each measurement ``--repeat`` times per client and prints medians:
 parallel multipart PUT of one large object, small (1 MiB) object PUTs and GETs from 8 threads
 (64 MiB in all),
 a whole-object GET, a 4 KiB range GET, conditional create, and the time a fresh
-interpreter takes to import the client and build one (ckpt imports it lazily).  The
+interpreter takes to import the client and build one (ckpt imports it lazily).  Its
 figures chose the client of :mod:`ckpt.storage.s3`.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ckpt.storage import seaweed
+from ckpt.bench import seaweed
 
 MIB = 1 << 20
 PART = 8 * MIB
