@@ -16,6 +16,7 @@ its own.  Stdlib only: the sandbox process imports this.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import struct
@@ -32,6 +33,8 @@ ETH_P_IP = 0x0800
 BROADCAST = b"\xff" * 6
 ANNOUNCEMENTS = 2  # a request and a reply, as arping -U and arping -A send
 THREAD_TIMEOUT_S = 15.0
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = struct.Struct("16sH22x")  # struct ifreq: the name, then ifr_flags in the union
 
 
 class MoveError(SandboxError):
@@ -75,9 +78,23 @@ def _link(net: netns_mod.Net, up: bool) -> None:
     nowhere, but its own link keeps its routes, so its sockets can still be read and
     rebuilt (a repair ``connect`` needs a route)."""
     try:
-        netns_mod._must("link", "set", "dev", net.veth, "up" if up else "down")
-    except SandboxError as exc:
+        set_up(net.veth, up)
+    except OSError as exc:
         raise MoveError(f"cannot set {net.ip}'s link {'up' if up else 'down'}: {exc}") from exc
+
+
+def set_up(ifname: str, up: bool) -> None:
+    """``ip link set dev IFNAME up|down`` done by two ioctls in this thread's namespace:
+    the same flag change, without a process of its own, which under load cost 5 to
+    40 ms on the path where the address is silent (the cut, the commit)."""
+    name = ifname.encode()
+    if not 0 < len(name) < 16:
+        raise OSError(22, f"not an interface name: {ifname!r}")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = IFREQ.unpack(fcntl.ioctl(s, SIOCGIFFLAGS, IFREQ.pack(name, 0)))[1]
+        wanted = flags | IFF_UP if up else flags & ~IFF_UP
+        if wanted != flags:
+            fcntl.ioctl(s, SIOCSIFFLAGS, IFREQ.pack(name, wanted))
 
 
 def detach(net: netns_mod.Net) -> None:
