@@ -80,8 +80,10 @@ class NsThread:
         """Is this process's thread still in the namespace ``path`` names now?"""
         if self.pid != os.getpid() or self._ended:
             return False
-        if not self._entered.is_set() or self._failed is not None:
-            return True  # still entering, or failed: ``run`` tells
+        if not self._entered.is_set():
+            return True  # still entering: ``run`` waits for it
+        if self._failed is not None:
+            return False  # the caller that asks again gets a new try
         try:
             return os.stat(self.path).st_ino == self.inode
         except OSError:
