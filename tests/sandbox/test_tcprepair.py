@@ -358,6 +358,10 @@ def test_bytes_queued_but_never_sent_go_out_after_the_rebuild(bed: Lan) -> None:
     src = _sandbox_net(bed, "a", "unsent", bed.sandbox_ip(9), netns.new_mac())
     srv, conn, client = _connected(bed, src)
     _detach(bed, "a", src)
+    # Until the kernel has taken the sandbox end's carrier down (its link watch, run
+    # apart), a segment is refused at the veth and stays unsent; after, it is "sent"
+    # into the down link and stays in flight, which this test needs.
+    wait_for(lambda: _operstate(src) != "UP", "the sandbox end to see its link down", WAIT_S)
     payload = os.urandom(1 << 20)
     conn.setblocking(False)
     sent = 0
@@ -376,6 +380,14 @@ def test_bytes_queued_but_never_sent_go_out_after_the_rebuild(bed: Lan) -> None:
     for s in (client, rebuilt, srv):
         s.close()
     _remove_net(bed, "a", src)
+
+
+def _operstate(net: netns.Net) -> str:
+    """The sandbox end's operational state, as its namespace sees it."""
+    out = subprocess.run(["ip", "-n", net.netns, "-j", "link", "show", "dev",
+                          netns.SANDBOX_IFNAME], capture_output=True, text=True,
+                         timeout=15, check=True).stdout  # fmt: skip
+    return str(json.loads(out)[0].get("operstate", ""))
 
 
 def _unsent(sock: socket.socket) -> int:

@@ -35,7 +35,7 @@ import socket
 from typing import Any
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox.wire import netmove, netns, tcprepair
+from ckpt.sandbox.wire import netmove, netns, nsthread, tcprepair
 
 MAX_CONNECTIONS = 4096
 MAX_STATES_BYTES = 256 << 20  # a states file larger than this is refused
@@ -180,7 +180,7 @@ def rebuild(host: Any, request: Any) -> int:
             raise
         return made
 
-    moving.socks = netmove.in_netns(netmove.netns_path(net.netns), make)
+    moving.socks = nsthread.run_in(netmove.netns_path(net.netns), make)
     host.moving = moving
     return len(states)
 

@@ -34,6 +34,7 @@ parsing stays here, in the cold start's entry point: one module fewer to import.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -114,6 +115,17 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
     from ckpt import kernel, state, statefile  # noqa: F401
     from ckpt.sandbox.host import dump  # noqa: F401  (the checkpoint path)
     from ckpt.sandbox.wire import timings  # noqa: F401  (the checkpoint path)
+
+
+def _warm_netns(name: str) -> None:
+    """Have this process's thread in namespace ``name`` start entering it (the
+    listener is bound there, and a migration's connections rebuilt, once the image is
+    loaded); a bad name is refused then, by ``netns.listen``."""
+    from ckpt.sandbox.wire import netmove, netns, nsthread
+
+    with contextlib.suppress(OSError):
+        netns.check_netns_name(name)
+        nsthread.warm(netmove.netns_path(name))
 
 
 class Host:
@@ -263,6 +275,8 @@ class Host:
             log(f"restore: stalling {stall.seconds:g} s (CKPT_FAULT)")
             _stall(stall.seconds, None)
         t0 = time.perf_counter_ns()
+        if request.netns:  # its thread enters the namespace while the image loads
+            _warm_netns(request.netns)
         self.images.begin_restore(request, _key(request.key_hex))  # a store's: while importing
         from ckpt import kernel, state  # kernel: registers its savable types
         from ckpt.sandbox.host import listener

@@ -28,7 +28,6 @@ import re
 import secrets
 import socket
 import subprocess
-import threading
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -309,31 +308,21 @@ def listen(
 ) -> socket.socket:
     """A listening socket on ``host:port`` inside namespace ``netns``, made by ``bind``
     (the host's, passed in: this module serves every process and imports none).  A
-    namespace is per thread: a thread of its own enters it, binds, and ends, so no other
-    thread of this process ever changes namespace."""
+    namespace is per thread: this process's thread in it (``nsthread.py``) binds, so no
+    other thread of this process ever changes namespace."""
+    from ckpt.sandbox.wire import nsthread
+
+    check_netns_name(netns)
+    try:
+        return nsthread.run_in(os.path.join(RUN_NETNS, netns), lambda: bind(host, port))
+    except SandboxError:  # it did not finish
+        raise OSError(110, f"binding in namespace {netns} did not finish") from None
+
+
+def check_netns_name(netns: str) -> None:
+    """Refuse a name that is not a sandbox namespace's (it comes in a request)."""
     if "/" in netns or not netns.startswith(PREFIX):
         raise OSError(22, f"not a sandbox namespace: {netns!r}")
-    out: list[Any] = []
-
-    def enter_and_bind() -> None:
-        try:
-            fd = os.open(os.path.join(RUN_NETNS, netns), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _setns(fd)
-            finally:
-                os.close(fd)
-            out.append(bind(host, port))
-        except OSError as exc:
-            out.append(exc)
-
-    worker = threading.Thread(target=enter_and_bind, name="netns-bind", daemon=True)
-    worker.start()
-    worker.join(IP_TIMEOUT_S)
-    if not out:
-        raise OSError(110, f"binding in namespace {netns} did not finish")
-    if isinstance(out[0], OSError):
-        raise out[0]
-    return out[0]
 
 
 # -- for the lifecycle -----------------------------------------------------------------
