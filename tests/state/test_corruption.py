@@ -214,6 +214,7 @@ HOSTILE_TAGGED = [
 
 
 @pytest.mark.parametrize("saved_with", ENGINES)
+@pytest.mark.watchdog_s(240)  # thousands of loads in one test, on a shared core
 def test_hostile_value_at_every_position(
     saved_with: str, engine: str, watchdog: None, memory_cap: None
 ) -> None:
@@ -248,6 +249,7 @@ def _summary(failures: list[tuple[str, str]]) -> str:
 
 
 @pytest.mark.parametrize("saved_with", ENGINES)
+@pytest.mark.watchdog_s(240)  # thousands of loads in one test, on a shared core
 def test_inspect_hostile_value_at_every_position(
     saved_with: str, watchdog: None, memory_cap: None
 ) -> None:

@@ -739,6 +739,7 @@ def _same_both_ways(data: bytes, set_min: Any, what: str) -> None:
         assert graph_diff(plain[1], ahead[1]) is None, what
 
 
+@pytest.mark.watchdog_s(240)  # thousands of loads in one test, on a shared core
 def test_hostile_value_at_every_position_same_with_look_ahead(
     ahead_threshold: Any, watchdog: None
 ) -> None:
