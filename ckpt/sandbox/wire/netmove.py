@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from ckpt.errors import SandboxError
 from ckpt.sandbox.wire import netns as netns_mod
+from ckpt.sandbox.wire import nsthread
 
 T = TypeVar("T")
 ETH_P_ARP = 0x0806
@@ -58,7 +59,7 @@ def in_netns(
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                netns_mod._setns(fd)
+                nsthread.enter_net_namespace(fd)
             finally:
                 os.close(fd)
             out.append((True, func()))

@@ -42,7 +42,6 @@ KEY = "net"  # the record's ``extra`` entry
 RUN_NETNS = "/run/netns"
 PREFIX = "ckpt-sb-"
 IP_TIMEOUT_S = 15.0
-CLONE_NEWNET = 0x40000000
 SANDBOX_IFNAME = "eth0"
 _IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")  # IFNAMSIZ - 1, no option look
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
@@ -288,19 +287,6 @@ def remove(net: Net) -> None:
 
 
 # -- in the sandbox process ------------------------------------------------------------
-
-
-def _setns(fd: int) -> None:
-    setns = getattr(os, "setns", None)
-    if setns is not None:  # Python 3.12+
-        setns(fd, CLONE_NEWNET)
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def listen(

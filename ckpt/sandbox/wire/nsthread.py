@@ -23,7 +23,23 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ckpt.errors import SandboxError
-from ckpt.sandbox.wire import netns as netns_mod
+
+CLONE_NEWNET = 0x40000000
+
+
+def enter_net_namespace(fd: int) -> None:
+    """Move the calling thread into the network namespace open at ``fd``."""
+    setns = getattr(os, "setns", None)
+    if setns is not None:  # Python 3.12+
+        setns(fd, CLONE_NEWNET)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
 
 T = TypeVar("T")
 RUN_TIMEOUT_S = 15.0
@@ -59,7 +75,7 @@ class NsThread:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 self.inode = os.fstat(fd).st_ino
-                netns_mod._setns(fd)
+                enter_net_namespace(fd)
             finally:
                 os.close(fd)
         except BaseException as exc:  # told to every caller
