@@ -107,7 +107,34 @@ def bed(net: Lan, tmp_path: Path) -> Iterator[Bed]:
             wait_for(lambda r=root: not sandbox_processes(r), "sandboxes to go", 30)
 
 
-class KeepAlive:
+class _Asker:
+    """Calls ``ask`` in a loop from a thread until ``finish``; every error kept."""
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def ask(self) -> object:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.ask()
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(WAIT_S)
+        assert not self.thread.is_alive(), "the client hangs"
+
+
+class KeepAlive(_Asker):
     """One keep-alive HTTP connection from the client host, asking GET / in a loop
     from a thread; every answer and every error kept."""
 
@@ -118,9 +145,7 @@ class KeepAlive:
         )
         self.ip = ip
         self.answers: list[dict] = []
-        self.errors: list[BaseException] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        super().__init__()
 
     def ask(self) -> dict:
         req = f"GET / HTTP/1.1\r\nHost: {self.ip}\r\nConnection: keep-alive\r\n\r\n"
@@ -141,23 +166,8 @@ class KeepAlive:
         self.answers.append(answer)
         return answer
 
-    def _loop(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self.ask()
-        except BaseException as exc:
-            self.errors.append(exc)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.thread.join(WAIT_S)
-        assert not self.thread.is_alive(), "the client hangs"
-
-
-class NewConnections:
+class NewConnections(_Asker):
     """A connection per request from the client host, one after another, from a
     thread: a refusal or reset is kept, as is each answer."""
 
@@ -165,11 +175,9 @@ class NewConnections:
         self.path = netmove.netns_path(lan_.client.netns)
         self.ip = ip
         self.answers = 0
-        self.errors: list[BaseException] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        super().__init__()
 
-    def _one(self) -> None:
+    def ask(self) -> None:
         sock = netmove.in_netns(
             self.path, lambda: socket.create_connection((self.ip, HTTP_PORT), timeout=WAIT_S)
         )
@@ -180,18 +188,6 @@ class NewConnections:
                 buf += chunk
         assert buf.startswith(b"HTTP/1.1 200"), buf[:80]
         self.answers += 1
-
-    def _loop(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self._one()
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.thread.join(WAIT_S)
-        assert not self.thread.is_alive(), "the client hangs"
 
 
 def _run_sandbox(bed: Bed, sid: str, ip: str, bridge: str | None = None) -> None:
@@ -206,7 +202,7 @@ def test_a_keep_alive_connection_follows_the_sandbox_to_another_host(bed: Bed) -
     first = client.ask()
     client.start()  # asking throughout the migration, on the one connection
     newcomers = NewConnections(bed.lan, ip)
-    newcomers.thread.start()  # and on a new connection each time
+    newcomers.start()  # and on a new connection each time
     bed.serve(bridge=False)  # B's bridge of the same name as A's
     out = bed.ckpt("a", "migrate", sid, "--to", f"{bed.lan.b.address}:{SERVE_PORT}",
                    "--key-file", str(bed.key), "--json", "--forward", "30")  # fmt: skip
@@ -282,7 +278,7 @@ def _one_copy_on_a_serving_on(bed: Bed, sid: str, ip: str, client: KeepAlive, fi
     counts = [a["requests"] for a in client.answers]
     assert counts == sorted(counts) and len(set(counts)) == len(counts)
     newcomer = NewConnections(bed.lan, ip)
-    newcomer._one()  # a new connection to its address is answered, by A
+    newcomer.ask()  # a new connection to its address is answered, by A
     assert newcomer.answers == 1
     assert client.ask()["id"] == first["id"]
     client.sock.close()
