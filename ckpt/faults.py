@@ -27,6 +27,7 @@ class Fault(enum.Enum):
     CHECKPOINT_STALL = "checkpoint-stall"
     RESTORE_STALL = "restore-stall"
     PAGES_FILL_DELAY = "pages-fill-delay"
+    PUSH_DELAY = "push-delay"
     SPAWN_REPLY_DELAY = "spawn-reply-delay"
     JOIN_STALL = "join-stall"
     HOLD_DELAY = "hold-delay"
@@ -45,6 +46,10 @@ MEANINGS: dict[Fault, tuple[str, str]] = {
     Fault.PAGES_FILL_DELAY: (
         "SECONDS",
         "a lazily restored page file sleeps before each run of its background fill",
+    ),
+    Fault.PUSH_DELAY: (
+        "SECONDS",
+        "a post-copy source sleeps before each batch of pages it pushes",
     ),
     Fault.SPAWN_REPLY_DELAY: ("SECONDS", "the template delays its answer to a spawn"),
     Fault.JOIN_STALL: (

@@ -175,8 +175,25 @@ def migrate_cmd(
     key_file: KeyFileOpt = None,
     rounds: Annotated[
         int | None,
-        typer.Option("--rounds", metavar="N", min=0, max=8, help="At most N pre-copy rounds."),
+        typer.Option(
+            "--rounds",
+            metavar="N",
+            min=0,
+            max=8,
+            help="At most N pre-copy rounds (post-copy: exactly N, default 1).",
+        ),
     ] = None,
+    post_copy: Annotated[
+        bool,
+        typer.Option(
+            "--post-copy",
+            help="Resume there after the rounds; the pages left follow as it runs.",
+        ),
+    ] = False,
+    auto: Annotated[
+        bool,
+        typer.Option("--auto", help="Post-copy if the rounds stop shrinking, else pre-copy."),
+    ] = False,
     port: Annotated[int | None, port_opt("the saved port")] = None,
     forward: Annotated[
         float,
@@ -196,6 +213,13 @@ def migrate_cmd(
     unless --port says otherwise; when that port is taken on the destination (always
     so on this same host) it gets a free one, and the result line says where it
     serves.
+
+    Pre-copy (the default) sends memory in rounds while it runs, then freezes it for
+    the pages still dirty.  With --post-copy it freezes after --rounds rounds for the
+    kernel state only and resumes there at once; the pages left come after, those it
+    reads first ahead of the rest, and this copy stays paused until the last one has
+    arrived.  The freeze then depends on neither the memory size nor how fast it
+    writes, but until the last page arrives the sandbox needs both hosts.
     """
     from ckpt.cli.progress import Status, wanted
     from ckpt.migration import ClientTLS
@@ -216,7 +240,11 @@ def migrate_cmd(
              "connections along, so no relay is needed; none is started")  # fmt: skip
         forward = 0.0
     old = _forward_from(sandbox_id, old_address, host, port) if forward > 0 else None
-    opts = Options(rounds=rounds, port=port, tls=ClientTLS(tls_ca) if tls_ca else None)
+    if post_copy and auto:
+        raise UsageError("--post-copy and --auto: give one (--auto chooses post-copy itself)")
+    mode = "post-copy" if post_copy else "auto" if auto else "pre-copy"
+    tls = ClientTLS(tls_ca) if tls_ca else None
+    opts = Options(rounds=rounds, port=port, tls=tls, mode=mode)
     migration = Migration(sandbox_root, sandbox_id, host, dport, secret, opts)
     with Status(_migrating(migration, to), enabled=wanted(as_json), delay=0.5):
         report = migration.run()

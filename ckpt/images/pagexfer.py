@@ -21,6 +21,8 @@ sequence of frames ``kind:u8 length:u32le payload``::
     RUN    first:u64 npages:u32 codec:i8, then the run's data
     END    JSON: image_id (hex), metadata, pages, state_bytes   (the image is whole)
     ABORT  UTF-8 reason                                         (the image is not)
+    MAP    runs first:u64 count:u32 of pages that come later, out of order (a
+           post-copy source's first frames, ckpt/sandbox/host/pageserver.py)
 
 No kind is ``{`` (0x7b), so a reader that finds a JSON line where a frame should
 start knows the writer failed before it began.  Every length is checked against
@@ -160,6 +162,16 @@ class Frame(enum.IntEnum):
     RUN = 2
     END = 3
     ABORT = 4
+    MAP = 5
+
+
+MAP_RUN = struct.Struct("<QI")  # a MAP entry: first page, pages
+
+
+class PageMap(NamedTuple):
+    """A MAP frame: runs ``(first, count)`` of pages this stream sends later."""
+
+    runs: list[tuple[int, int]]
 
 
 class StreamEnd(NamedTuple):
@@ -293,7 +305,7 @@ class StreamImage:
             self._send(Frame.ABORT, reason.encode()[:1024])
 
 
-StreamEvent = bytes | PageRun | StreamEnd
+StreamEvent = bytes | PageRun | StreamEnd | PageMap
 """What :func:`read_stream` yields: state bytes, a page run, or the end."""
 
 
@@ -315,6 +327,8 @@ def read_stream(read_exact: Callable[[int], bytes]) -> Iterator[StreamEvent]:
             return
         elif kind == Frame.ABORT:
             return
+        elif kind == Frame.MAP and length % MAP_RUN.size == 0:
+            yield PageMap(list(MAP_RUN.iter_unpack(payload)))
         else:
             raise StatefileError(f"a page stream frame of unknown kind {kind}")
 
@@ -348,6 +362,7 @@ __all__ = [
     "Frame",
     "ImageSink",
     "ImageSource",
+    "PageMap",
     "PageRun",
     "PageSource",
     "StreamEnd",

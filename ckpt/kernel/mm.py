@@ -23,6 +23,7 @@ bytes are ``nosave``: a restored kernel starts clean, its memory being the image
 
 from __future__ import annotations
 
+import collections
 import enum
 import errno
 import itertools
@@ -41,6 +42,7 @@ PROT_WRITE = 2
 PROT_EXEC = 4
 
 ZERO_PAGE = bytes(PAGE_SIZE)
+RECENT = 16384  # frames a post-copy source remembers touching last (64 MiB)
 MMAP_TOP = 0x7F00_0000_0000  # mmap allocates downwards from here
 STACK_TOP = 0x7FFF_F000_0000
 
@@ -142,6 +144,9 @@ class MemoryFile:
     # A bytearray, not a set: 256 KiB per GiB of frames whatever is dirty, and marking
     # a frame is one store, with no hashing and no allocation on the write path.
     _dirty: bytearray = state.field(nosave=True, default_factory=bytearray)  # noqa: RUF009
+    # Once a pre-dump round has run: the frames read or written since the last one, in
+    # order, the newest ``RECENT`` kept (a post-copy migration pushes them first).
+    _recent: Any = state.field(nosave=True, default=None)  # noqa: RUF009
 
     def alloc(self) -> int:
         """A new zero frame with one reference (dirty: its contents are new)."""
@@ -210,6 +215,8 @@ class MemoryFile:
             raise KernelError(f"memory file frame {frame} is not allocated")
         if frame in self._unfetched:
             self._fetch(frame)
+        if self._recent is not None:
+            self._recent.append(frame)
         data = self._data.get(frame)
         return ZERO_PAGE if data is None else bytes(data)
 
@@ -222,6 +229,8 @@ class MemoryFile:
         elif type(page) is not bytearray:
             page = self._data[frame] = bytearray(page)  # first write to a restored page
         page[offset : offset + len(data)] = data
+        if self._recent is not None:
+            self._recent.append(frame)
         try:  # marked after the data: see take_dirty
             self._dirty[frame] = 1
         except IndexError:
@@ -245,7 +254,7 @@ class MemoryFile:
         """Forget what was dirty (what a dump calls once it holds every dirty page)."""
         self._dirty = bytearray(len(self._dirty))
 
-    def take_dirty(self) -> list[int]:
+    def take_dirty(self, record: bool = False) -> list[int]:
         """``dirty_pages()`` and ``clear_dirty()`` in one step: what a pre-dump round calls.
 
         Atomic with respect to the kernel's writers because they never run beside it:
@@ -258,7 +267,16 @@ class MemoryFile:
         in the new set, so the next round writes it again.
         """
         taken, self._dirty = self._dirty, bytearray(len(self._dirty))
+        self._recent = collections.deque(maxlen=RECENT) if record else None
         return _marked(taken)
+
+    def take_touched(self) -> list[int]:
+        """The frames read or written since the last ``take_dirty(record=True)`` (a
+        pre-dump round), the most recent first, each once (REAP's working set)."""
+        recent, self._recent = self._recent, None
+        if not recent:
+            return []
+        return list(dict.fromkeys(reversed(recent)))
 
     def mark_dirty(self, frames: Iterable[int]) -> None:
         """Mark ``frames`` dirty again: a dump that took them failed before its image

@@ -11,7 +11,8 @@ does is decided from the last state told (``source_action``, ``destination_actio
 * the source: not committing -> resume its sandbox (it may be paused for the final
   dump); committed -> delete it (the destination runs it); committing but not known
   to be committed -> leave it paused, neither running nor lost (the destination may
-  have read ``Done`` and kept it); cancelled (the destination answered ``Done`` with an
+  have read ``Done`` and kept it); paging (post-copy: it runs there, without pages
+  only this paused copy holds) -> leave it paused; cancelled (the destination answered ``Done`` with an
   ``Error``: it cancels only before it commits) -> resume it;
 * the destination: restoring but not committed -> stop and remove what it restored.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 GIVE_UP_S = 60.0  # how long the guard retries a sandbox busy finishing a dump
 RESTORING, COMMITTING, COMMITTED, DONE = b"r", b"c", b"a", b"x"
 CANCELLED = b"n"  # the source: the destination refused the commit, it runs nothing
+PAGING = b"p"  # the source, post-copy: committed, the destination lacks pages it holds
 
 
 class Action(enum.Enum):
@@ -54,8 +56,10 @@ def source_action(said: bytes) -> Action:
     last = _last(said)
     if last == COMMITTED:
         return Action.DELETE
-    if last == COMMITTING:
-        return Action.LEAVE  # Done is sent: the destination may run it, or may not
+    if last in (COMMITTING, PAGING):
+        # Done is sent: the destination may run it, or may not; or it runs it with
+        # pages only this paused copy holds: neither resumed (two copies) nor deleted
+        return Action.LEAVE
     return Action.RESUME  # nothing, restoring or cancelled: the destination keeps nothing
 
 

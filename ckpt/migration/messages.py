@@ -21,12 +21,15 @@ import msgspec
 
 from ckpt.migration.errors import FrameError
 from ckpt.statefile.chunks import compress_chunk, decompress_chunk
-from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, PAGE_SIZE
+from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, MAX_PAGES, PAGE_SIZE
 
-PROTOCOL_VERSION = 3  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections
+PROTOCOL_VERSION = 4  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections;
+# 4: post-copy (Offer.post_copy, PageMap, Fault)
 MAX_TEXT = 1024  # an error message or a software name: one line, bounded
 MAX_BATCH_PAGES = 1024  # 4 MiB of raw pages in one frame
 MAX_PROOF = 64  # bytes of a nonce or a proof (proof.py uses 32)
+MAX_MAP_RUNS = 32768  # runs of one PageMap message
+MAX_FAULT_RUNS = 64  # runs of one Fault message
 
 
 class Kind(enum.IntEnum):
@@ -37,11 +40,13 @@ class Kind(enum.IntEnum):
     STATE_CHUNK = 17
     ROUND_END = 18
     CONNECTIONS = 19
+    PAGE_MAP = 20
     ACK = 32
     ERROR = 33
     DONE = 34
     OFFER = 35
     RESTORED = 36
+    FAULT = 37
 
 
 class ErrorCode(enum.IntEnum):
@@ -135,6 +140,7 @@ class Offer(Message):
     prefix: int | None = None
     mac: str | None = None
     bridge: str | None = None
+    post_copy: bool = False
 
 
 class RoundEnd(Message):
@@ -157,6 +163,23 @@ class Connections(Message):
     data: bytes
 
 
+class PageMap(Message):
+    """Post-copy, after the final image: runs ``(first, count)`` of the pages it left
+    out, which come after as ``PageRuns`` of round ``final + 1`` in any order while the
+    destination runs; ``last``: the map is whole.  An empty whole map: none are left."""
+
+    KIND: ClassVar[Kind] = Kind.PAGE_MAP
+    runs: list[tuple[int, int]]
+    last: bool = True
+
+
+class Fault(Message):
+    """Post-copy: the destination read these pages before they came: send them first."""
+
+    KIND: ClassVar[Kind] = Kind.FAULT
+    runs: list[tuple[int, int]]
+
+
 class Restored(Message):
     """The destination runs the sandbox; it keeps it only once the source says ``Done``.
     ``proof`` shows it restored this migration's state (proof.py); without it the source
@@ -170,7 +193,20 @@ class Restored(Message):
 
 MESSAGE_TYPES: dict[int, type[Message]] = {
     t.KIND: t
-    for t in (Hello, PageRuns, StateChunk, RoundEnd, Connections, Ack, Error, Done, Offer, Restored)
+    for t in (
+        Hello,
+        PageRuns,
+        StateChunk,
+        RoundEnd,
+        Connections,
+        PageMap,
+        Ack,
+        Error,
+        Done,
+        Offer,
+        Restored,
+        Fault,
+    )
 }
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS = {kind: msgspec.msgpack.Decoder(t) for kind, t in MESSAGE_TYPES.items()}
@@ -218,6 +254,15 @@ def _check(msg: Message) -> None:
         given = msg.nonce if isinstance(msg, Offer) else msg.proof
         if len(given) > MAX_PROOF:
             raise FrameError(f"the peer sent a {msg.KIND.name} with an over-long nonce or proof")
+    if isinstance(msg, PageMap | Fault):
+        bound = MAX_MAP_RUNS if isinstance(msg, PageMap) else MAX_FAULT_RUNS
+        if len(msg.runs) > bound:
+            raise FrameError(f"the peer sent a {msg.KIND.name} of over {bound} runs")
+        end = 0
+        for first, count in msg.runs:
+            if count < 1 or first < end or first + count > MAX_PAGES:
+                raise FrameError(f"the peer sent a {msg.KIND.name} with runs out of order")
+            end = first + count if isinstance(msg, PageMap) else 0
     if isinstance(msg, PageRuns | StateChunk | Ack | Done | Hello | Offer | RoundEnd):
         for name in msg.__struct_fields__:
             value = getattr(msg, name)

@@ -37,8 +37,9 @@ from ckpt.errors import CkptError
 from ckpt.migration import messages as m
 from ckpt.migration import proof
 from ckpt.migration.errors import FrameError, MigrationError, PeerError
-from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING
+from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING, PAGING
 from ckpt.migration.pagechannel import ChannelSink
+from ckpt.migration.postcopy import SourcePager, answer_faults
 from ckpt.sandbox.client import send_client, testhooks
 from ckpt.sandbox.host.precopy_policy import StopRule, run_rounds
 from ckpt.statefile.format import MAX_PAGES, PAGE_SIZE
@@ -55,9 +56,14 @@ def io_timeout() -> float:
     return settings.current().migrate_io_timeout_s
 
 
+MODES = ("pre-copy", "post-copy", "auto")
+POSTCOPY_ROUNDS = 1  # pre-copy rounds before a post-copy freeze, unless told
+
+
 @dataclass
 class Options:
-    rounds: int | None = None  # None: precopy_policy.MAX_ROUNDS
+    rounds: int | None = None  # None: precopy_policy.MAX_ROUNDS (post-copy: 1)
+    mode: str = "pre-copy"  # or "post-copy"; "auto": post-copy if the rounds diverge
     port: int | None = None  # where the destination binds (None: the same port if free)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
@@ -150,6 +156,9 @@ class Migration:
         self.round_step_done = False  # the "round" step is taken once, in the first round
         self.stage = "connecting"
         self._ch: Any = None
+        self.pager: SourcePager | None = None  # post-copy, from the freeze
+        self.paging = False  # committed, post-copy: the destination lacks pages held here
+        self.dirty: int | None = None  # pages dirty after the last round
 
     def sent(self) -> int:
         """Bytes sent so far (read from another thread, for a progress line)."""
@@ -189,6 +198,8 @@ class Migration:
                 if ch is not None:
                     reason = "the source gave up" if isinstance(exc, PeerError) else str(exc)
                     ch.send_error(m.ErrorCode.CANCELLED, reason)
+                if self.pager is not None:  # its stream holds the sandbox: ended first
+                    self.pager.stop()
                 resumed: CkptError | None = None
                 if self.moving is not None:  # before the resume: they are served again
                     from ckpt.migration import connections
@@ -242,12 +253,21 @@ class Migration:
                 cpus=st.cpu,
                 port=self.opts.port,
                 nonce=self.nonce,
+                post_copy=self.opts.mode != "pre-copy",
                 **_offered_net(self.root, st),
             )
         )
         _expect(ch, m.Ack, "instead of accepting the offer")
-        rule = StopRule() if self.opts.rounds is None else StopRule(max_rounds=self.opts.rounds)
-        run_rounds(rule, lambda r: self._round(ch, r))
+        rounds = self.opts.rounds
+        if rounds is None and self.opts.mode == "post-copy":
+            rounds = POSTCOPY_ROUNDS
+        rule = StopRule() if rounds is None else StopRule(max_rounds=rounds)
+        records = run_rounds(rule, lambda r: self._round(ch, r))
+        written = [r["pages_written"] for r in records]
+        post = self.opts.mode == "post-copy" or (
+            self.opts.mode == "auto" and not rule.converged(written, self.dirty)
+        )
+        self.report.counters["mode"] = "post-copy" if post else "pre-copy"
         # The final step: requests wait in the paused kernel; its image has the rest.
         self._stage(f"round {len(self.report.rounds)}, final (paused)")
         # A sandbox with its own address first parks its connections between requests.
@@ -265,16 +285,27 @@ class Migration:
         state_hash = hashlib.sha256()
         final_no = len(self.report.rounds)
         sink = ChannelSink(ch, final_no, final=True, state_hash=state_hash, at=self._progress)
-        reply = send_client.send(self.root, self.sid, sink, pre_dump=False, after=self.after)
+        reply = send_client.send(
+            self.root, self.sid, sink, pre_dump=False, after=self.after, post_copy=post
+        )
         if net is not None:
             ch.send(m.Connections(data=moved))
+        if post:  # the map first, then the pages, pushed or asked for, as it runs there
+            self.pager = SourcePager(self.root, self.sid, ch, final_no + 1)
+            self.pager.start()
+            self.pager.mapped.wait(self.opts.io_timeout)
+            if not self.pager.map_pages:  # none dirty since the last round: none to page
+                self.pager.join(self.opts.io_timeout)
+                self.pager = None
+        elif self.opts.mode != "pre-copy":
+            ch.send(m.PageMap(runs=[], last=True))
         t_final_sent = time.perf_counter()
         t_dumped = self.t_end
         if not self.report.rounds:
             self.report.memory_bytes = sink.pages * PAGE_SIZE
         self._stage("restoring there")
         ch.io_timeout = self.opts.io_timeout * RESTORE_WAIT_FACTOR  # it restores meanwhile
-        restored = _expect(ch, m.Restored, "instead of Restored")
+        restored = self._expect(ch, m.Restored, "instead of Restored")
         ch.io_timeout = self.opts.io_timeout
         t_restored = time.perf_counter()
         self.report.rounds.append(
@@ -302,7 +333,7 @@ class Migration:
         try:
             ch.send(m.Done(frames=ch.frames_sent))
             self._at("committing")
-            _expect(ch, m.Ack, "instead of acknowledging Done")
+            self._expect(ch, m.Ack, "instead of acknowledging Done")
         except PeerError as exc:
             # the destination cancels only before it reads Done: it runs nothing
             guard.say(CANCELLED)
@@ -315,9 +346,20 @@ class Migration:
                 f"destination, then `ckpt delete --force {self.sid}` or `ckpt resume "
                 f"{self.sid}` here"
             ) from exc
-        guard.say(COMMITTED)
         t_committed = time.perf_counter()
+        if self.pager is not None:
+            try:
+                self._pages_go(ch, guard, t_pause)
+            except CkptError as exc:
+                raise MigrationError(
+                    f"{self.sid} runs on {self.host}:{self.port}, but the pages it still "
+                    f"lacks did not all go ({exc}); the copy here holds them, paused: the "
+                    f"destination stops it for want of them, then `ckpt resume {self.sid}` "
+                    "here brings it back as it was when it froze"
+                ) from exc
+        guard.say(COMMITTED)
         self._at("committed")
+        t_delete = time.perf_counter()
         lifecycle.hang_up(self.root, self.sid)  # its waiting clients go to the destination
         lifecycle.delete(self.root, self.sid, force=True)
         t_deleted = time.perf_counter()
@@ -328,12 +370,42 @@ class Migration:
         counters.pop("image_id", None)
         counters["restore_time_ms"] = restored.restore_ms
         counters["done_ack_ms"] = round((t_committed - t_restored) * 1e3, 3)
-        counters["source_delete_ms"] = round((t_deleted - t_committed) * 1e3, 3)
+        counters["source_delete_ms"] = round((t_deleted - t_delete) * 1e3, 3)
         counters["rounds"] = len(self.report.rounds)
         counters["pages_written"] = sum(
             r.get("pages_written", r["pages"]) for r in self.report.rounds
         )
-        self.report.counters = counters
+        self.report.counters = {**self.report.counters, **counters}
+
+    def _expect(self, ch: Any, kind: type[m.Message], what: str) -> Any:
+        if self.pager is None:
+            return _expect(ch, kind, what)
+        return answer_faults(ch, self.pager, kind, what)
+
+    def _pages_go(self, ch: Any, guard: Any, t_pause: float) -> None:
+        """Post-copy, committed: the pages go on until the destination holds them all
+        (its ``Ack``); the paused copy here is kept meanwhile, whatever happens."""
+        assert self.pager is not None
+        guard.say(PAGING)
+        self.paging = True
+        self._at("paging")  # tests: committed, pages still going
+        self._stage("post-copy: sending pages")
+        t0 = time.perf_counter()
+        self._expect(ch, m.Ack, "instead of saying it holds every page")
+        t_held = time.perf_counter()
+        reply = self.pager.join(self.opts.io_timeout)
+        self.paging = False
+        c = dict(reply.counters)
+        if len(self.report.rounds) == 1:  # no round: every page came after
+            self.report.memory_bytes = self.pager.map_pages * PAGE_SIZE
+        self.report.counters.update(
+            postcopy_pages=self.pager.map_pages,
+            postcopy_pushed=int(c.get("postcopy_pushed") or 0),
+            postcopy_faulted=int(c.get("postcopy_wanted") or 0),
+            postcopy_bytes=int(c.get("postcopy_bytes") or 0),
+            postcopy_ms=round((t_held - t0) * 1e3, 3),
+            last_page_ms=round((t_held - t_pause) * 1e3, 3),
+        )
 
     def _round(self, ch: Any, r: int) -> tuple[dict[str, Any], int | None]:
         """Pre-copy round ``r``: the sandbox streams the pages dirtied since the image
@@ -349,6 +421,7 @@ class Migration:
         counters = reply.counters
         self.after = str(counters["image_id"]) if counters.get("image_id") else None
         dirty = counters.get("dirty_after")
+        self.dirty = dirty if isinstance(dirty, int) else None
         record = {
             "round": r,
             "pages": sink.pages,

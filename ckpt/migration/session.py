@@ -46,6 +46,8 @@ from ckpt.migration.errors import FrameError, MigrationError
 from ckpt.migration.proof import NONCE_BYTES, proof
 
 LINGER_S = 10.0  # after refusing, read what the source still sends until it hears
+RESTORE_WAIT = 5  # io_timeouts the source may take to answer Restored (it checks it)
+PAGES_PER_S = 256  # post-copy: the slowest feed waited for (1 MiB/s), past io_timeout
 
 
 class Exists(MigrationError):
@@ -107,7 +109,9 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     from ckpt.migration import connections
     from ckpt.migration.guard import COMMITTED, RESTORING, Guard, destination_act
     from ckpt.migration.incoming import Incoming, NoSpace
+    from ckpt.migration.postcopy import DestRelay
     from ckpt.sandbox.client import lifecycle, testhooks
+    from ckpt.sandbox.client.deadlines import restore_timeout
 
     offer = ch.recv()
     try:
@@ -129,6 +133,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     got = Received(sid)
     incoming = Incoming(root.path, offer)
     guard = Guard(incoming.dir, destination_act(root, sid))  # for a server killed
+    relay = None  # post-copy: the pages that come after the restore
     made = False  # a sandbox of ``sid`` exists here that this migration made
     acked = False  # Done was answered
     try:
@@ -149,6 +154,15 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             ch.send(m.Ack(seq=ch.frames_received))
         assert incoming.final is not None
         moved = _moved_connections(ch, offer)
+        feed = None
+        if offer.post_copy:  # the pages the final image left out, fed as it runs
+            relay = DestRelay(ch, incoming.dir, offer.pages)
+            relay.read_map()
+            if relay.pages:
+                feed = relay.listen()
+                relay.start(prepared.st.pid, restore_timeout(incoming.final, offer.cpus))
+            else:
+                relay = None
         t0 = time.perf_counter()
         result = lifecycle.restore(
             root,
@@ -160,6 +174,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             any_port=offer.port is None,  # the port it had is taken here: another
             background=True,  # pages fill in behind: the files are open, ours, verified
             prepared=prepared,
+            feed=feed,
         )
         if net is not None:  # in repair mode, silent, until the commit
             connections.rebuild(root, sid, net, moved, incoming.dir)
@@ -169,7 +184,8 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         got.address = _running_address(lifecycle, root, sid)  # proven once seen running
         shown = proof(offer.nonce, sid, got.address, incoming.state_sha256)
         ch.send(m.Restored(address=got.address, restore_ms=got.restore_ms, proof=shown))
-        done = ch.recv()
+        wait = ch.io_timeout * RESTORE_WAIT
+        done = ch.recv() if relay is None else relay.next(wait)
         if not isinstance(done, m.Done):
             raise FrameError(f"the peer sent a {type(done).__name__} instead of Done")
         got.committed = True
@@ -181,6 +197,10 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
                 got.notes.append(str(exc))
         acked = True
         _ack_commit(ch)
+        if relay is not None:  # it runs here; the source keeps its copy until this
+            relay.wait_held(ch.io_timeout * RESTORE_WAIT + relay.pages / PAGES_PER_S)
+            got.notes.append(f"post-copy: {relay.pages} pages arrived after it resumed")
+            ch.send(m.Ack(seq=ch.frames_received))
         return got
     except BaseException as exc:
         if got.committed:  # it keeps the sandbox: the source hears Ack, never Error
@@ -202,6 +222,8 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
             ch.send_error(m.ErrorCode.CANCELLED, f"the destination gave up: {exc!r}")
         raise
     finally:
+        if relay is not None:
+            relay.close()
         incoming.discard()
         guard.close()
 

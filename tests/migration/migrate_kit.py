@@ -91,10 +91,12 @@ class Hosts:
             *argv, check=False, env=env, timeout=180,
         )  # fmt: skip
 
-    def migrate_popen(self, sid: str, serve: Serve, env: dict[str, str]) -> subprocess.Popen[str]:
+    def migrate_popen(
+        self, sid: str, serve: Serve, env: dict[str, str], argv: tuple[str, ...] = ()
+    ) -> subprocess.Popen[str]:
         return self.src.popen(
             "migrate", sid, "--to", serve.address, "--key-file", str(self.key), "--port", "0",
-            env=env,
+            *argv, env=env,
         )  # fmt: skip
 
 

@@ -575,13 +575,15 @@ def restore(
     template: bool | None = None,
     prepared: Prepared | None = None,
     any_port: bool = False,
+    feed: str | None = None,
 ) -> RestoreResult:
     """Start a new sandbox process (in its cgroup, under its quota) from an image.
 
     Replaces a stopped sandbox of the same ID; refuses a running one.  On failure,
     nothing of the new sandbox is left behind.  With ``prepared`` (the same ID's, from
     ``prepare_restore``), its process is the one restored: only the image is loaded.
-    With ``any_port``, a port that is taken here gives way to any free one.
+    With ``any_port``, a port that is taken here gives way to any free one.  ``feed``:
+    a post-copy migration's page feed, which brings the pages the image lacks.
     """
     _check_engine(engine)
     from ckpt.images import Location
@@ -612,6 +614,7 @@ def restore(
         key_hex=key.hex() if key else None,
         port=port,
         any_port=any_port,
+        feed=feed,
         **netns.request_fields(netns.of(root, st)),
     )
     request = attach(request, remote, stage=root.dir(sandbox_id) / STAGE_DIR)

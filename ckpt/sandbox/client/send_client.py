@@ -28,11 +28,13 @@ def send(
     pre_dump: bool,
     after: str | None = None,
     engine: str | None = None,
+    post_copy: bool = False,
 ) -> p.CheckpointReply:
     """Have ``sandbox_id`` send a pre-dump (``pre_dump``) or its final image, only the
     pages dirtied since the image ``after`` (its ``image_id``); each event goes to
     ``on_event`` as it arrives.  The reply's ``counters["image_id"]`` names the image
-    for the next ``after``."""
+    for the next ``after``.  ``post_copy``: the final image leaves its pages out, for
+    ``pages`` to serve after."""
     from ckpt.sandbox.wire import rpc
 
     st = live(root, sandbox_id, "send")
@@ -45,7 +47,9 @@ def send(
     try:
         return rpc.call(
             root.socket_path(st.id),
-            p.SendRequest(pre_dump=pre_dump, after=after, engine=engine or st.engine),
+            p.SendRequest(
+                pre_dump=pre_dump, after=after, engine=engine or st.engine, post_copy=post_copy
+            ),
             what=what,
             peer_pid=st.pid,
             timeout=checkpoint_timeout(),
@@ -59,7 +63,7 @@ def send(
             refreeze.freeze()
 
 
-def _wait_done(path: Any, pid: int, what: str) -> None:
+def _wait_done(path: Any, pid: int, what: str, verb: p.Verb = p.Verb.SEND) -> None:
     """After a send that failed on this side, until the sandbox has seen its reader go
     and taken the pages back (bounded): the next request (a resume) is then not
     answered busy."""
@@ -74,6 +78,42 @@ def _wait_done(path: Any, pid: int, what: str) -> None:
             ping = rpc.call(path, p.PingRequest(), what=what, peer_pid=pid, timeout=SETTLE_S)
         except CkptError:
             return
-        if ping.busy_with != p.Verb.SEND.value:
+        if ping.busy_with != verb.value:
             return
         time.sleep(0.01)
+
+
+def pages(
+    root: Root,
+    sandbox_id: str,
+    on_event: Callable[[Any], None],
+    on_connect: Callable[[Any], None],
+) -> p.CheckpointReply:
+    """Have a sandbox paused by a post-copy ``send`` serve the pages that image left
+    out (``host/pageserver.py``): each event to ``on_event``; ``on_connect`` gets the
+    connection, on which another thread writes the pages asked for (``WANT`` frames)."""
+    from ckpt.sandbox.wire import rpc
+
+    st = live(root, sandbox_id, "serve pages")
+    refreeze = None
+    if st.status == PAUSED:
+        refreeze = freezable(open_cgroup(own_group(root, st, strict=True)))
+    if refreeze is not None:
+        refreeze.thaw()
+    what = f"sandbox {st.id}"
+    try:
+        return rpc.call(
+            root.socket_path(st.id),
+            p.PagesRequest(),
+            what=what,
+            peer_pid=st.pid,
+            timeout=checkpoint_timeout(),
+            on_event=on_event,
+            on_connect=on_connect,
+        )
+    except BaseException:
+        _wait_done(root.socket_path(st.id), st.pid, what, p.Verb.PAGES)
+        raise
+    finally:
+        if refreeze is not None:
+            refreeze.freeze()

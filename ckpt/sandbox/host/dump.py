@@ -119,6 +119,7 @@ class Dump:
         self.frozen_at, self.freezing_ns = frozen_at, freezing_ns
         self.allocated, self.dirty = allocated, dirty
         self.last: str | None = None  # the sandbox's last image before this one
+        self.remote: list[int] | None = None  # post-copy: frames it leaves out (send.py)
 
 
 def _dump_counters(
@@ -178,7 +179,8 @@ def write_image(job: Dump) -> dict[str, Any]:
                 result = state.save(k, img.state_file, engine=job.engine, stats=stats)
                 img.note_save(result, job.engine)
             with clock.phase("memdump_memwrite"):
-                dump = TimedPages(k.memory_file.pages(job.dirty if job.link else None))
+                frames = [] if job.remote is not None else job.dirty if job.link else None
+                dump = TimedPages(k.memory_file.pages(frames))
                 summary = _summary_dict(img.write_pages(dump))
             if rounds is not None:
                 rounds.adopt(img.temp_dir)

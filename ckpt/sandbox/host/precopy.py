@@ -118,7 +118,7 @@ def pre_dump(
     t0 = time.perf_counter_ns()
     mf = host.kernel.memory_file
     with host.cond:
-        taken = mf.take_dirty()
+        taken = mf.take_dirty(record=True)  # what it touches next: post-copy's first
         allocated = len(mf.refs)
         frames = taken if link else sorted(mf.refs)
     last, host.last_dump = host.last_dump, None  # no child is valid until this commits

@@ -31,6 +31,13 @@ class StopRule:
     few_dirty: int = FEW_DIRTY
     growth: float = GROWTH
 
+    def converged(self, written: Sequence[int], dirty: int | None = None) -> bool:
+        """Whether the rounds left so few pages dirty that a frozen image of them is
+        small: what ``--auto`` asks before it chooses post-copy instead."""
+        if not written:
+            return False
+        return (written[-1] if dirty is None else dirty) <= self.few_dirty
+
     def after(self, written: Sequence[int], dirty: int | None = None) -> str | None:
         """Why pre-copy stops after the rounds that wrote ``written`` pages each (the
         last is the round just done), ``dirty`` pages being dirty now (None: unknown,

@@ -161,10 +161,12 @@ class Host:
                 "connections": self.connections,
                 "stop": self.stop,
                 "send": self.send,
+                "pages": self.serve_pages,
                 **introspect.handlers(self),
             },
             concurrent=frozenset({"ping", "fingerprint", *introspect.VERBS}),
             streams=frozenset({"send"}),
+            duplex=frozenset({"pages"}),
             on_error=lambda method, exc: log(f"internal error in {method}: {exc!r}"),
         )
 
@@ -315,6 +317,10 @@ class Host:
             limit=mf.next_frame,
             frames=len(mf.refs),
         )
+        if request.feed:  # post-copy: the pages the image lacks come from the feed
+            from ckpt.images.pagefeed import attach
+
+            pages = attach(request.feed, pages, mf.next_frame, self._pages_failed)
         mf.restore_pages(pages)
         if staged is not None:  # an image fetched from a store: loaded, not needed now
             staged.remove()
@@ -593,11 +599,21 @@ class Host:
     def send(self, request: p.SendRequest, write: Any) -> p.CheckpointReply:
         """An image down the control connection, not to a path (``send.py``)."""
         from ckpt.sandbox.host import send
+
+        return self._streamed(lambda: send.send(self, request, write))
+
+    def serve_pages(self, request: p.PagesRequest, conn: Any) -> p.CheckpointReply:
+        """A post-copy source's pages, those asked for first (``pageserver.py``)."""
+        from ckpt.sandbox.host import pageserver
+
+        return self._streamed(lambda: pageserver.serve_pages(self, request, conn))
+
+    def _streamed(self, write: Any) -> p.CheckpointReply:
         from ckpt.sandbox.wire.protocol import CheckpointReply
 
         cpu0 = self_cpu_usec()
         t0 = time.perf_counter_ns()
-        counters = send.send(self, request, write)
+        counters = write()
         return CheckpointReply(
             checkpoint_ns=time.perf_counter_ns() - t0,
             cpu_usec=self_cpu_usec() - cpu0,

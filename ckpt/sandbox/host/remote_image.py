@@ -360,10 +360,13 @@ def _log_source(source: Any) -> None:
 def load_failure(exc: BaseException) -> str:
     """What went wrong under a background page load, in words for its log line."""
     from ckpt.errors import IntegrityError
+    from ckpt.images.pagefeed import PagesLost
     from ckpt.storage.errors import StorageError
 
     if isinstance(exc, StorageError) and not isinstance(exc, IntegrityError):
         return "the store failed"
+    if isinstance(exc, PagesLost):
+        return "post-copy lost its source"
     return "page file damaged"
 
 

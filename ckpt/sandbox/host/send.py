@@ -98,11 +98,16 @@ def _final(
         engine=request.engine,
         sync=False,
     )
+    touched = host.kernel.memory_file.take_touched() if request.post_copy else []
     job = host._dump_job(as_checkpoint, link, None, time.perf_counter_ns() - t0)
     job.images = _Streams(write)
+    host.postcopy = None
+    if request.post_copy:  # its pages stay here, served after (pageserver.py)
+        job.remote = _remote(host, job)
     try:
         written = dump.write_image(job)
-        host.last_dump = written["image_id"]
+        # a post-copy image lacks its dirty pages: no image may count from it
+        host.last_dump = written["image_id"] if job.remote is None else None
     except BaseException:
         precopy.untake(host, job.dirty, job.last)
         if was_running and host.frozen:
@@ -112,4 +117,18 @@ def _final(
         host._thaw()
     counters = written["counters"]
     counters["image_id"] = written["image_id"]
+    if job.remote is not None:
+        from ckpt.sandbox.host.pageserver import Remote
+
+        host.postcopy = Remote(job.remote, touched)
+        counters["postcopy_pages"] = len(job.remote)
+        counters["postcopy_first"] = len(touched)
     return counters
+
+
+def _remote(host: Any, job: Any) -> list[int]:
+    """The frames a post-copy final image leaves out: those it would have written
+    (dirtied since its parent, or all), still allocated."""
+    mf = host.kernel.memory_file
+    frames = job.dirty if job.link else None
+    return list(mf.refs.held(frames) if frames is not None else mf.refs.keys())

@@ -43,6 +43,7 @@ class Verb(enum.Enum):
     TASKS = "tasks"
     COUNTERS = "counters"
     SEND = "send"
+    PAGES = "pages"
 
 
 class Step(enum.Enum):
@@ -128,6 +129,7 @@ class RestoreRequest(Request, tag="restore"):
     stage_dir: str | None = None  # object-store images: where it is fetched to
     host: str | None = None  # as BootRequest's
     netns: str | None = None
+    feed: str | None = None  # post-copy: the page feed's socket (images/pagefeed.py)
 
 
 class CheckpointRequest(Request, tag="checkpoint"):
@@ -162,6 +164,14 @@ class SendRequest(Request, tag="send"):
     compression: str = "zstd"
     level: int | None = None
     engine: str | None = None
+    post_copy: bool = False  # the final image without pages: they are served after
+
+
+class PagesRequest(Request, tag="pages"):
+    """After a ``post_copy`` send, with the kernel still frozen: the pages that image
+    left out, down this connection as ``images.pagexfer`` RUN frames and an END, the
+    pages the client asks for (``images.pagefeed`` WANT frames it writes meanwhile)
+    first (host/pageserver.py)."""
 
 
 class PauseRequest(Request, tag="pause"):
@@ -214,6 +224,7 @@ AnyRequest = (
     | TasksRequest
     | CountersRequest
     | SendRequest
+    | PagesRequest
 )
 
 # -- replies --------------------------------------------------------------------------
@@ -328,6 +339,7 @@ REPLIES: dict[type[Request], type[_Message]] = {
     TasksRequest: TasksReply,
     CountersRequest: CountersReply,
     SendRequest: CheckpointReply,
+    PagesRequest: CheckpointReply,
 }
 """The reply type of each request type: the client decodes ``result`` as this."""
 

@@ -84,14 +84,17 @@ class Server:
         *,
         concurrent: frozenset[str] = frozenset({"ping"}),
         streams: frozenset[str] = frozenset(),
+        duplex: frozenset[str] = frozenset(),
         on_error: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         """``streams``: the verbs whose handler writes frames on the connection
-        (``handler(request, sendall)``)."""
+        (``handler(request, sendall)``); ``duplex``: those that also read the
+        client's frames meanwhile (``handler(request, connection)``)."""
         self.path = path
         self.handlers = handlers
         self.concurrent = concurrent
-        self.streams = streams
+        self.streams = streams | duplex
+        self.duplex = duplex
         self.on_error = on_error
         self.lock = threading.Lock()
         self.busy_with: str | None = None
@@ -162,7 +165,7 @@ class Server:
                 self.busy_with = verb
                 if verb in self.streams:
                     conn.settimeout(STREAM_SEND_TIMEOUT_S)
-                    handler = _bound(handler, conn.sendall)
+                    handler = _bound(handler, conn if verb in self.duplex else conn.sendall)
                 reply = self._call(verb, handler, request)
                 callbacks, self._after_reply = self._after_reply, []
             except BaseException:
@@ -201,8 +204,8 @@ class Server:
             conn.sendall(line)
 
 
-def _bound(handler: Callable[..., Any], sendall: Callable[[bytes], Any]) -> Handler:
-    return lambda request: handler(request, sendall)
+def _bound(handler: Callable[..., Any], out: Any) -> Handler:
+    return lambda request: handler(request, out)
 
 
 def call(
@@ -213,13 +216,16 @@ def call(
     what: str = "sandbox",
     peer_pid: int | None = None,
     on_event: Callable[[Any], None] | None = None,
+    on_connect: Callable[[socket.socket], None] | None = None,
 ) -> Any:
     """Send one request and return its verb's reply (``protocol.REPLIES``), re-raising
     the sandbox's error class.
 
     ``on_event`` (a streaming verb): called with each event of the image the sandbox
     writes before its reply (``pagexfer.read_stream``); what it raises ends the call
-    and closes the connection, which fails the sandbox's side.
+    and closes the connection, which fails the sandbox's side.  ``on_connect`` (a
+    duplex verb) is given the connection once the request is sent, to write on it
+    from another thread while this one reads.
 
     With ``peer_pid``, ``path`` must be a socket itself (not a symlink to one) whose
     listening process is ``peer_pid`` (``SO_PEERCRED``), so a planted link or a stale
@@ -246,6 +252,8 @@ def call(
             )
         try:
             sock.sendall(protocol.encode(request))
+            if on_connect is not None:
+                on_connect(sock)
             line = _read_line(sock) if on_event is None else _read_stream(sock, on_event)
         except TimeoutError as exc:
             raise SandboxTimeout(f"{what} did not answer {verb} within {timeout:g} s") from exc

@@ -1,0 +1,352 @@
+"""Post-copy: the destination runs the sandbox before its newest pages have arrived.
+
+After ``--rounds`` pre-copy rounds (0: none) the source freezes its sandbox and sends
+a final image with the kernel state and no pages, then the map of the pages it left
+out (``PageMap``).  The destination restores at once; those pages reach its sandbox
+through a feed (``images/pagefeed.py``) while it runs::
+
+    source sandbox ─pages verb─▶ ckpt migrate ─channel─▶ ckpt serve ─feed─▶ sandbox
+      (paused: pageserver.py)    SourcePager    PageRuns   DestRelay   RemotePages
+                               ◀─── WANT ─────  ◀─ Fault ──            ◀─ WANT ──
+
+A page the destination reads before it came is asked for (``Fault``) and goes ahead
+of the push; the push sends the pages the sandbox touched last first, then the rest.
+
+The window: from the commit (the source reads ``Ack`` to ``Done``) until the
+destination holds every page, the newest state is split between the hosts, as in
+QEMU's post-copy.  The source's copy stays paused through it (its guard leaves it
+paused: ``guard.PAGING``), never resumed (two copies) nor deleted (the pages would be
+lost), and is deleted once the destination says it holds every page (``Ack`` after
+the push's ``RoundEnd``).  A destination that loses its source in the window stops its
+sandbox and logs how many pages never arrived; a source that loses its destination
+keeps its paused copy and says so.  Before the commit, a failure is a pre-copy
+migration's: the source resumes.  The destination sends an empty ``Fault`` every
+second while it waits, so each side's ``io_timeout`` notices a dead peer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ckpt.images.pagexfer import PageMap, PageRun, StreamEnd
+from ckpt.migration import messages as m
+from ckpt.migration.errors import FrameError, MigrationError
+from ckpt.migration.pagechannel import ChannelSink
+
+KEEPALIVE_S = 1.0  # the destination's empty Fault while it waits: it is alive
+FEED_NAME = "feed.sock"
+
+
+class SourcePager:
+    """The source's side, from the post-copy freeze until every page has gone: the
+    sandbox's ``pages`` stream (``send_client.pages``) on to the channel, in a thread;
+    ``want`` passes on a ``Fault``.  ``join`` returns the stream's counters."""
+
+    def __init__(self, root: Any, sid: str, ch: Any, round_no: int) -> None:
+        self.root, self.sid, self.ch = root, sid, ch
+        self.sink = ChannelSink(ch, round_no, final=False)
+        self.map_pages = 0
+        self.mapped = threading.Event()
+        self._conn: socket.socket | None = None
+        self._early: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ckpt-pager", daemon=True)
+        self.t_last = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        from ckpt.sandbox.client import send_client
+
+        try:
+            self._result = send_client.pages(self.root, self.sid, self._event, self._connected)
+        except BaseException as exc:  # joined by the session's thread
+            self._error = exc
+        finally:
+            self.mapped.set()
+
+    def _event(self, event: Any) -> None:
+        if isinstance(event, PageMap):
+            self.map_pages += sum(count for _, count in event.runs)
+            for at in range(0, len(event.runs), m.MAX_MAP_RUNS):
+                self.ch.send(m.PageMap(runs=event.runs[at : at + m.MAX_MAP_RUNS], last=False))
+            return
+        if not self.mapped.is_set():
+            self.ch.send(m.PageMap(runs=[], last=True))
+            self.mapped.set()
+        if isinstance(event, StreamEnd) and not self.map_pages:
+            return  # nothing was left out: the session goes on as pre-copy's
+        if isinstance(event, PageRun | StreamEnd):
+            self.sink(event)
+            self.t_last = time.perf_counter()
+        else:
+            raise MigrationError("the sandbox sent kernel state among its post-copy pages")
+
+    def _connected(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._conn = conn
+            early, self._early = self._early, []
+        if early:
+            self.want(early)
+
+    def want(self, runs: list[tuple[int, int]]) -> None:
+        """Pages the destination asked for: to the sandbox, ahead of its push."""
+        from ckpt.images.pagefeed import RUN_REF, Feed, frame
+
+        with self._lock:
+            if self._conn is None:
+                self._early.extend(runs)
+                return
+            conn = self._conn
+        data = b"".join(frame(Feed.WANT, RUN_REF.pack(f, n)) for f, n in runs)
+        with contextlib.suppress(OSError):  # the stream ended: every page went
+            conn.sendall(data)
+
+    def join(self, timeout: float) -> Any:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise MigrationError(f"the source's pages did not all go within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def stop(self, wait_s: float = 10.0) -> None:
+        """End the stream (the migration failed before its commit), so the sandbox
+        is free for the resume that follows."""
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._thread.join(wait_s)
+
+
+def answer_faults(ch: Any, pager: SourcePager, kind: type[m.Message], what: str) -> Any:
+    """The next message of ``kind`` from the destination, passing each ``Fault`` on to
+    ``pager`` meanwhile (an empty one is the destination's keep-alive)."""
+    while True:
+        msg = ch.recv()
+        if isinstance(msg, m.Fault):
+            pager.want(list(msg.runs))
+            continue
+        if isinstance(msg, kind):
+            return msg
+        raise FrameError(f"the destination sent a {type(msg).__name__} {what}")
+
+
+class DestRelay:
+    """The destination's side: the map, then a feed socket the restoring sandbox
+    connects to, and threads relaying the channel's pages to it and its ``WANT``s to
+    the channel.  From :meth:`start` it owns ``ch.recv``: the session's thread takes
+    the source's other messages from :meth:`next`."""
+
+    def __init__(self, ch: Any, workdir: Path, limit: int) -> None:
+        self.ch = ch
+        self.limit = limit
+        self.runs: list[tuple[int, int]] = []
+        self.pages = 0
+        self.path = Path(workdir) / FEED_NAME
+        self._short: Path | None = None  # a directory made for a shorter path
+        self._listener: socket.socket | None = None
+        self._feed: socket.socket | None = None
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self.held = threading.Event()
+        self.stop = threading.Event()
+        self.received = 0
+        self.t_held = 0.0
+
+    def read_map(self) -> None:
+        """The ``PageMap`` messages after the final image, checked: ascending, disjoint,
+        inside the offered address space."""
+        end = 0
+        while True:
+            msg = self.ch.recv()
+            if not isinstance(msg, m.PageMap):
+                raise FrameError(f"the peer sent a {type(msg).__name__} instead of its page map")
+            for first, count in msg.runs:
+                if first < end or first + count > self.limit:
+                    raise FrameError("the peer's page map has runs out of order or range")
+                end = first + count
+                self.pages += count
+            self.runs.extend(msg.runs)
+            if msg.last:
+                return
+
+    def listen(self) -> str:
+        """The feed's socket path, listening (a directory of ours, 0700: the
+        migration's own, or one made in the temp dir when that path is too long)."""
+        from ckpt.sandbox.wire.paths import MAX_SOCKET_PATH
+
+        if len(os.fsencode(str(self.path.absolute()))) > MAX_SOCKET_PATH:
+            self._short = Path(tempfile.mkdtemp(prefix="ckpt-feed-"))
+            self.path = self._short / FEED_NAME
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        sock.listen(1)
+        self._listener = sock
+        return str(self.path)
+
+    def start(self, sandbox_pid: int, accept_s: float) -> None:
+        """Relay from now: accept the sandbox's feed (from ``sandbox_pid`` only) in a
+        thread, send it the map, then pages as they come."""
+        threading.Thread(
+            target=self._relay, args=(sandbox_pid, accept_s), name="ckpt-relay", daemon=True
+        ).start()
+
+    def _relay(self, pid: int, accept_s: float) -> None:
+        from ckpt.images.pagefeed import Feed, frame, map_frames
+
+        try:
+            feed = self._accept(pid, accept_s)
+            for data in map_frames(self.runs):
+                feed.sendall(data)
+            threading.Thread(target=self._wants, name="ckpt-wants", daemon=True).start()
+            while True:  # until the channel closes: Done may come after the last page
+                msg = self.ch.recv()
+                if isinstance(msg, m.PageRuns):
+                    feed.sendall(self._run_frames(msg))
+                    continue
+                if isinstance(msg, m.RoundEnd):  # every page went: the sandbox checks
+                    if msg.pages != self.pages or msg.final:
+                        raise FrameError("the peer's post-copy pages ended not as mapped")
+                    feed.sendall(frame(Feed.END))
+                    continue
+                self._inbox.put(msg)
+        except BaseException as exc:  # handed to the session's thread
+            self._lost(exc)
+            self._inbox.put(exc)
+
+    def _accept(self, pid: int, accept_s: float) -> socket.socket:
+        from ckpt.sandbox.wire.rpc import peer_of
+
+        assert self._listener is not None
+        self._listener.settimeout(accept_s)
+        try:
+            conn, _ = self._listener.accept()
+        except TimeoutError:
+            raise MigrationError(
+                f"the restored sandbox did not ask for its pages within {accept_s:g} s"
+            ) from None
+        if peer_of(conn) != pid:
+            conn.close()
+            raise MigrationError("a process other than the restored sandbox took its pages")
+        conn.settimeout(None)
+        self._feed = conn
+        return conn
+
+    def _run_frames(self, msg: m.PageRuns) -> bytes:
+        """A ``PageRuns`` as feed RUN frames: a run of zero pages as one without data,
+        one stored run as it came, anything else raw in runs the feed takes."""
+        from ckpt.images.pagefeed import Feed, frame
+        from ckpt.images.pagexfer import RUN_HEAD, ZERO
+        from ckpt.statefile.format import CODEC_NONE, PAGES_PER_CHUNK
+        from ckpt.statefile.pages_map import ZERO_PAGE
+
+        pages = m.unpack_pages(msg)  # runs, sizes and data checked here
+        self.received += len(pages)
+        out = []
+        at = 0
+        for first, count in msg.runs:
+            run = pages[at : at + count]
+            at += count
+            if all(page == ZERO_PAGE for _, page in run):
+                out.append(frame(Feed.RUN, RUN_HEAD.pack(first, count, ZERO)))
+            elif len(msg.runs) == 1 and count <= PAGES_PER_CHUNK:
+                out.append(frame(Feed.RUN, RUN_HEAD.pack(first, count, msg.codec) + msg.data))
+            else:
+                for i in range(0, count, PAGES_PER_CHUNK):
+                    part = run[i : i + PAGES_PER_CHUNK]
+                    raw = b"".join(page for _, page in part)
+                    head = RUN_HEAD.pack(first + i, len(part), CODEC_NONE)
+                    out.append(frame(Feed.RUN, head + raw))
+        return b"".join(out)
+
+    def _wants(self) -> None:
+        """The sandbox's WANTs to the channel as ``Fault``s, until it holds every page."""
+        from ckpt.images.pagefeed import RUN_REF, Feed, read_frame, recv_exact
+
+        assert self._feed is not None
+        read = recv_exact(self._feed)
+        try:
+            while True:
+                kind, payload = read_frame(read)
+                if kind == Feed.HELD:
+                    self.t_held = time.perf_counter()
+                    self.held.set()
+                    return
+                if kind != Feed.WANT or len(payload) != RUN_REF.size:
+                    raise MigrationError(f"the sandbox's feed sent a frame of kind {kind}")
+                self.ch.send(m.Fault(runs=[RUN_REF.unpack(payload)]))
+        except BaseException as exc:  # the sandbox is gone, or the channel
+            if not self.held.is_set():
+                self._inbox.put(
+                    exc
+                    if isinstance(exc, MigrationError)
+                    else MigrationError(f"the restored sandbox stopped taking its pages: {exc}")
+                )
+
+    def next(self, timeout: float) -> m.Message:
+        """The source's next message (not pages), sending keep-alive ``Ack``s while
+        waiting; raises what broke the relay."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MigrationError(f"the source sent nothing within {timeout:g} s")
+            try:
+                item = self._inbox.get(timeout=min(KEEPALIVE_S, left))
+            except queue.Empty:
+                self.ch.send(m.Fault(runs=[]))  # no page wanted: still here
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item  # type: ignore[no-any-return]
+
+    def wait_held(self, timeout: float) -> None:
+        """Until the sandbox holds every page, sending keep-alive ``Ack``s."""
+        deadline = time.monotonic() + timeout
+        while not self.held.wait(KEEPALIVE_S):
+            if time.monotonic() > deadline:
+                raise MigrationError(f"the sandbox did not get its pages within {timeout:g} s")
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                item = None
+            if isinstance(item, BaseException):
+                raise item
+            self.ch.send(m.Fault(runs=[]))
+
+    def _lost(self, exc: BaseException) -> None:
+        """Tell the sandbox its source is gone (it stops and says what it lacks)."""
+        from ckpt.images.pagefeed import Feed, frame
+
+        feed = self._feed
+        if feed is not None and not self.held.is_set():
+            with contextlib.suppress(OSError):
+                feed.sendall(frame(Feed.LOST, str(exc).encode()[:200]))
+
+    def close(self) -> None:
+        for sock in (self._feed, self._listener):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        if self._short is not None:
+            shutil.rmtree(self._short, ignore_errors=True)

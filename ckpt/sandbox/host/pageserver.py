@@ -1,0 +1,161 @@
+"""Inside a source sandbox after a post-copy freeze: its remote pages, served.
+
+The final image of a post-copy migration (``send.py``) holds the kernel state and no
+pages: the frames dirtied since the last round stay here, in the paused kernel's
+memory, and :func:`serve_pages` sends them down the control connection (the ``pages``
+verb) as ``pagexfer`` RUN frames while the destination already runs.  The client writes
+``WANT`` frames (``images.pagefeed``) on the same connection for pages the destination
+read before they came; those go first, then the push goes on where it was, in its
+order: the pages the sandbox touched last before the freeze (``MemoryFile``'s record of
+the final round, REAP's working set), then the rest ascending.  Each page goes once.
+
+Fault point ``push-delay`` (``ckpt/faults.py``) sleeps before each pushed batch, so a
+test can act inside the window.
+
+The kernel stays frozen throughout, so a page read now is the page at the freeze.
+The stream ends with an END frame once every page went, and the reply's counters say
+how many were asked for and pushed.
+
+Stdlib and ``ckpt`` only, no ``typing`` at run time: the sandbox process imports this.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from ckpt import faults
+from ckpt.errors import SandboxError
+from ckpt.faults import Fault
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Any
+
+PUSH_BATCH = 32  # pages pushed between two looks at the wanted ones (128 KiB)
+MAX_WANTED = 4096  # WANT frames queued at once; a client past it is refused
+
+
+class Remote:
+    """What a post-copy freeze left to send: the remote frames, ascending, and those
+    to push first (touched in the final round)."""
+
+    def __init__(self, frames: list[int], first: list[int]) -> None:
+        self.frames = frames
+        self.first = first
+
+
+def push_order(remote: Remote) -> list[int]:
+    """The order pages are pushed in: the recent working set, then the rest ascending."""
+    wanted = set(remote.frames)
+    first = [f for f in remote.first if f in wanted]
+    seen = set(first)
+    return first + [f for f in remote.frames if f not in seen]
+
+
+def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
+    """The ``pages`` verb (see module doc); returns the reply's counters."""
+    from ckpt.images.pagefeed import RUN_REF, Feed, map_frames, read_frame, recv_exact
+    from ckpt.images.pagexfer import FRAME, RUN_HEAD, Frame, runs_of
+
+    remote: Remote | None = getattr(host, "postcopy", None)
+    if remote is None or host.kernel is None:
+        raise SandboxError(f"sandbox {host.id} has no post-copy pages to serve")
+    if not host.frozen:
+        raise SandboxError(f"sandbox {host.id} runs: its pages are no longer the frozen ones")
+    limit = remote.frames[-1] + 1 if remote.frames else 0
+    ours = bytearray(limit)
+    for f in remote.frames:
+        ours[f] = 1
+    sent = bytearray(limit)
+    wanted: collections.deque[tuple[int, int]] = collections.deque()
+    cond = threading.Condition()
+    closed = [False]
+
+    def read_wants() -> None:
+        read = recv_exact(conn)
+        try:
+            while True:
+                kind, payload = read_frame(read)
+                if kind != Feed.WANT or len(payload) != RUN_REF.size:
+                    raise SandboxError(f"the client sent a frame of kind {kind} for pages")
+                first, count = RUN_REF.unpack(payload)
+                with cond:
+                    if len(wanted) >= MAX_WANTED:
+                        raise SandboxError("the client asked for pages faster than they go")
+                    wanted.append((first, min(count, 1024)))
+                    cond.notify()
+        except Exception:  # the client is gone or broke the protocol
+            with cond:
+                closed[0] = True
+                cond.notify()
+
+    reader = threading.Thread(target=read_wants, name="ckpt-wants", daemon=True)
+    reader.start()
+    mf = host.kernel.memory_file
+    counters = {"postcopy_pushed": 0, "postcopy_wanted": 0, "postcopy_bytes": 0}
+
+    def send(frames: list[int], kind: str) -> None:
+        frames = sorted(f for f in frames if f < limit and ours[f] and not sent[f])
+        if not frames:
+            return
+        for f in frames:
+            sent[f] = 1
+        with host.cond:
+            pages = list(mf.pages(frames))
+        for run in runs_of(pages):
+            conn.sendall(FRAME.pack(Frame.RUN, RUN_HEAD.size + len(run.data)))
+            conn.sendall(RUN_HEAD.pack(run.first, run.npages, run.codec) + run.data)
+            counters["postcopy_bytes"] += len(run.data)
+        counters[kind] += len(frames)
+
+    for data in map_frames(runs_of_frames(remote.frames), mapped=False):
+        conn.sendall(data)
+    order = push_order(remote)
+    delay = faults.injected(Fault.PUSH_DELAY)  # tests: a window that stays open
+    at = 0
+    t0 = time.perf_counter()
+    while at < len(order):
+        with cond:
+            if closed[0] and not wanted:
+                raise SandboxError("the client stopped reading the post-copy pages")
+            asked = list(wanted)
+            wanted.clear()
+        for first, count in asked:
+            send(list(range(first, first + count)), "postcopy_wanted")
+        batch: list[int] = []
+        while at < len(order) and len(batch) < PUSH_BATCH:
+            if not sent[order[at]]:
+                batch.append(order[at])
+            at += 1
+        if delay is not None and batch:
+            time.sleep(delay.seconds)
+        send(batch, "postcopy_pushed")
+    _end(conn, counters["postcopy_pushed"] + counters["postcopy_wanted"])
+    counters["postcopy_push_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+    return counters
+
+
+def _end(conn: Any, pages: int) -> None:
+    """The stream's END frame, counting ``pages`` pages (pagexfer's shape)."""
+    import json
+    import os
+
+    from ckpt.images.pagexfer import FRAME, Frame
+
+    end = {"image_id": os.urandom(16).hex(), "metadata": {}, "pages": pages, "state_bytes": 0}
+    payload = json.dumps(end).encode()
+    conn.sendall(FRAME.pack(Frame.END, len(payload)) + payload)
+
+
+def runs_of_frames(frames: list[int]) -> list[tuple[int, int]]:
+    """Ascending frames as ``(first, count)`` runs."""
+    runs: list[tuple[int, int]] = []
+    for f in frames:
+        if runs and runs[-1][0] + runs[-1][1] == f:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((f, 1))
+    return runs
