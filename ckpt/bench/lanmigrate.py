@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckpt.bench import lanload, lantally
+from ckpt.bench import lanload, lantally, migrate
 from ckpt.bench.harness import BenchError, machine_info
 from ckpt.pycommand import ckpt_argv
 
@@ -55,7 +55,7 @@ FIRST_IP = 10  # sandboxes get lan.sandbox_ip(FIRST_IP + n)
 MAX_SAMPLES = 140  # addresses left in the /24 above FIRST_IP
 SERVED = ("kv:", "memory:", "http")  # workloads whose sandbox answers HTTP
 FAILS = ("resets", "refusals", "reconnects", "timeouts", "errors")
-TIMES = ("frozen_ms", "downtime_ms", "total_ms", "gap_max_ms", "gap_median_ms")
+TIMES = ("frozen_ms", "downtime_ms", "total_ms", "gap_max_ms", "gap_median_ms", "last_page_ms")
 COUNTS = ("resets", "refusals", "reconnects", "timeouts", "errors", "lost", "acked")
 
 
@@ -168,7 +168,7 @@ class Bench:
             tag = netns.root_hash(Root(root).cgroup_parent())
             self.bed.made.append(netns.names(tag, sid)[0])
 
-    def once(self, workload: str) -> dict[str, Any]:
+    def once(self, workload: str, mode: str = "pre-copy") -> dict[str, Any]:
         """Run, load, migrate A → B, read back, count; the sandbox deleted after."""
         from ckpt.bench import netns
 
@@ -190,7 +190,8 @@ class Bench:
             tcp0 = tcp_counters(self.bed.client)
             t0 = time.monotonic_ns()
             out = _ckpt(self.bed.a, self.src, "migrate", sid, "--to", self.to, "--key-file",
-                        str(self.key), "--json", timeout=MIGRATE_TIMEOUT_S)  # fmt: skip
+                        str(self.key), "--json", *migrate.MODES[mode],
+                        timeout=MIGRATE_TIMEOUT_S)  # fmt: skip
             t1 = time.monotonic_ns()
             time.sleep(SETTLE_S)  # the clients are answered from B for a while
             tcp1 = tcp_counters(self.bed.client)
@@ -281,14 +282,17 @@ def sample(moved: dict[str, Any], seen: dict[str, Any], t0: int, t1: int) -> dic
         "acked": t.acked_writes,
         "lost": lantally.lost_writes(t.acked, readback),
         "rounds": len(moved.get("rounds", [])),
+        "mode": str(moved.get("mode") or "pre-copy"),
+        "last_page_ms": float(moved.get("last_page_ms") or 0.0),
+        "window": moved.get("postcopy_window") or [],
         "final_round": final,
         "counters": {k: v for k, v in moved.items() if isinstance(v, int | float)},
     }
 
 
-def cell(workload: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
+def cell(workload: str, samples: list[dict[str, Any]], mode: str = "pre-copy") -> dict[str, Any]:
     """Medians of the times, totals of the counts, and every sample."""
-    out: dict[str, Any] = {"workload": workload, "runs": len(samples)}
+    out: dict[str, Any] = {"workload": workload, "mode": mode, "runs": len(samples)}
     for name in TIMES:
         out[name] = round(statistics.median(s[name] for s in samples), 3) if samples else 0.0
     for name in COUNTS:
@@ -305,14 +309,16 @@ def run(
     *,
     shape: str = "1gbit",
     delay_ms: float = 0.0,
+    modes: Sequence[str] = ("pre-copy",),
 ) -> dict[str, Any]:
-    """Every workload ``runs`` times on one LAN, removed afterwards."""
+    """Every workload ``runs`` times in each mode on one LAN, removed afterwards."""
     from ckpt.bench import netns
     from ckpt.bench.lan import lan
 
     check_workloads(workloads)
-    if not 1 <= runs * len(workloads) <= MAX_SAMPLES:
-        raise BenchError(f"--runs {runs}: give 1 to {MAX_SAMPLES // len(workloads)} runs")
+    cases = len(workloads) * len(modes)
+    if not 1 <= runs * cases <= MAX_SAMPLES:
+        raise BenchError(f"--runs {runs}: give 1 to {MAX_SAMPLES // cases} runs")
     reason = netns.unavailable_reason()
     if reason is not None:
         raise BenchError(f"--link netns: {reason}")
@@ -324,12 +330,13 @@ def run(
             try:
                 bench.start()
                 for workload in workloads:
-                    samples = []
-                    for i in range(runs):
-                        if progress:
-                            progress(f"{workload} run {i + 1}/{runs} ({shape})")
-                        samples.append(bench.once(workload))
-                    cells.append(cell(workload, samples))
+                    for mode in modes:
+                        samples = []
+                        for i in range(runs):
+                            if progress:
+                                progress(f"{workload} {mode} run {i + 1}/{runs} ({shape})")
+                            samples.append(bench.once(workload, mode))
+                        cells.append(cell(workload, samples, mode))
             finally:
                 bench.close()
     finally:
@@ -364,16 +371,17 @@ def render(report: dict[str, Any]) -> Any:
         pad_edge=False,
     )
     t.add_column("workload", no_wrap=True)
-    for name in ("frozen", "down", "gap", "gap~", "total", "fails", "lost"):
+    for name in ("frozen", "down", "gap", "gap~", "last", "total", "fails", "lost"):
         t.add_column(name, justify="right", overflow="fold")  # a long count folds, whole
     for c in report["cells"]:
         fails = "/".join(str(c[k]) for k in FAILS)
         t.add_row(
-            c["workload"],
+            migrate._label(c),
             f"{c['frozen_ms']:.0f}",
             f"{c['downtime_ms']:.0f}",
             f"{c['gap_max_ms']:.0f}",
             f"{c['gap_median_ms']:.0f}",
+            f"{c['last_page_ms']:.0f}" if c.get("last_page_ms") else "-",
             f"{c['total_ms'] / 1e3:.1f}",
             fails,
             f"{c['lost']}/{c['acked']}" if c["workload"].startswith("kv:") else "-",
@@ -392,6 +400,8 @@ def go_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for c in report["cells"]:
         name = f"BenchmarkMigrate/{report['link']}/{c['workload'].replace(':', '_')}"
+        if c.get("mode", "pre-copy") != "pre-copy":
+            name += "_" + c["mode"].replace("-", "")
         for s in c["samples"]:
             lines.append(
                 "\t".join([

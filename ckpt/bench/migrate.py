@@ -13,6 +13,9 @@ destination.  ``ckpt migrate --json`` moves it, and the figures are:
 * ``total_ms``: wall time of ``ckpt migrate``;
 * ``sent_ratio``: bytes sent over the memory's size;
 * ``rounds``, ``lost``: acknowledged writes missing on the destination (must be 0);
+* ``mode``: ``pre-copy``, ``post-copy`` or ``auto`` (``ckpt migrate``'s choice);
+  post-copy adds ``last_page_ms`` (from the freeze until the destination held every
+  page) and the pages faulted and pushed;
 * ``baseline_ms``: the same sandbox, now on the destination, under the same load, moved
   through a local directory instead: one ``checkpoint --pre-copy`` and one ``restore``
   (wall time of both commands); ``ratio`` is ``total_ms`` over it.
@@ -50,6 +53,7 @@ from ckpt.pycommand import ckpt_argv
 
 DEFAULT_SIZES = (64, 256)
 LOADS = ("write", "keepalive")
+MODES = {"pre-copy": (), "post-copy": ("--post-copy",), "auto": ("--auto",)}
 KEEPALIVE_CLIENTS = 4
 KEEPALIVE_INTERVAL_S = 0.01
 RETRY_S = 0.005
@@ -62,6 +66,10 @@ HOST = "127.0.0.1"
 @dataclass
 class Cell:
     workload: str
+    mode: str = "pre-copy"
+    chosen: str = "pre-copy"  # what ran: auto picks one
+    last_page_ms: float = 0.0  # post-copy: freeze -> every page held there
+    window: list[list[float]] = field(default_factory=list)  # post-copy: [ms, bytes left]
     frozen_ms: float = 0.0
     downtime_ms: float = 0.0
     gap_ms: float = 0.0
@@ -233,12 +241,13 @@ def run_cell(
     serve_at: str,
     load: str = "write",
     with_baseline: bool = True,
+    mode: str = "pre-copy",
 ) -> Cell:
     """Run, load, migrate, count what was lost, time the local baseline; remove both
     sandboxes."""
     sid = f"mig-{os.getpid()}"
     src, dst = top / "src", top / "dst"
-    cell = Cell(workload, load=load)
+    cell = Cell(workload, mode=mode, load=load)
     kv = workload.startswith("kv:")
     _ckpt(src, "run", sid, "--workload", workload, "--port", "0")
     clients: list[_Client] = []
@@ -250,13 +259,16 @@ def run_cell(
         time.sleep(0.5)  # the load is under way before the migration starts
         t0 = time.perf_counter_ns()
         out = _ckpt(src, "migrate", sid, "--to", serve_at, "--key-file", str(key),
-                    "--port", str(new_port), "--json")  # fmt: skip
+                    "--port", str(new_port), "--json", *MODES[mode])  # fmt: skip
         cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
         time.sleep(0.3)  # the clients find the destination
         _stop(clients)
         writer = clients[0]
         cell.clients = len(clients)
         report = json.loads(out)
+        cell.chosen = str(report.get("mode") or "pre-copy")
+        cell.last_page_ms = float(report.get("last_page_ms") or 0.0)
+        cell.window = list(report.get("postcopy_window") or [])
         cell.frozen_ms = float(report["frozen_time_ms"])
         cell.downtime_ms = float(report["downtime_ms"])
         cell.client_gaps_ms = [round(c.gap_ns / 1e6, 3) for c in clients]
@@ -295,6 +307,7 @@ def run(
     loads: Sequence[str] = ("write",),
     with_baseline: bool = True,
     runs: int | None = None,
+    modes: Sequence[str] = ("pre-copy",),
 ) -> dict[str, Any]:
     """Every cell, in private roots removed afterwards, with one ``ckpt serve``.
     ``kinds``: ``kv`` and ``memory`` (each at every size) or whole workloads
@@ -302,6 +315,8 @@ def run(
     if not sizes or any(s <= 0 for s in sizes):
         raise BenchError("sizes are positive MiB counts, e.g. 64,256")
     workloads = workloads_of(kinds, sizes)
+    if not modes or any(x not in MODES for x in modes):
+        raise BenchError(f"unknown mode in {', '.join(modes)}; choose {', '.join(MODES)}")
     if link == "netns":
         from ckpt.bench import lanmigrate
 
@@ -312,7 +327,7 @@ def run(
             )
         return lanmigrate.run(
             workloads, runs or lanmigrate.DEFAULT_RUNS, rate, progress,
-            shape=shape, delay_ms=delay_ms,
+            shape=shape, delay_ms=delay_ms, modes=modes,
         )  # fmt: skip
     if link != "loopback":
         raise BenchError(f"unknown link {link!r}; choose loopback or netns")
@@ -339,9 +354,12 @@ def run(
         serve_at = _wait_listening(top / "serve.log", serve)
         for workload in workloads:
             for load in loads:
-                if progress:
-                    progress(f"{workload} ({load})")
-                cells.append(run_cell(top, key, workload, rate, serve_at, load, with_baseline))
+                for mode in modes:
+                    if progress:
+                        progress(f"{workload} ({load}, {mode})")
+                    cells.append(
+                        run_cell(top, key, workload, rate, serve_at, load, with_baseline, mode)
+                    )
     finally:
         serve.terminate()
         try:
@@ -388,8 +406,15 @@ def workloads_of(kinds: Sequence[str], sizes: Sequence[int]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+SHORT_MODES = {"pre-copy": "", "post-copy": " post", "auto": " a"}
+
+
 def _label(c: dict[str, Any]) -> str:
-    return c["workload"] + ("+ka" if c.get("load") == "keepalive" else "")
+    """The workload, its load and its mode: ``kv:256+ka post``; auto says what it chose."""
+    mode = SHORT_MODES.get(c.get("mode", "pre-copy"), "")
+    if c.get("mode") == "auto":
+        mode += ":post" if c.get("chosen") == "post-copy" else ":pre"
+    return c["workload"] + ("+ka" if c.get("load") == "keepalive" else "") + mode
 
 
 def render(report: dict[str, Any]) -> Any:
@@ -401,33 +426,41 @@ def render(report: dict[str, Any]) -> Any:
     from rich import box
     from rich.table import Table
 
+    cells = report["cells"]
+    paged = any(c.get("last_page_ms") for c in cells)  # columns only for what was run
+    based = not paged and any(c.get("baseline_ms") for c in cells)  # in --json if both
+    notes = ["gap: longest a client retrying every 5 ms waited"]
+    if paged:
+        notes.append("last: post-copy's last page held there")
+    if based:
+        notes.append("base: local checkpoint --pre-copy + restore; x: total/base")
+    notes.append("sent: bytes/memory; +ka: keep-alive")
     t = Table(
         title=f"bench migrate over {report['link']} (one sample per cell; ms)",
         title_justify="left",
-        caption=(
-            "gap: longest a client retrying every 5 ms waited; base: local checkpoint\n"
-            "--pre-copy + restore; x: total/base; sent: bytes/memory; +ka: keep-alive"
-        ),
+        caption="\n".join(notes),
         box=box.SIMPLE,
         pad_edge=False,
     )
-    t.add_column("workload", no_wrap=True)
-    for name in ("frozen", "down", "gap", "total", "base", "x", "sent", "rnd", "lost"):
-        t.add_column(name, justify="right", no_wrap=True)
-    for c in report["cells"]:
+    t.add_column("workload", overflow="fold")  # a long name folds; numbers never do
+    names = ["frozen", "down", "gap", *(["last"] if paged else []), "total"]
+    names += [*(["base", "x"] if based else []), "sent", "rnd", "lost"]
+    for name in names:
+        t.add_column(name, justify="right", no_wrap=True, min_width=min(len(name), 5))
+    for c in cells:
         base = c.get("baseline_ms") or 0.0
-        t.add_row(
-            _label(c),
-            f"{c['frozen_ms']:.0f}",
-            f"{c['downtime_ms']:.0f}",
-            f"{c['gap_ms']:.0f}",
-            f"{c['total_ms']:.0f}",
-            f"{base:.0f}" if base else "-",
-            f"{c['ratio']:.2f}" if base else "-",
+        row = [_label(c), f"{c['frozen_ms']:.0f}", f"{c['downtime_ms']:.0f}", f"{c['gap_ms']:.0f}"]
+        if paged:
+            row.append(f"{c['last_page_ms']:.0f}" if c.get("last_page_ms") else "-")
+        row.append(f"{c['total_ms']:.0f}")
+        if based:
+            row += [f"{base:.0f}" if base else "-", f"{c['ratio']:.2f}" if base else "-"]
+        row += [
             f"{c['sent_ratio']:.2f}",
             str(c["rounds"]),
             f"{c['lost']}/{c['acked']}" if c["workload"].startswith("kv") else "-",
-        )
+        ]
+        t.add_row(*row)
     return t
 
 
@@ -452,6 +485,8 @@ def go_lines(report: dict[str, Any]) -> list[str]:
         name = f"BenchmarkMigrate/{report['link']}/{c['workload'].replace(':', '_')}"
         if c.get("load") == "keepalive":
             name += "_keepalive"
+        if c.get("mode", "pre-copy") != "pre-copy":
+            name += "_" + c["mode"].replace("-", "")
         fields = [
             name,
             "1",
@@ -462,6 +497,8 @@ def go_lines(report: dict[str, Any]) -> list[str]:
         ]
         if c.get("baseline_ms"):
             fields.append(f"{c['baseline_ms'] * 1e6:.0f} baseline-ns")
+        if c.get("last_page_ms"):
+            fields.append(f"{c['last_page_ms'] * 1e6:.0f} last-page-ns")
         fields += [f"{c['bytes_sent']} sent-B", f"{c['lost']} lost"]
         lines.append("\t".join(fields))
     return lines
@@ -469,7 +506,8 @@ def go_lines(report: dict[str, Any]) -> list[str]:
 
 def plot(report: dict[str, Any], path: Path) -> Path:
     """Per cell, frozen time, downtime and client-visible gap (left) and total time
-    against the local baseline (right), as grouped bars; written as a PNG.  Check the
+    against the local baseline (middle), as grouped bars, and post-copy's window
+    (right: bytes still only on the source over time); written as a PNG.  Check the
     path first with ``scale.check_plot`` so a long run never ends in a failed plot."""
     from ckpt.bench.scale import _pyplot
 
@@ -477,7 +515,19 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     cells = report["cells"]
     labels = [_label(c) for c in cells]
     at = range(len(cells))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    windows = [c for c in cells if c.get("window")]
+    fig, axes = plt.subplots(1, 3 if windows else 2, figsize=(16 if windows else 11, 4.4))
+    if windows:  # post-copy: what is still only on the source, over time
+        ax = axes[2]
+        for c in windows:
+            ax.plot(
+                [w[0] for w in c["window"]],
+                [w[1] / (1 << 20) for w in c["window"]],
+                label=_label(c),
+            )
+        ax.set(xlabel="ms after the freeze", ylabel="MiB still on the source")
+        ax.set_title("post-copy's window: memory split between hosts")
+        ax.legend(fontsize=7)
     for ax, bars, title in (
         (
             axes[0],

@@ -354,6 +354,10 @@ def bench_migrate_cmd(
     loads: Annotated[
         str, typer.Option("--loads", help="write, keepalive (+4 keep-alive GETs) or both.")
     ] = "write",
+    modes: Annotated[
+        str,
+        typer.Option("--modes", help="pre-copy, post-copy, auto: each cell in each mode."),
+    ] = "pre-copy",
     baseline: Annotated[
         bool,
         typer.Option(
@@ -400,6 +404,7 @@ def bench_migrate_cmd(
         loads=[x for x in loads.split(",") if x],
         with_baseline=baseline,
         runs=runs,
+        modes=[x for x in modes.split(",") if x],
     )
     if plot_to is not None:
         migrate.plot(report, plot_to)

@@ -263,7 +263,8 @@ class RemotePages:
         except PagesLost:
             pass
         except (OSError, StatefileError) as exc:
-            self._lose(str(exc) or type(exc).__name__)
+            with contextlib.suppress(PagesLost):
+                self._lose(str(exc) or type(exc).__name__)
 
     def _arrive(self, run: Any) -> None:
         first, npages = run.first, run.npages
@@ -374,9 +375,14 @@ def attach(
     """Connect to the feed at ``path`` (a socket itself, not a link), read its map
     (inside ``[0, limit)``, the kernel's address space) and start receiving: the
     restore's pages, the remote ones from the feed."""
-    from ckpt.sandbox.wire.rpc import check_socket_file
+    import os
+    import stat
 
-    check_socket_file(path, "the page feed")  # type: ignore[arg-type]
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):  # lstat: a link is refused
+            raise StatefileError(f"the page feed at {path} is not a socket")
+    except OSError as exc:
+        raise StatefileError(f"the page feed at {path} cannot be used: {exc}") from exc
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(WAIT_S)

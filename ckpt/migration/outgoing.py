@@ -285,8 +285,9 @@ class Migration:
         state_hash = hashlib.sha256()
         final_no = len(self.report.rounds)
         sink = ChannelSink(ch, final_no, final=True, state_hash=state_hash, at=self._progress)
+        more = {"post_copy": True} if post else {}  # the pages left out come after
         reply = send_client.send(
-            self.root, self.sid, sink, pre_dump=False, after=self.after, post_copy=post
+            self.root, self.sid, sink, pre_dump=False, after=self.after, **more
         )
         if net is not None:
             ch.send(m.Connections(data=moved))
@@ -405,6 +406,7 @@ class Migration:
             postcopy_bytes=int(c.get("postcopy_bytes") or 0),
             postcopy_ms=round((t_held - t0) * 1e3, 3),
             last_page_ms=round((t_held - t_pause) * 1e3, 3),
+            postcopy_window=[list(x) for x in self.pager.window],
         )
 
     def _round(self, ch: Any, r: int) -> tuple[dict[str, Any], int | None]:

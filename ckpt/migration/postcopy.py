@@ -41,8 +41,10 @@ from ckpt.images.pagexfer import PageMap, PageRun, StreamEnd
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError, MigrationError
 from ckpt.migration.pagechannel import ChannelSink
+from ckpt.statefile.format import PAGE_SIZE
 
 KEEPALIVE_S = 1.0  # the destination's empty Fault while it waits: it is alive
+WINDOW_STEP_S = 0.05  # how often the window (bytes still only on the source) is sampled
 FEED_NAME = "feed.sock"
 
 
@@ -62,9 +64,11 @@ class SourcePager:
         self._result: Any = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="ckpt-pager", daemon=True)
-        self.t_last = 0.0
+        self.t_last = self._t0 = self._t_sample = 0.0
+        self.window: list[tuple[float, int]] = []  # see _sample
 
     def start(self) -> None:
+        self._t0 = self._t_sample = time.perf_counter()
         self._thread.start()
 
     def _run(self) -> None:
@@ -91,8 +95,18 @@ class SourcePager:
         if isinstance(event, PageRun | StreamEnd):
             self.sink(event)
             self.t_last = time.perf_counter()
+            self._sample(isinstance(event, StreamEnd))
         else:
             raise MigrationError("the sandbox sent kernel state among its post-copy pages")
+
+    def _sample(self, last: bool) -> None:
+        """The window: (ms since the pages began, bytes not sent yet), every
+        ``WINDOW_STEP_S`` and at the end."""
+        now = self.t_last
+        if last or not self.window or now - self._t_sample >= WINDOW_STEP_S:
+            self._t_sample = now
+            left = max(0, self.map_pages - self.sink.pages) * PAGE_SIZE
+            self.window.append((round((now - self._t0) * 1e3, 1), left))
 
     def _connected(self, conn: socket.socket) -> None:
         with self._lock:

@@ -35,7 +35,7 @@ from ckpt.migration import (
 )
 from ckpt.migration.framing import HEADER
 from ckpt.migration.handshake import MAGIC, OPENING
-from ckpt.migration.messages import Kind
+from ckpt.migration.messages import Fault, Kind, PageMap
 
 from .conftest import SECRET, raw_send, seal
 
@@ -62,6 +62,8 @@ def test_every_kind_round_trips_both_ways(pair) -> None:
         RoundEnd(round=2, pages=40, final=True, state_bytes=500, metadata={"engine": "typed"}),
         Restored(address="198.18.0.2:8080", restore_ms=12.5),
         Connections(data=b"\x91" + b"state" * 10),
+        PageMap(runs=[(0, 4), (9, 2)], last=False),
+        Fault(runs=[(9, 1)]),
     ]
     for a, b in ((client, server), (server, client)):
         for msg in sent:

@@ -15,6 +15,7 @@ from ckpt.migration.guard import (
     COMMITTED,
     COMMITTING,
     DONE,
+    PAGING,
     RESTORING,
     Action,
     Guard,
@@ -30,6 +31,9 @@ SOURCE = {
     COMMITTING: Action.LEAVE,  # Done may have been read: it may run there, or not
     COMMITTING + COMMITTED: Action.DELETE,  # the destination acknowledged: it runs there
     COMMITTING + CANCELLED: Action.RESUME,  # the destination answered Done with an Error
+    # post-copy: it runs there, without pages only this copy holds: keep it, paused
+    COMMITTING + PAGING: Action.LEAVE,
+    COMMITTING + PAGING + COMMITTED: Action.DELETE,  # it said it holds every page
 }
 DESTINATION = {
     b"": Action.LEAVE,  # nothing made yet

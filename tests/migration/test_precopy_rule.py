@@ -70,7 +70,7 @@ class ScriptedMemory:
         self.script = list(script)
         self.takes = 0
 
-    def take_dirty(self) -> list[int]:
+    def take_dirty(self, record: bool = False) -> list[int]:
         taken = sorted(self.dirty)
         n = self.script[self.takes]
         self.takes += 1

@@ -27,7 +27,7 @@ class Memory:
         self.refs = {i: 1 for i in range(PAGES)}
         self.dirty: set[int] = set(self.refs)
 
-    def take_dirty(self) -> list[int]:
+    def take_dirty(self, record: bool = False) -> list[int]:
         taken, self.dirty = sorted(self.dirty), set()
         return taken
 

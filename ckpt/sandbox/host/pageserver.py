@@ -50,7 +50,7 @@ class Remote:
 def push_order(remote: Remote) -> list[int]:
     """The order pages are pushed in: the recent working set, then the rest ascending."""
     wanted = set(remote.frames)
-    first = [f for f in remote.first if f in wanted]
+    first = list(dict.fromkeys(f for f in remote.first if f in wanted))
     seen = set(first)
     return first + [f for f in remote.frames if f not in seen]
 

@@ -1,0 +1,74 @@
+"""Post-copy's pieces without processes: the PageMap and Fault messages' checks, the
+push order (the working set first, each page once), and the kernel's record of the
+frames touched since the last round."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt.migration import messages as m
+from ckpt.migration.errors import FrameError
+from ckpt.sandbox.host.pageserver import Remote, push_order, runs_of_frames
+
+
+def _roundtrip(msg: m.Message) -> m.Message:
+    return m.decode(msg.KIND, m.encode(msg))
+
+
+def test_a_page_map_and_a_fault_round_trip() -> None:
+    page_map = m.PageMap(runs=[(0, 3), (10, 1)], last=False)
+    assert _roundtrip(page_map) == page_map
+    fault = m.Fault(runs=[(7, 2)])
+    assert _roundtrip(fault) == fault
+    assert _roundtrip(m.Fault(runs=[])) == m.Fault(runs=[])  # the keep-alive
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [[(10, 1), (5, 1)], [(0, 3), (2, 1)], [(0, 0)], [(-1, 2)], [(1 << 40, 1)]],
+    ids=["unordered", "overlapping", "empty", "negative", "past-the-address-space"],
+)
+def test_a_page_map_out_of_order_or_range_is_refused(runs: list[tuple[int, int]]) -> None:
+    payload = m.encode(m.PageMap(runs=runs))
+    with pytest.raises(FrameError):
+        m.decode(m.Kind.PAGE_MAP, payload)
+
+
+def test_too_many_runs_are_refused() -> None:
+    runs = [(i * 2, 1) for i in range(m.MAX_MAP_RUNS + 1)]
+    with pytest.raises(FrameError, match="over"):
+        m.decode(m.Kind.PAGE_MAP, m.encode(m.PageMap(runs=runs)))
+    with pytest.raises(FrameError, match="over"):
+        m.decode(m.Kind.FAULT, m.encode(m.Fault(runs=runs[: m.MAX_FAULT_RUNS + 1])))
+
+
+def test_the_push_sends_the_working_set_first_then_the_rest_each_once() -> None:
+    remote = Remote(frames=[1, 2, 3, 5, 8, 9], first=[9, 4, 2, 9, 1])  # 4: not remote
+    order = push_order(remote)
+    assert order[:3] == [9, 2, 1]
+    assert order[3:] == [3, 5, 8]
+    assert sorted(order) == remote.frames
+
+
+def test_frames_gather_into_runs() -> None:
+    assert runs_of_frames([]) == []
+    assert runs_of_frames([0, 1, 2, 5, 7, 8]) == [(0, 3), (5, 1), (7, 2)]
+
+
+def test_the_kernel_records_what_it_touched_since_a_round_most_recent_first() -> None:
+    from ckpt.kernel.mm import MemoryFile
+
+    mf = MemoryFile()
+    frames = [mf.alloc() for _ in range(6)]
+    assert mf.take_touched() == []  # no round yet: nothing recorded
+    mf.take_dirty(record=True)
+    mf.write(frames[1], 0, b"x")
+    mf.read(frames[4])
+    mf.write(frames[2], 0, b"y")
+    mf.read(frames[1])
+    assert mf.take_touched() == [frames[1], frames[2], frames[4]]
+    mf.read(frames[0])
+    assert mf.take_touched() == []  # taken: the record stops until the next round
+    mf.take_dirty()  # a checkpoint's take does not record
+    mf.read(frames[0])
+    assert mf.take_touched() == []
