@@ -233,6 +233,7 @@ def run_cell(
     serve_at: str,
     load: str = "write",
     with_baseline: bool = True,
+    encrypt: bool = False,
 ) -> Cell:
     """Run, load, migrate, count what was lost, time the local baseline; remove both
     sandboxes."""
@@ -250,7 +251,7 @@ def run_cell(
         time.sleep(0.5)  # the load is under way before the migration starts
         t0 = time.perf_counter_ns()
         out = _ckpt(src, "migrate", sid, "--to", serve_at, "--key-file", str(key),
-                    "--port", str(new_port), "--json")  # fmt: skip
+                    "--port", str(new_port), "--json", *_sealing(encrypt))  # fmt: skip
         cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
         time.sleep(0.3)  # the clients find the destination
         _stop(clients)
@@ -295,6 +296,7 @@ def run(
     loads: Sequence[str] = ("write",),
     with_baseline: bool = True,
     runs: int | None = None,
+    encrypt: bool = False,
 ) -> dict[str, Any]:
     """Every cell, in private roots removed afterwards, with one ``ckpt serve``.
     ``kinds``: ``kv`` and ``memory`` (each at every size) or whole workloads
@@ -305,6 +307,8 @@ def run(
     if link == "netns":
         from ckpt.bench import lanmigrate
 
+        if encrypt:
+            raise BenchError("--encrypt is for the loopback link; leave it out with --link netns")
         if tuple(loads) != ("write",):
             raise BenchError(
                 "--loads is for the loopback link: over netns, 4 keep-alive clients "
@@ -329,7 +333,7 @@ def run(
     log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
     serve = subprocess.Popen(
         [*ckpt_argv(), "--root", str(top / "dst"), "serve",
-         "--listen", f"{HOST}:0", "--key-file", str(key)],
+         "--listen", f"{HOST}:0", "--key-file", str(key), *_sealing(encrypt)],
         stdout=log,
         stderr=log,
     )  # fmt: skip
@@ -341,7 +345,9 @@ def run(
             for load in loads:
                 if progress:
                     progress(f"{workload} ({load})")
-                cells.append(run_cell(top, key, workload, rate, serve_at, load, with_baseline))
+                cells.append(
+                    run_cell(top, key, workload, rate, serve_at, load, with_baseline, encrypt)
+                )
     finally:
         serve.terminate()
         try:
@@ -359,9 +365,15 @@ def run(
     return {
         "machine": machine_info(),
         "link": "loopback",
+        "encrypt": encrypt,
         "rate_bytes_s": rate,
         "cells": [asdict(c) for c in cells],
     }
+
+
+def _sealing(encrypt: bool) -> list[str]:
+    """The option that seals the channel, on both ends (``--encrypt``)."""
+    return ["--encrypt"] if encrypt else []
 
 
 def _wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> str:
@@ -402,7 +414,9 @@ def render(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(
-        title=f"bench migrate over {report['link']} (one sample per cell; ms)",
+        title=f"bench migrate over {report['link']}"
+        + (", --encrypt" if report.get("encrypt") else "")
+        + " (one sample per cell; ms)",
         title_justify="left",
         caption=(
             "gap: longest a client retrying every 5 ms waited; base: local checkpoint\n"
