@@ -50,7 +50,18 @@ def _aead(key: bytes) -> AESGCM:
     return AESGCM(key)
 
 
-class SealedSealer:
+class _Bound:
+    """What a frame's tag covers besides its payload: the clear header, the direction
+    and the sequence number (``MAC_INPUT``, as the HMAC)."""
+
+    direction: int
+    seq: int
+
+    def _bound(self, kind: int, length: int) -> bytes:
+        return MAC_INPUT.pack(self.direction, self.seq, kind, length)
+
+
+class SealedSealer(_Bound):
     """Seals the frames one side sends after the handshake: ``FrameSealer``'s interface."""
 
     def __init__(self, key: bytes, direction: int, seq: int) -> None:
@@ -62,13 +73,12 @@ class SealedSealer:
         if self.seq > MAX_SEQ:
             raise MigrationError("the connection sent 2**64 frames: open a new one")
         length = len(payload)
-        ad = MAC_INPUT.pack(self.direction, self.seq, kind, length)
-        sealed = self._aead.encrypt(NONCE.pack(self.seq), payload, ad)
+        sealed = self._aead.encrypt(NONCE.pack(self.seq), payload, self._bound(kind, length))
         self.seq += 1
         return HEADER.pack(length, kind) + sealed
 
 
-class SealedOpener:
+class SealedOpener(_Bound):
     """Reads and opens the frames one side receives: ``FrameOpener``'s interface."""
 
     def __init__(self, key: bytes, direction: int, max_payload: int, seq: int) -> None:
@@ -85,9 +95,8 @@ class SealedOpener:
         length, kind = HEADER.unpack(wire.read_exact(HEADER.size, deadline, what))
         check_header(length, kind, self.max_payload)
         sealed = wire.read_exact(length + TAG_LEN, deadline, what)
-        ad = MAC_INPUT.pack(self.direction, self.seq, kind, length)
         try:
-            payload = self._aead.decrypt(NONCE.pack(self.seq), sealed, ad)
+            payload = self._aead.decrypt(NONCE.pack(self.seq), sealed, self._bound(kind, length))
         except InvalidTag as exc:
             raise AuthenticationError(
                 f"frame {self.seq} from the peer fails its seal: tampered, replayed, "
