@@ -26,6 +26,7 @@ class Tap:
         self._stop = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(POLL_S)
+        self._conns: list[socket.socket] = []
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
@@ -42,21 +43,17 @@ class Tap:
             except OSError:
                 return
             server = socket.create_connection(self.target, timeout=10)
+            for sock in (client, server):
+                sock.settimeout(None)  # blocking: close() shuts them down to end the pumps
+                self._conns.append(sock)
             for src, dst, keep in ((client, server, True), (server, client, False)):
                 t = threading.Thread(target=self._pump, args=(src, dst, keep), daemon=True)
                 t.start()
                 self._threads.append(t)
 
     def _pump(self, src: socket.socket, dst: socket.socket, keep: bool) -> None:
-        src.settimeout(POLL_S)
         try:
-            while not self._stop.is_set():
-                try:
-                    data = src.recv(1 << 16)
-                except TimeoutError:
-                    continue
-                if not data:
-                    break
+            while data := src.recv(1 << 16):
                 if keep:
                     with self._lock:
                         self.sent += data
@@ -70,8 +67,13 @@ class Tap:
     def close(self) -> None:
         self._stop.set()
         self._sock.close()
+        for sock in self._conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         for t in self._threads:
             t.join(10)
+        for sock in self._conns:
+            sock.close()
 
 
 def readable(stream: bytes) -> bytes:
