@@ -89,3 +89,14 @@ def test_encrypt_without_a_key_file_is_refused_before_anything_moves(
     assert running(hosts.src) == [SID]
     assert hosts.src.state(SID)["status"] == "running"
     assert leftovers(hosts) == []
+
+
+def test_post_copy_pages_are_sealed_too(hosts: Hosts) -> None:
+    """The pages that follow the resume (pushed and faulted) go on the same channel."""
+    value = _secret()
+    acked = _run_with(hosts, SID, value)
+    seen = _migrate_tapped(hosts, SID, "--encrypt", "--post-copy", "--rounds", "0")
+    assert value not in seen and value[10:] not in seen
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
+    check_values(address(hosts.dst, SID), acked)
+    assert leftovers(hosts) == []
