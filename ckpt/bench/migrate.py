@@ -242,6 +242,7 @@ def run_cell(
     load: str = "write",
     with_baseline: bool = True,
     mode: str = "pre-copy",
+    encrypt: bool = False,
 ) -> Cell:
     """Run, load, migrate, count what was lost, time the local baseline; remove both
     sandboxes."""
@@ -259,7 +260,8 @@ def run_cell(
         time.sleep(0.5)  # the load is under way before the migration starts
         t0 = time.perf_counter_ns()
         out = _ckpt(src, "migrate", sid, "--to", serve_at, "--key-file", str(key),
-                    "--port", str(new_port), "--json", *MODES[mode])  # fmt: skip
+                    "--port", str(new_port), "--json", *MODES[mode],
+                    *_sealing(encrypt))  # fmt: skip
         cell.total_ms = (time.perf_counter_ns() - t0) / 1e6
         time.sleep(0.3)  # the clients find the destination
         _stop(clients)
@@ -308,6 +310,7 @@ def run(
     with_baseline: bool = True,
     runs: int | None = None,
     modes: Sequence[str] = ("pre-copy",),
+    encrypt: bool = False,
 ) -> dict[str, Any]:
     """Every cell, in private roots removed afterwards, with one ``ckpt serve``.
     ``kinds``: ``kv`` and ``memory`` (each at every size) or whole workloads
@@ -320,6 +323,8 @@ def run(
     if link == "netns":
         from ckpt.bench import lanmigrate
 
+        if encrypt:
+            raise BenchError("--encrypt is for the loopback link; leave it out with --link netns")
         if tuple(loads) != ("write",):
             raise BenchError(
                 "--loads is for the loopback link: over netns, 4 keep-alive clients "
@@ -344,7 +349,7 @@ def run(
     log = open(top / "serve.log", "wb")  # noqa: SIM115  (the server writes it)
     serve = subprocess.Popen(
         [*ckpt_argv(), "--root", str(top / "dst"), "serve",
-         "--listen", f"{HOST}:0", "--key-file", str(key)],
+         "--listen", f"{HOST}:0", "--key-file", str(key), *_sealing(encrypt)],
         stdout=log,
         stderr=log,
     )  # fmt: skip
@@ -358,7 +363,9 @@ def run(
                     if progress:
                         progress(f"{workload} ({load}, {mode})")
                     cells.append(
-                        run_cell(top, key, workload, rate, serve_at, load, with_baseline, mode)
+                        run_cell(
+                            top, key, workload, rate, serve_at, load, with_baseline, mode, encrypt
+                        )
                     )
     finally:
         serve.terminate()
@@ -377,9 +384,15 @@ def run(
     return {
         "machine": machine_info(),
         "link": "loopback",
+        "encrypt": encrypt,
         "rate_bytes_s": rate,
         "cells": [asdict(c) for c in cells],
     }
+
+
+def _sealing(encrypt: bool) -> list[str]:
+    """The option that seals the channel, on both ends (``--encrypt``)."""
+    return ["--encrypt"] if encrypt else []
 
 
 def _wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> str:
@@ -436,7 +449,9 @@ def render(report: dict[str, Any]) -> Any:
         notes.append("base: local checkpoint --pre-copy + restore; x: total/base")
     notes.append("sent: bytes/memory; +ka: keep-alive")
     t = Table(
-        title=f"bench migrate over {report['link']} (one sample per cell; ms)",
+        title=f"bench migrate over {report['link']}"
+        + (", --encrypt" if report.get("encrypt") else "")
+        + " (one sample per cell; ms)",
         title_justify="left",
         caption="\n".join(notes),
         box=box.SIMPLE,

@@ -34,6 +34,12 @@ TlsCaOpt = Annotated[
     Path | None,
     typer.Option("--tls-ca", metavar="PEM", help="Use TLS; trust the server signed by this CA."),
 ]
+EncryptOpt = Annotated[
+    bool,
+    typer.Option(
+        "--encrypt", help="Seal every frame with AES-256-GCM under --key-file (pages too)."
+    ),
+]
 
 
 def _root(given: Path | None) -> Any:
@@ -57,9 +63,14 @@ def _one_root(given: Path | None) -> None:
         )
 
 
-def _secret(key_file: Path | None) -> bytes:
+def _secret(key_file: Path | None, encrypt: bool = False) -> bytes:
     from ckpt.migration import read_key_file
 
+    if key_file is None and encrypt:
+        raise UsageError(
+            "--encrypt seals the channel under a key derived from --key-file, and TLS "
+            "does not replace it: give --key-file PATH, the same file on both hosts"
+        )
     if key_file is None:
         raise UsageError(
             "a key file is required: --key-file PATH, the same file on both hosts "
@@ -81,6 +92,9 @@ def serve_cmd(
     tls_key: TlsKeyOpt = None,
     bridge: Annotated[str | None, bridge_opt("an arriving sandbox with its own address")] = None,
     json_out: JsonOpt = False,
+    encrypt: Annotated[
+        bool, typer.Option("--encrypt", help="Accept only migrate --encrypt: sealed frames.")
+    ] = False,
 ) -> None:
     """Accept migrations into the root until SIGTERM or SIGINT.
 
@@ -92,13 +106,17 @@ def serve_cmd(
     A key holder keeps the slot while each step (an image, an answer) moves: 120 s plus
     1 s per 256 KiB it brings. Another key holder waits up to 10 s for the slot, then is
     told the server is busy.
+
+    With --encrypt, a source that does not seal the channel (migrate --encrypt) is
+    refused as it connects, in one line on both sides; without it, a source that asks
+    gets sealed frames.
     """
     _one_root(root)
     from ckpt.migration import ServerTLS
     from ckpt.migration.serve import parse_address, ready_line_writer, serve
 
     host, port = parse_address(listen, "--listen")
-    secret = _secret(key_file)
+    secret = _secret(key_file, encrypt)
     if (tls_cert is None) != (tls_key is None):
         raise UsageError("TLS needs both --tls-cert and --tls-key")
     tls = ServerTLS(tls_cert, tls_key) if tls_cert is not None and tls_key else None
@@ -119,6 +137,7 @@ def serve_cmd(
         on_ready=ready_line_writer(),
         debug=Globals.debug,
         bridge=bridge,
+        encrypt=encrypt,
     )
 
 
@@ -206,6 +225,7 @@ def migrate_cmd(
     ] = 0.0,
     as_json: JsonOpt = False,
     tls_ca: TlsCaOpt = None,
+    encrypt: EncryptOpt = False,
 ) -> None:
     """Move a running sandbox to another host.
 
@@ -227,7 +247,7 @@ def migrate_cmd(
     from ckpt.migration.serve import parse_address
 
     host, dport = parse_address(to, "--to")
-    secret = _secret(key_file)
+    secret = _secret(key_file, encrypt)
     sandbox_root = _root(None)
     from ckpt.sandbox.client.status import refresh
 
@@ -244,7 +264,7 @@ def migrate_cmd(
         raise UsageError("--post-copy and --auto: give one (--auto chooses post-copy itself)")
     mode = "post-copy" if post_copy else "auto" if auto else "pre-copy"
     tls = ClientTLS(tls_ca) if tls_ca else None
-    opts = Options(rounds=rounds, port=port, tls=tls, mode=mode)
+    opts = Options(rounds=rounds, port=port, tls=tls, mode=mode, encrypt=encrypt)
     migration = Migration(sandbox_root, sandbox_id, host, dport, secret, opts)
     with Status(_migrating(migration, to), enabled=wanted(as_json), delay=0.5):
         report = migration.run()
@@ -370,6 +390,9 @@ def bench_migrate_cmd(
         typer.Option("--plot", metavar="FILE", help="Also draw the cells to FILE.png."),
     ] = None,
     as_json: JsonOpt = False,
+    encrypt: Annotated[
+        bool, typer.Option("--encrypt", help="Loopback: serve and migrate with --encrypt.")
+    ] = False,
 ) -> None:
     """Downtime, bytes and lost writes of a migration.
 
@@ -405,6 +428,7 @@ def bench_migrate_cmd(
         with_baseline=baseline,
         runs=runs,
         modes=[x for x in modes.split(",") if x],
+        encrypt=encrypt,
     )
     if plot_to is not None:
         migrate.plot(report, plot_to)

@@ -13,6 +13,12 @@ What each mode protects:
   inside a TLS connection from the stdlib's ``ssl``: *confidentiality* too, and the client
   checks the server's certificate against a CA.  The key file still decides who may
   migrate; the certificate only proves which host the client reached.
+* **Sealed (``encrypt=True``, ``--encrypt``).**  Every frame after the handshake is
+  sealed with AES-256-GCM under a key per connection and direction derived from the
+  same secret and nonces (``sealed.py``): *confidentiality* from the key file alone, no
+  certificate needed, with the same refusals as the HMAC.  The source asks for it in its
+  authenticated hello; a destination given ``encrypt=True`` accepts nothing else
+  (``handshake.py``).  It composes with TLS (then the pages are encrypted twice).
 
 Every receive has up to three deadlines: ``io_timeout`` seconds for one frame (a peer
 that trickles bytes cannot stretch a frame past it), an optional overall ``deadline``
@@ -38,6 +44,7 @@ from ckpt.migration import messages
 from ckpt.migration.errors import DeadlineExceeded, MigrationError, PeerClosed, PeerError
 from ckpt.migration.framing import DEFAULT_MAX_PAYLOAD, Deadline, Wire
 from ckpt.migration.handshake import handshake
+from ckpt.migration.sealed import SealedSealer
 
 DEFAULT_IO_TIMEOUT = 30.0
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
@@ -108,8 +115,10 @@ class Channel:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         phase_timeout: float | None = None,
         phase_min_rate: float = 0.0,
+        encrypt: bool = False,
     ) -> None:
-        """Take ``sock`` (already TLS-wrapped if wanted) and run the handshake on it."""
+        """Take ``sock`` (already TLS-wrapped if wanted) and run the handshake on it.
+        ``encrypt``: a client asks for sealed frames, a server accepts only those."""
         self._wire = Wire(sock)
         self.io_timeout = io_timeout
         self.deadline = Deadline(deadline)
@@ -130,11 +139,13 @@ class Channel:
                 client=client,
                 deadline=Deadline(handshake_timeout).earlier(self.deadline),
                 max_payload=max_payload,
+                encrypt=encrypt,
             )
         except BaseException:
             self.close()
             raise
         self._phase_start = time.monotonic()
+        self.sealed = isinstance(self._sealer, SealedSealer)  # the frames are encrypted
 
     def _frame_deadline(self) -> Deadline:
         return Deadline(self.io_timeout).earlier(self.deadline)
@@ -249,7 +260,8 @@ def connect(
     connect_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     **options: float | int | None,
 ) -> Channel:
-    """Open a channel to a listening peer; ``options`` go to ``Channel``."""
+    """Open a channel to a listening peer; ``options`` go to ``Channel`` (``encrypt``:
+    ask for sealed frames)."""
     try:
         sock = socket.create_connection((host, port), timeout=connect_timeout)
     except TimeoutError as exc:

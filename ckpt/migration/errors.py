@@ -22,6 +22,10 @@ class KeyMismatch(HandshakeError):
     """The peer's first authenticated frame fails its MAC: the two key files differ."""
 
 
+class EncryptionRefused(HandshakeError):
+    """One side wants the frames sealed (``--encrypt``) and the other does not."""
+
+
 class FrameError(MigrationError):
     """The peer sent a malformed frame: an oversized length, an unknown kind, bad payload."""
 

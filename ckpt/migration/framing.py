@@ -17,6 +17,9 @@ connection (``handshake.py``), so a frame spliced in from another connection fai
 The reader checks the length and the kind in the header before it reads (let alone
 allocates) the payload, and verifies the MAC before the payload is decoded.  Every read
 goes through ``Wire.read_exact``, which enforces the deadline.
+
+With ``--encrypt`` the frames after the handshake are sealed with AES-256-GCM instead
+of MAC'd (``sealed.py``): the same header, bound the same way, the same counting.
 """
 
 from __future__ import annotations

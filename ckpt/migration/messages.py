@@ -23,8 +23,8 @@ from ckpt.migration.errors import FrameError
 from ckpt.statefile.chunks import compress_chunk, decompress_chunk
 from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, MAX_PAGES, PAGE_SIZE
 
-PROTOCOL_VERSION = 4  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections;
-# 4: post-copy (Offer.post_copy, PageMap, Fault)
+PROTOCOL_VERSION = 5  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections;
+# 4: post-copy (Offer.post_copy, PageMap, Fault); 5: Hello.encrypt (sealed.py)
 MAX_TEXT = 1024  # an error message or a software name: one line, bounded
 MAX_BATCH_PAGES = 1024  # 4 MiB of raw pages in one frame
 MAX_PROOF = 64  # bytes of a nonce or a proof (proof.py uses 32)
@@ -69,12 +69,15 @@ class Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, froze
 
 
 class Hello(Message):
-    """The first authenticated frame each side sends: proves the key, states limits."""
+    """The first authenticated frame each side sends: proves the key, states limits.
+    ``encrypt``: the source asks for sealed frames, the destination accepts only
+    those (``--encrypt``, ``sealed.py``)."""
 
     KIND: ClassVar[Kind] = Kind.HELLO
     protocol: int
     software: str
     max_payload: int
+    encrypt: bool = False
 
 
 class PageRuns(Message):

@@ -67,6 +67,7 @@ class Options:
     port: int | None = None  # where the destination binds (None: the same port if free)
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
+    encrypt: bool = False  # seal every frame after the handshake (sealed.py)
     at: Callable[[str], None] | None = field(default_factory=testhooks.from_env)
 
 
@@ -190,6 +191,7 @@ class Migration:
                 self.secret,
                 tls=self.opts.tls,
                 io_timeout=self.opts.io_timeout,
+                encrypt=self.opts.encrypt,
             )
             self._ch = ch
             self._session(ch, st, workdir, guard)

@@ -331,8 +331,10 @@ def serve(
     debug: bool = False,
     limits: Limits = Limits(),
     bridge: str | None = None,
+    encrypt: bool = False,
 ) -> None:
-    """Listen on ``host:port`` and receive migrations into ``root`` until a signal."""
+    """Listen on ``host:port`` and receive migrations into ``root`` until a signal;
+    ``encrypt``: accept only sources that seal the channel (``migrate --encrypt``)."""
     from ckpt.migration.incoming import sweep
 
     if bridge is not None:
@@ -346,7 +348,7 @@ def serve(
         say(f"removed {name}, left by a server that died mid-migration")
     with _signals_raise():
         try:
-            with listen(host, port, secret, tls=tls, limits=limits) as listener:
+            with listen(host, port, secret, tls=tls, limits=limits, encrypt=encrypt) as listener:
                 bound = "{}:{}".format(*listener.address)
                 say(f"listening on {bound} (root {root.path})")
                 if on_ready is not None:
@@ -356,7 +358,9 @@ def serve(
             say(f"stopping on {sig}")
 
 
-def listen(host: str, port: int, secret: bytes, *, tls: Any = None, limits: Limits) -> Any:
+def listen(
+    host: str, port: int, secret: bytes, *, tls: Any = None, limits: Limits, encrypt: bool = False
+) -> Any:
     """The ``Listener`` a server accepts on, its channels bounded as ``limits`` say."""
     from ckpt.migration.channel import Listener
     from ckpt.migration.outgoing import io_timeout
@@ -372,6 +376,7 @@ def listen(host: str, port: int, secret: bytes, *, tls: Any = None, limits: Limi
         handshake_timeout=limits.handshake_s,
         phase_timeout=limits.phase_s,
         phase_min_rate=limits.phase_min_rate,
+        encrypt=encrypt,
     )
 
 

@@ -106,6 +106,7 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
         {"loads": ["burst"]},
         {"loads": []},
         {"link": "netns", "loads": ["keepalive"]},
+        {"link": "netns", "encrypt": True},
     ],
 )
 def test_bad_options_are_refused_before_starting(kwargs: dict) -> None:
