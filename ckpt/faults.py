@@ -49,7 +49,7 @@ MEANINGS: dict[Fault, tuple[str, str]] = {
     ),
     Fault.PUSH_DELAY: (
         "SECONDS",
-        "a post-copy source sleeps before each batch of pages it pushes",
+        "a post-copy source pushes a batch of pages every SECONDS (those asked for go at once)",
     ),
     Fault.SPAWN_REPLY_DELAY: ("SECONDS", "the template delays its answer to a spawn"),
     Fault.JOIN_STALL: (

@@ -138,3 +138,34 @@ def test_a_destination_that_loses_its_source_in_the_window_stops(hosts: Hosts) -
     hosts.src("resume", SID)
     assert digest(hosts.src, SID) == before
     check_values(address(hosts.src, SID), acked)
+
+
+def test_pages_the_destination_reads_go_ahead_of_the_push(hosts: Hosts) -> None:
+    """The push is slowed to a crawl (a second a batch): the destination still reads
+    all its memory (the digest) while pages are being pushed, by asking for them."""
+    hosts.src.env["CKPT_TEMPLATE"] = "0"  # its own process: the fault reaches it
+    _run(hosts, env={"CKPT_FAULT": "push-delay:1"})
+    acked = _put(hosts, 0, 50)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    cli = hosts.migrate_popen(SID, serve, env={}, argv=("--post-copy", "--rounds", "0", "--json"))
+    try:
+        wait_for(lambda: _serving(hosts.dst), "the destination to run the sandbox", 120)
+        assert digest(hosts.dst, SID) == before  # every page, most of them asked for
+        assert cli.poll() is None  # the push is still going: these came first
+        check_values(address(hosts.dst, SID), acked)
+        out, err = cli.communicate(timeout=300)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, err
+    report = json.loads(out)
+    assert report["postcopy_faulted"] > 0
+    assert report["postcopy_pushed"] + report["postcopy_faulted"] == report["postcopy_pages"]
+
+
+def _serving(cli) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        return running(cli) == [SID]
+    except (OSError, KeyError):
+        return False

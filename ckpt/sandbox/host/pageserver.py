@@ -9,8 +9,8 @@ read before they came; those go first, then the push goes on where it was, in it
 order: the pages the sandbox touched last before the freeze (``MemoryFile``'s record of
 the final round, REAP's working set), then the rest ascending.  Each page goes once.
 
-Fault point ``push-delay`` (``ckpt/faults.py``) sleeps before each pushed batch, so a
-test can act inside the window.
+Fault point ``push-delay`` (``ckpt/faults.py``) paces the push to a batch every
+SECONDS (pages asked for still go at once), so a test can act inside the window.
 
 The kernel stays frozen throughout, so a page read now is the page at the freeze.
 The stream ends with an END frame once every page went, and the reply's counters say
@@ -115,23 +115,28 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
         conn.sendall(data)
     order = push_order(remote)
     delay = faults.injected(Fault.PUSH_DELAY)  # tests: a window that stays open
+    pace = delay.seconds if delay is not None else 0.0
+    next_push = time.monotonic()
     at = 0
     t0 = time.perf_counter()
     while at < len(order):
         with cond:
             if closed[0] and not wanted:
                 raise SandboxError("the client stopped reading the post-copy pages")
+            if pace and not wanted:  # the slowed push waits, the pages asked for do not
+                cond.wait(max(0.0, next_push - time.monotonic()))
             asked = list(wanted)
             wanted.clear()
         for first, count in asked:
             send(list(range(first, first + count)), "postcopy_wanted")
+        if time.monotonic() < next_push:
+            continue
+        next_push = time.monotonic() + pace
         batch: list[int] = []
         while at < len(order) and len(batch) < PUSH_BATCH:
             if not sent[order[at]]:
                 batch.append(order[at])
             at += 1
-        if delay is not None and batch:
-            time.sleep(delay.seconds)
         send(batch, "postcopy_pushed")
     _end(conn, counters["postcopy_pushed"] + counters["postcopy_wanted"])
     counters["postcopy_push_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
