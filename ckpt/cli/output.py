@@ -161,8 +161,13 @@ def _folding(renderable: Any) -> Any:
     from rich.text import Text
 
     if isinstance(renderable, Table):
-        for attr in ("title", "caption"):
-            setattr(renderable, attr, _printable_cell(getattr(renderable, attr), Text))
+        for attr in ("title", "caption"):  # line by line: a caption's lines stay lines
+            value = getattr(renderable, attr)
+            if isinstance(value, str):
+                value = "\n".join(printable(line) for line in value.split("\n"))
+            else:
+                value = _printable_cell(value, Text)
+            setattr(renderable, attr, value)
         for column in renderable.columns:
             if column.overflow == "ellipsis" and not column.no_wrap:
                 column.overflow = "fold"
