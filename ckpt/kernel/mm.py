@@ -134,6 +134,7 @@ class MemoryFile:
     # Host-side contents: frame -> data.  Absent frames are zero (or not fetched yet).
     # A frame fetched from a restored page file is a read-only view into the loaded run
     # (no copy: restored memory is held once); its first write makes it a bytearray.
+    # A whole page written as ``bytes`` is kept as that object (immutable, so no copy).
     _data: dict[int, bytearray | memoryview] = state.field(nosave=True, default_factory=dict)  # noqa: RUF009
     # After a restore: where unfetched frames come from, and which are still unfetched.
     _source: Any = state.field(nosave=True, default=None)  # noqa: RUF009
@@ -216,6 +217,13 @@ class MemoryFile:
     def write(self, frame: int, offset: int, data: Any) -> None:
         if frame in self._unfetched:
             self._fetch(frame)
+        if not offset and type(data) is bytes and len(data) == PAGE_SIZE:  # kept, not copied
+            self._data[frame] = data  # immutable; a later partial write copies it (below)
+            try:
+                self._dirty[frame] = 1
+            except IndexError:
+                self._mark(frame)
+            return
         page = self._data.get(frame)
         if page is None:
             page = self._data[frame] = bytearray(PAGE_SIZE)
@@ -565,6 +573,11 @@ class MemoryManager:
         return bytes(out)
 
     def write(self, addr: int, data: bytes) -> None:
+        if type(data) is bytes and len(data) == PAGE_SIZE and not addr % PAGE_SIZE:
+            vma = self.find_vma(addr)  # one whole page: no walk, and the frame keeps ``data``
+            if vma is not None and vma.prot & PROT_WRITE:
+                self.mf.write(self._writable_frame(vma, addr // PAGE_SIZE), 0, data)
+                return
         view = memoryview(data)
         for vma, vpn, skip, take in self._pages(addr, len(data), PROT_WRITE):
             frame = self._writable_frame(vma, vpn)

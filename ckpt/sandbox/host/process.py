@@ -68,6 +68,7 @@ TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
 # sandbox wakes (20 -> 4 a second for nginx's 50 ms timer).
 TICK_SLACK = 5
 QUIET_AFTER_S = 1.0
+PACE_MIN_NS = 1_000_000  # the shortest sleep a paced kernel gets (see ``Host.tick``)
 DRAIN_TIMEOUT_S = 10.0
 
 
@@ -185,15 +186,27 @@ class Host:
         ``TICK_IDLE_MAX`` ticks), then runs the kernel for the ticks it slept: the clock
         moves as it did tick by tick, but an idle sandbox wakes about once a second.
         A quiet one (no request for QUIET_AFTER_S) wakes at most every TICK_SLACK ticks.
+
+        A kernel whose programs ask for a pace (``Kernel.pace_ns``: ``memory:N@RATE``'s
+        writer) is run that often instead, for the real time passed since its last run,
+        quiet or not: each run does a batch of about a millisecond under the lock, and
+        requests are answered between batches.
         """
         step_ns = int(TICK_S * 1e9)
-        ticks = 1
-        while not self.exiting.wait(TICK_S * ticks):
+        ticks, pace = 1, 0
+        ran_at = time.monotonic_ns()
+        while not self.exiting.wait(pace / 1e9 if pace else TICK_S * ticks):
             with self.cond:
-                slept, ticks = ticks, 1
+                now = time.monotonic_ns()
+                slept, ticks, since, ran_at = ticks, 1, now - ran_at, now
                 k = self.kernel
-                if k is not None and not self.frozen:
-                    k.run_for(step_ns * slept)
+                if k is None or self.frozen:
+                    pace = 0
+                    continue
+                k.run_for(min(since, step_ns * TICK_IDLE_MAX) if pace else step_ns * slept)
+                asked = k.pace_ns()
+                pace = max(PACE_MIN_NS, min(step_ns, asked)) if asked else 0
+                if not pace:
                     quiet = time.monotonic() - self.last_request > QUIET_AFTER_S
                     ticks = ticks_to_sleep(k.now, k.next_event_ns(), quiet)
 
