@@ -120,6 +120,26 @@ def test_a_freeze_is_not_run_again_after_the_thaw(host) -> None:
         if h.frozen:
             clock.ns += 10 * 10**9  # 10 s frozen at each of those wakes
 
-    k, _, _ = ticking(h, clock, pace=2_500_000, rounds=12, on_wait=freeze_between)
+    k, waits, _ = ticking(h, clock, pace=2_500_000, rounds=12, on_wait=freeze_between)
     assert len(k.runs) == 12 - 3  # twelve wakes, three of them frozen
-    assert max(k.runs[1:]) <= STEP + MS
+    assert k.runs[4] == 2_500_000  # after the thaw: the sleep before it, no more
+    assert waits.sleeps[1:] == [0.0025] * 12  # the pace is kept while frozen
+
+
+def test_a_late_wake_is_caught_up_in_slices_and_at_most_100_ms(host) -> None:
+    """A loaded host wakes the ticker late: the time missed is run two paces a run, 1 ms
+    apart, and beyond 100 ms the kernel's clock lags instead."""
+    h, clock = host
+
+    def late(n: int) -> None:
+        if n == 4:
+            clock.ns += 300 * MS
+
+    k, waits, start = ticking(h, clock, pace=2_500_000, rounds=60, on_wait=late)
+    assert max(k.runs[1:]) == 2 * 2_500_000
+    assert k.runs[1:4] == [3_500_000, 3_500_000, 5_000_000]
+    catching_up = waits.sleeps.index(0.0025, 4) - 4
+    assert catching_up > 20 and waits.sleeps[4 : 4 + catching_up] == [0.001] * catching_up
+    assert waits.sleeps[4 + catching_up :] == [0.0025] * (len(waits.sleeps) - 4 - catching_up)
+    dropped = 300 * MS + 3_500_000 - 100 * MS
+    assert sum(k.runs) == clock.ns - start - dropped - MS - 2_500_000
