@@ -8,13 +8,15 @@ import re
 import pytest
 import zstandard
 
+from ckpt import state
 from ckpt.errors import KernelError
-from ckpt.kernel import Kernel, build_workload, memwriter
+from ckpt.kernel import Kernel, MemoryFault, build_workload, memwriter
 from ckpt.kernel.memwriter import BATCH_PAGES, PAGE, STAMP, PageWriter, parse_rate
+from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind
 from ckpt.kernel.programs import memory_digest
 from ckpt.kernel.task import SIGCONT, SIGSTOP
 
-from .conftest import checkpoint, resume_same_instant, through_image
+from .conftest import MemoryPages, blank_kernel, checkpoint, resume_same_instant, through_image
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -279,3 +281,53 @@ def test_the_writer_state_is_saved_not_rebuilt(engine: str) -> None:
 def test_module_constants_agree() -> None:
     assert memwriter.PAGE_UNITS == PAGE * S
     assert STAMP % (1, 2) == b"page0000000001 write000000000002\n"
+
+
+def test_writing_over_pages_not_fetched_yet_after_a_lazy_restore(engine: str) -> None:
+    """A whole page written before its restored copy is fetched must stay written."""
+    k = writing(seed=6)
+    k.run_for(S // 2)
+    k.pause()
+    restored = state.loads(state.dumps(k, engine=engine), engine=engine)
+    pages = MemoryPages(dict(k.memory_file.pages()))
+    restored.memory_file.restore_pages(pages)  # lazily: nothing read yet
+    resume_same_instant(k, restored)
+    for kernel in (k, restored):
+        kernel.run_for(S // 2)
+    assert restored.memory_file.unfetched > 0  # some pages were never touched
+    assert digest(restored) == digest(k)
+
+
+# -- the whole-page write path (MemoryManager.write / MemoryFile.write) ----------------------
+def test_a_whole_page_write_after_fork_is_copied_on_write_and_marked_dirty() -> None:
+    k, init = blank_kernel()
+    addr = k.mmap(init, 4 * PAGE)
+    k.mem_write(init, addr + PAGE, b"p" * PAGE)
+    child = k.fork(init)
+    k.memory_file.take_dirty()
+    k.mem_write(child, addr + PAGE, b"c" * PAGE)
+    assert k.mem_read(init, addr + PAGE, PAGE) == b"p" * PAGE
+    assert k.mem_read(child, addr + PAGE, PAGE) == b"c" * PAGE
+    assert k.memory_file.take_dirty() == [child.tg.mm.ptes[(addr + PAGE) // PAGE]]
+    k.mem_write(child, addr + PAGE + 10, b"partial")  # the kept page is copied first
+    assert k.mem_read(child, addr + PAGE + 8, 11) == b"cc" + b"partial" + b"cc"
+
+
+def test_a_whole_page_write_to_a_shared_mapping_is_seen_by_both() -> None:
+    k, init = blank_kernel()
+    addr = k.mmap(init, 2 * PAGE, PROT_READ | PROT_WRITE, MapKind.ANON_SHARED)
+    child = k.fork(init)
+    k.mem_write(child, addr + PAGE, b"s" * PAGE)
+    assert k.mem_read(init, addr + PAGE, PAGE) == b"s" * PAGE
+
+
+@pytest.mark.parametrize("where", ["read-only", "unmapped"])
+def test_a_whole_page_write_faults_where_a_small_one_does(where: str) -> None:
+    k, init = blank_kernel()
+    addr = k.mmap(init, 2 * PAGE, PROT_READ)
+    if where == "unmapped":
+        k.munmap(init, addr, 2 * PAGE)
+    with pytest.raises(MemoryFault):
+        k.mem_write(init, addr, bytes(PAGE))
+    with pytest.raises(MemoryFault):
+        k.mem_write(init, addr, b"x")
