@@ -4,8 +4,8 @@ Post-copy migration needs a sandbox that dirties its memory faster than a link c
 send it.  ``PageWriter`` is the program of a ``memwriter`` thread in the ``memory:N``
 server: each time the step loop runs it, it writes the pages owed for the kernel time
 passed since its last step, whole 4 KiB pages chosen at random from the server's
-mapping, through the task's memory (``Kernel.mem_write``), so they are copied on write
-and marked dirty as any program's writes are.
+mapping, through the task's memory (``MemoryManager.write_pages``, ``write`` for each),
+so they are copied on write and marked dirty as any program's writes are.
 
 Paced by the kernel's clock, which the sandbox advances in real time: after a freeze
 (a checkpoint, a restore) the clock jumps, and at most ``CATCHUP_NS`` of writes are
@@ -113,8 +113,8 @@ class PageWriter(Program):
         tv, nv = memoryview(text), memoryview(noise)
         tlimit, nlimit = len(text) - PAGE, len(noise) - PAGE
         bits = random.Random((self.seed << 64) | self.generation).getrandbits
-        write, base, npages, done = kernel.mem_write, self.addr, self.npages, self.written
-        join = b"".join
+        base, npages, done = self.addr, self.npages, self.written
+        join, writes = b"".join, []
         for i in range(n):
             r = bits(96)
             page = (r & 0xFFFF_FFFF) % npages
@@ -126,7 +126,10 @@ class PageWriter(Program):
                 at = at % nlimit + STAMP_BYTES
                 body = nv[at : at + PAGE - STAMP_BYTES]
             # one copy: the page is ``bytes``, which the memory file keeps as it is
-            write(task, base + page * PAGE, join((STAMP % (page, done + i), body)))
+            writes.append((base + page * PAGE, join((STAMP % (page, done + i), body))))
+        mm = task.tg.mm
+        assert mm is not None
+        mm.write_pages(writes)  # as the task's writes: copy-on-write, marked dirty
         self.written = done + n
         self.generation += 1
 

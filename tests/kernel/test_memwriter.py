@@ -331,3 +331,22 @@ def test_a_whole_page_write_faults_where_a_small_one_does(where: str) -> None:
         k.mem_write(init, addr, bytes(PAGE))
     with pytest.raises(MemoryFault):
         k.mem_write(init, addr, b"x")
+
+
+def test_write_pages_is_write_for_each_across_mappings_and_faults_alike() -> None:
+    k, init = blank_kernel()
+    mm = init.tg.mm
+    a = k.mmap(init, 3 * PAGE)
+    b = k.mmap(init, 2 * PAGE)
+    ro = k.mmap(init, PAGE, PROT_READ)
+    hole = k.mmap(init, PAGE)
+    k.munmap(init, hole, PAGE)
+    mm.write_pages([(a, b"1" * PAGE), (a + 2 * PAGE, b"2" * PAGE), (b + PAGE, b"3" * PAGE)])
+    mm.write_pages([(a + PAGE + 5, b"small"), (a + PAGE, b"4" * PAGE)])  # not a page: write
+    assert k.mem_read(init, a, 3 * PAGE) == b"1" * PAGE + b"4" * PAGE + b"2" * PAGE
+    assert k.mem_read(init, b + PAGE, PAGE) == b"3" * PAGE
+    for bad in (ro, hole):
+        with pytest.raises(MemoryFault):
+            mm.write_pages([(a, b"5" * PAGE), (bad, b"6" * PAGE), (a + PAGE, bytes(PAGE))])
+        assert k.mem_read(init, a + PAGE, 1) == b"4"  # nothing after the fault is written
+    assert k.mem_read(init, ro, 1) == b"\0"
