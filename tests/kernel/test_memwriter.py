@@ -344,9 +344,14 @@ def test_write_pages_is_write_for_each_across_mappings_and_faults_alike() -> Non
     mm.write_pages([(a, b"1" * PAGE), (a + 2 * PAGE, b"2" * PAGE), (b + PAGE, b"3" * PAGE)])
     mm.write_pages([(a + PAGE + 5, b"small"), (a + PAGE, b"4" * PAGE)])  # not a page: write
     assert k.mem_read(init, a, 3 * PAGE) == b"1" * PAGE + b"4" * PAGE + b"2" * PAGE
+    mm.write_pages([(a, b"1" * PAGE), (a + PAGE, b"5" * (PAGE + 8))])  # over two pages
+    assert k.mem_read(init, a + PAGE, PAGE + 9) == b"5" * (PAGE + 8) + b"2"
+    mm.write_pages([(a + PAGE, b"4" * PAGE)])
     assert k.mem_read(init, b + PAGE, PAGE) == b"3" * PAGE
     for bad in (ro, hole):
         with pytest.raises(MemoryFault):
             mm.write_pages([(a, b"5" * PAGE), (bad, b"6" * PAGE), (a + PAGE, bytes(PAGE))])
         assert k.mem_read(init, a + PAGE, 1) == b"4"  # nothing after the fault is written
+    with pytest.raises(MemoryFault):  # nothing written to it, and still read-only
+        mm.write_pages([(ro, b""), (ro, b"7" * PAGE)])
     assert k.mem_read(init, ro, 1) == b"\0"
