@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt.sandbox.host.process import PACE_MIN_NS, TICK_IDLE_MAX, TICK_S, Host
+from ckpt.sandbox.host.pacing import PACE_MIN_NS
+from ckpt.sandbox.host.process import TICK_IDLE_MAX, TICK_S, Host
 
 STEP = int(TICK_S * 1e9)
 MS = 1_000_000

@@ -46,6 +46,7 @@ from ckpt.errors import KernelError, SandboxError, StatefileError
 from ckpt.faults import Fault
 from ckpt.sandbox.host import introspect
 from ckpt.sandbox.host.http import HttpServer
+from ckpt.sandbox.host.pacing import Pacer
 from ckpt.sandbox.wire import rpc
 from ckpt.sandbox.wire.sandboxlog import exit_now, log
 
@@ -68,8 +69,6 @@ TICK_IDLE_MAX = 20  # ticks an idle ticker may sleep at once (1 s)
 # sandbox wakes (20 -> 4 a second for nginx's 50 ms timer).
 TICK_SLACK = 5
 QUIET_AFTER_S = 1.0
-PACE_MIN_NS = 1_000_000  # the shortest sleep a paced kernel gets (see ``Host.tick``)
-PACE_CATCHUP_NS = 100_000_000  # a paced kernel's clock lags once it is this far behind
 DRAIN_TIMEOUT_S = 10.0
 
 
@@ -187,42 +186,21 @@ class Host:
         ``TICK_IDLE_MAX`` ticks), then runs the kernel for the ticks it slept: the clock
         moves as it did tick by tick, but an idle sandbox wakes about once a second.
         A quiet one (no request for QUIET_AFTER_S) wakes at most every TICK_SLACK ticks.
-
-        A kernel whose programs ask for a pace (``Kernel.pace_ns``: ``memory:N@RATE``'s
-        writer) is run that often instead, quiet or not, for the real time passed since
-        its last run: each run does a batch of about a millisecond under the lock, and
-        requests are answered between batches.  A late wake (a loaded host) is caught
-        up two paces a run, 1 ms apart; beyond ``PACE_CATCHUP_NS`` behind, the kernel's
-        clock lags rather than the sandbox doing nothing else.
+        A kernel that asks for a pace is run that often instead (``pacing.py``).
         """
         step_ns = int(TICK_S * 1e9)
-        ticks, pace, wait_s = 1, 0, TICK_S
-        owed = 0  # paced: real time not run yet, at most PACE_CATCHUP_NS
-        ran_at = time.monotonic_ns()
-        while not self.exiting.wait(wait_s):
+        ticks, paced = 1, Pacer(step_ns)
+        while not self.exiting.wait(paced.sleep_s() if paced.pace else TICK_S * ticks):
             with self.cond:
-                now = time.monotonic_ns()
-                slept, ticks, since, ran_at = ticks, 1, now - ran_at, now
+                slept, ticks, since = ticks, 1, paced.since()
                 k = self.kernel
                 if k is None or self.frozen:  # the thaw moves the clock over a freeze
-                    owed, wait_s = 0, (pace / 1e9 if pace else TICK_S)
+                    paced.owed = 0
                     continue
-                if pace:  # two paces a run at most: a late wake is caught up in slices
-                    owed = min(owed + since, PACE_CATCHUP_NS)
-                    run = min(owed, 2 * pace)
-                    owed -= run
-                    k.run_for(run)
-                else:
-                    k.run_for(step_ns * slept)
-                asked = k.pace_ns()
-                pace = max(PACE_MIN_NS, min(step_ns, asked)) if asked else 0
-                if pace:
-                    wait_s = (PACE_MIN_NS if owed else pace) / 1e9
-                else:
-                    owed = 0
+                k.run_for(paced.run_ns(since) if paced.pace else step_ns * slept)
+                if not paced.ask(k.pace_ns()):
                     quiet = time.monotonic() - self.last_request > QUIET_AFTER_S
                     ticks = ticks_to_sleep(k.now, k.next_event_ns(), quiet)
-                    wait_s = TICK_S * ticks
 
     def _listen(
         self,
