@@ -52,7 +52,8 @@ def run_cmd(
             "--workload",
             "-w",
             metavar="WORKLOAD",
-            help="empty, http, nginx, files:N, graph:N, kv:N or memory:N (MiB).",
+            help="empty, http, nginx, files:N, graph:N, kv:N, memory:N (MiB) or "
+            "memory:N@RATE (rewriting RATE bytes a second, K/M/G: memory:256@200M).",
         ),
     ],
     cpu: CpuOpt = "uncapped",

@@ -3,7 +3,7 @@
 Public API (see ``/work/shared`` contracts)::
 
     k = kernel.build_workload("nginx")  # or "empty", "http", "files:N", "graph:N", "memory:N",
-    kernel.WORKLOADS                    # "kv:N"
+    kernel.WORKLOADS                    # "memory:N@RATE", "kv:N"
     k.run_for(ns); k.pause(); k.resume(); k.fingerprint(); k.describe()
     k.http_request(method, path, body)
     k.memory_file.pages(); k.memory_file.restore_pages(loaded)

@@ -126,11 +126,14 @@ def _task(k: Kernel, t: Task) -> dict[str, Any]:
 
 
 def _program_state(program: Any) -> Any:
+    """A program's plain fields; ``_private`` ones are host-side caches (nosave), not
+    what the program did."""
     fields = getattr(program, "__dataclass_fields__", {})
     return {
         name: getattr(program, name)
         for name in sorted(fields)
-        if isinstance(getattr(program, name), int | str | bool | list | dict | None)
+        if not name.startswith("_")
+        and isinstance(getattr(program, name), int | str | bool | list | dict | None)
     }
 
 

@@ -81,16 +81,16 @@ _WORDS = [
 ]
 
 
-def corpus(rng: random.Random) -> bytes:
-    """Text-like bytes: log lines of words and numbers, ``CORPUS_BYTES`` long."""
+def corpus(rng: random.Random, length: int = CORPUS_BYTES) -> bytes:
+    """Text-like bytes: log lines of words and numbers, ``length`` long."""
     lines: list[str] = []
     size = 0
-    while size < CORPUS_BYTES:
+    while size < length:
         words = rng.choices(_WORDS, k=rng.randrange(6, 18))
         line = f"{rng.randrange(10**9):09d} " + " ".join(words) + f" {rng.randrange(10**6)}\n"
         lines.append(line)
         size += len(line)
-    return "".join(lines).encode()[:CORPUS_BYTES]
+    return "".join(lines).encode()[:length]
 
 
 def pages(npages: int, rng: random.Random) -> Iterator[bytes]:

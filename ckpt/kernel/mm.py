@@ -136,6 +136,7 @@ class MemoryFile:
     # Host-side contents: frame -> data.  Absent frames are zero (or not fetched yet).
     # A frame fetched from a restored page file is a read-only view into the loaded run
     # (no copy: restored memory is held once); its first write makes it a bytearray.
+    # A whole page written as ``bytes`` is kept as that object (immutable, so no copy).
     _data: dict[int, bytearray | memoryview] = state.field(nosave=True, default_factory=dict)  # noqa: RUF009
     # After a restore: where unfetched frames come from, and which are still unfetched.
     _source: Any = state.field(nosave=True, default=None)  # noqa: RUF009
@@ -223,6 +224,13 @@ class MemoryFile:
     def write(self, frame: int, offset: int, data: Any) -> None:
         if frame in self._unfetched:
             self._fetch(frame)
+        if not offset and type(data) is bytes and len(data) == PAGE_SIZE:  # kept, not copied
+            self._data[frame] = data  # immutable; a later partial write copies it (below)
+            try:
+                self._dirty[frame] = 1
+            except IndexError:
+                self._mark(frame)
+            return
         page = self._data.get(frame)
         if page is None:
             page = self._data[frame] = bytearray(PAGE_SIZE)
@@ -583,11 +591,37 @@ class MemoryManager:
         return bytes(out)
 
     def write(self, addr: int, data: bytes) -> None:
+        if type(data) is bytes and len(data) == PAGE_SIZE and not addr % PAGE_SIZE:
+            vma = self.find_vma(addr)  # one whole page: no walk, and the frame keeps ``data``
+            if vma is not None and vma.prot & PROT_WRITE:
+                self.mf.write(self._writable_frame(vma, addr // PAGE_SIZE), 0, data)
+                return
         view = memoryview(data)
         for vma, vpn, skip, take in self._pages(addr, len(data), PROT_WRITE):
             frame = self._writable_frame(vma, vpn)
             self.mf.write(frame, skip, view[:take])
             view = view[take:]
+
+    def write_pages(self, writes: Iterable[tuple[int, bytes]]) -> None:
+        """``write`` for each ``(address, data)`` in turn, for many whole pages (the
+        memory writer's): a page-aligned 4 KiB ``bytes`` in the mapping of the one before
+        skips the mapping lookup; anything else goes through ``write`` as it is."""
+        vma: VMA | None = None
+        put, frame_of = self.mf.write, self._writable_frame
+        for addr, data in writes:
+            if (
+                vma is not None
+                and vma.start <= addr < vma.end
+                and not addr % PAGE_SIZE
+                and type(data) is bytes
+                and len(data) == PAGE_SIZE
+            ):
+                put(frame_of(vma, addr // PAGE_SIZE), 0, data)
+                continue
+            self.write(addr, data)
+            vma = self.find_vma(addr)
+            if vma is not None and not vma.prot & PROT_WRITE:
+                vma = None
 
     def _pages(self, addr: int, n: int, need: int) -> Iterator[tuple[VMA, int, int, int]]:
         pos, end = addr, addr + n

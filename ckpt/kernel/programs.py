@@ -13,6 +13,7 @@ from ckpt import state
 from ckpt.errors import SyscallError
 from ckpt.kernel.kernel import Kernel, LockCmd
 from ckpt.kernel.locks import LockType
+from ckpt.kernel.memwriter import writer_of
 from ckpt.kernel.task import (
     SIGALRM,
     SIGCHLD,
@@ -116,6 +117,10 @@ class MemoryServer(Program):
             "memory_mib": self.npages * 4096 >> 20,
             "pages_loading": kernel.memory_file.loading,  # before the digest touches any
         }
+        writer = writer_of(task)
+        if writer is not None:  # memory:N@RATE: what its writer thread has done so far
+            body["write_rate"] = writer.rate
+            body["pages_written"] = writer.written
         if path.split("?", 1)[0] == "/memory":
             body["memory_sha256"] = memory_digest(kernel, task, self.addr, self.npages)
         return body

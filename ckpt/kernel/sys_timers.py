@@ -136,6 +136,27 @@ class TimerCalls:
         at = self._next_event()
         return None if at >= NEVER else at
 
+    def pace_ns(self) -> int | None:
+        """The shortest ``Program.pace_ns`` of a task that can run, or None if none asks.
+
+        For a host that advances the clock in real time: it runs the kernel at least
+        this often (for the real time passed), not in whole ticks, so a program paced by
+        elapsed time does a little work each run and requests are served in between.
+        """
+        best = None
+        for task in self.pidns.tasks.values():
+            program = task.program
+            if (
+                program is None
+                or task.state in (TaskState.STOPPED, TaskState.ZOMBIE)
+                or task.blocked_on is not None
+            ):
+                continue
+            pace = program.pace_ns()
+            if pace > 0 and (best is None or pace < best):
+                best = pace
+        return best
+
     def _settle(self) -> None:
         for _ in range(1000):
             delivered = self._deliver_signals()

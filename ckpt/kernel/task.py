@@ -249,6 +249,12 @@ class Program:
         """Act once; set ``wake_ns`` for the next step.  The base program sleeps forever."""
         self.wake_ns = None
 
+    def pace_ns(self) -> int:
+        """How often a host running the kernel in real time should run it for this
+        program (one paced by elapsed time, as ``memwriter.PageWriter``), so that each
+        run's work stays small; 0: whenever its events fall due."""
+        return 0
+
     def on_signal(self, kernel: Kernel, task: Task, info: SigInfo) -> None:
         """A signal with a handler was delivered to ``task`` (the handler "ran")."""
 

@@ -6,8 +6,9 @@ accept-mutex lock file held through FileLocks, logs, timers and several MiB of m
 ``files:N`` N open regular files, some locked (an object-heavy case);
 ``graph:N`` a random process/file/lock/timer graph for tests; ``memory:N`` an HTTP
 server holding N MiB of dirty anonymous memory (zero, text-like and incompressible
-pages, see ``memfill``) whose ``GET /memory`` returns its digest; ``kv:N`` the same
-server keeping the values of ``PUT /kv/KEY`` in those N MiB.  Everything is derived from
+pages, see ``memfill``) whose ``GET /memory`` returns its digest; ``memory:N@RATE``
+the same with a thread rewriting RATE bytes of it a second (``memwriter``); ``kv:N``
+the same server keeping the values of ``PUT /kv/KEY`` in those N MiB.  Everything is derived from
 ``seed``, so two builds with the same options are identical (same fingerprint).
 
 Why one file: every workload is a recipe of system calls on a fresh kernel
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt.errors import KernelError, SyscallError
-from ckpt.kernel import memfill
+from ckpt.kernel import memfill, memwriter
 from ckpt.kernel.clock import CLOCK_MONOTONIC, CLOCK_REALTIME
 from ckpt.kernel.kernel import LOCK_EX, LOCK_SH, HttpService, Kernel, LockCmd
 from ckpt.kernel.locks import LockType
@@ -72,7 +73,16 @@ from ckpt.kernel.vfs import (
 )
 
 MS = 1_000_000
-WORKLOADS = ("empty", "http", "nginx", "files:N", "graph:N", "memory:N", "kv:N")
+WORKLOADS = (
+    "empty",
+    "http",
+    "nginx",
+    "files:N",
+    "graph:N",
+    "memory:N",
+    "memory:N@RATE",
+    "kv:N",
+)
 MEMORY_MAX_MIB = 16384
 NGINX_WORKERS = 4
 
@@ -344,13 +354,17 @@ def build_files(n: int, seed: int = 0, id: str | None = None, rootfs: str = "ful
     return k
 
 
-def build_memory(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
+def build_memory(
+    n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal", *, rate: int = 0
+) -> Kernel:
     """An HTTP server holding ``n`` MiB of dirty anonymous memory in one mapping.
 
     Served like ``http`` (same listener, counters and access log); ``GET /memory``
     answers with the SHA-256 of the whole mapping, so a restore can be verified.
+    A ``rate`` (``memory:N@RATE``, bytes a second) adds a ``memwriter`` thread that
+    rewrites that much of the mapping a second (``memwriter.PageWriter``).
     """
-    return _build_memory_server("memory", n, seed, id, rootfs)
+    return _build_memory_server("memory", n, seed, id, rootfs, rate)
 
 
 def build_kv(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minimal") -> Kernel:
@@ -363,10 +377,13 @@ def build_kv(n: int, seed: int = 0, id: str | None = None, rootfs: str = "minima
     return _build_memory_server("kv", n, seed, id, rootfs)
 
 
-def _build_memory_server(base: str, n: int, seed: int, id: str | None, rootfs: str) -> Kernel:
+def _build_memory_server(
+    base: str, n: int, seed: int, id: str | None, rootfs: str, rate: int = 0
+) -> Kernel:
     if not 1 <= n <= MEMORY_MAX_MIB:
         raise KernelError(f"{base}:N needs 1 <= N <= {MEMORY_MAX_MIB} (MiB), not {n}")
-    k, rng = new_kernel(f"{base}:{n}", seed, id, rootfs)
+    name = f"{base}:{n}" + (f"@{memwriter.format_rate(rate)}" if rate else "")
+    k, rng = new_kernel(name, seed, id, rootfs)
     init = k.spawn_init(f"{base}-server")
     npages = n << 8
     std_fds(k, init)
@@ -383,6 +400,13 @@ def _build_memory_server(base: str, n: int, seed: int, id: str | None, rootfs: s
     k.listen(init, sock_fd, 128)
     log_fd = k.open(init, f"/var/log/{base}.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC)
     _serve_http(k, init, sock_fd, log_fd)
+    if rate:
+        writer = k.clone_thread(init, "memwriter")
+        program = memwriter.PageWriter(
+            addr=addr, npages=npages, rate=rate, seed=rng.getrandbits(62), last_ns=k.now
+        )
+        program.wake_ns = k.now + program.pace_ns()
+        writer.program = program
     return k
 
 
@@ -605,6 +629,12 @@ def build_workload(name: str, **options: Any) -> Kernel:
     """Build a workload by name (see ``WORKLOADS``); options: seed, id, rootfs, and per
     workload (nginx: workers)."""
     base, sep, count = name.partition(":")
+    count, at, rate = count.partition("@")
+    fixed: dict[str, Any] = {}
+    if at:
+        if base != "memory" or not sep:
+            raise KernelError(f"workload {name!r}: only memory:N takes @RATE")
+        fixed["rate"] = memwriter.parse_rate(rate)
     if base in _BUILDERS and not sep:
         builder, args = _BUILDERS[base], []
     elif base in _COUNTED and sep:
@@ -617,10 +647,10 @@ def build_workload(name: str, **options: Any) -> Kernel:
         builder, args = _COUNTED[base], [n]
     else:
         raise KernelError(f"unknown workload {name!r}; choose one of: {', '.join(WORKLOADS)}")
-    accepted = [p for p in inspect.signature(builder).parameters if p != "n"]
+    accepted = [p for p in inspect.signature(builder).parameters if p not in ("n", "rate")]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise KernelError(
             f"workload {base!r} has no option {', '.join(unknown)}; it takes {', '.join(accepted)}"
         )
-    return builder(*args, **options)
+    return builder(*args, **options, **fixed)

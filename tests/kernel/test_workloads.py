@@ -31,7 +31,16 @@ def test_unknown_option_names_the_accepted_ones():
 
 
 def test_workloads_constant_lists_the_names():
-    assert kernel.WORKLOADS == ("empty", "http", "nginx", "files:N", "graph:N", "memory:N", "kv:N")
+    assert kernel.WORKLOADS == (
+        "empty",
+        "http",
+        "nginx",
+        "files:N",
+        "graph:N",
+        "memory:N",
+        "memory:N@RATE",
+        "kv:N",
+    )
 
 
 def test_same_seed_builds_the_same_kernel_and_another_seed_does_not():

@@ -46,6 +46,7 @@ from ckpt.errors import KernelError, SandboxError, StatefileError
 from ckpt.faults import Fault
 from ckpt.sandbox.host import introspect
 from ckpt.sandbox.host.http import HttpServer
+from ckpt.sandbox.host.pacing import Pacer
 from ckpt.sandbox.wire import rpc
 from ckpt.sandbox.wire.sandboxlog import exit_now, log
 
@@ -187,15 +188,19 @@ class Host:
         ``TICK_IDLE_MAX`` ticks), then runs the kernel for the ticks it slept: the clock
         moves as it did tick by tick, but an idle sandbox wakes about once a second.
         A quiet one (no request for QUIET_AFTER_S) wakes at most every TICK_SLACK ticks.
+        A kernel that asks for a pace is run that often instead (``pacing.py``).
         """
         step_ns = int(TICK_S * 1e9)
-        ticks = 1
-        while not self.exiting.wait(TICK_S * ticks):
+        ticks, paced = 1, Pacer(step_ns)
+        while not self.exiting.wait(paced.sleep_s() if paced.pace else TICK_S * ticks):
             with self.cond:
-                slept, ticks = ticks, 1
+                slept, ticks, since = ticks, 1, paced.since()
                 k = self.kernel
-                if k is not None and not self.frozen:
-                    k.run_for(step_ns * slept)
+                if k is None or self.frozen:  # the thaw moves the clock over a freeze
+                    paced.owed = 0
+                    continue
+                k.run_for(paced.run_ns(since) if paced.pace else step_ns * slept)
+                if not paced.ask(k.pace_ns()):
                     quiet = time.monotonic() - self.last_request > QUIET_AFTER_S
                     ticks = ticks_to_sleep(k.now, k.next_event_ns(), quiet)
 
