@@ -188,6 +188,7 @@ class RemotePages:
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
         self._pages: dict[int, Any] = {}
+        self._forgotten: set[int] = set()  # replaced whole before they came: not kept
         size = runs[-1][0] + runs[-1][1] if runs else 0
         self._state = bytearray(size)  # 0 not here, 1 asked for, 2 arrived
         self.missing = self.indices.total
@@ -216,6 +217,15 @@ class RemotePages:
                 self._fault(index)
             page = self._pages.pop(index, ZERO_PAGE)
         return page
+
+    def forget(self, index: int) -> None:
+        """The kernel replaced page ``index`` whole without reading it: keep nothing of
+        it (what has come is dropped, what comes is not kept); it still counts."""
+        with self._cond:
+            if index < len(self._state) and self._state[index] == 2:
+                self._pages.pop(index, None)
+            elif index < len(self._state):
+                self._forgotten.add(index)
 
     def _fault(self, index: int) -> None:
         """Ask for ``index`` (and the pages after it in its run) and wait (lock held)."""
@@ -280,7 +290,7 @@ class RemotePages:
                 index = first + i
                 if index < len(state) and state[index] != 2 and index in here:
                     state[index] = 2
-                    if page is not ZERO_PAGE:
+                    if page is not ZERO_PAGE and index not in self._forgotten:
                         self._pages[index] = page
                     self.missing -= 1
                     self.arrived += 1
@@ -349,6 +359,10 @@ class WithRemote:
         if index in self.remote.indices:
             return self.remote.read_page(index)
         return self.image_pages.read_page(index)  # type: ignore[no-any-return]
+
+    def forget(self, index: int) -> None:
+        if index in self.remote.indices:
+            self.remote.forget(index)
 
     def read_page_view(self, index: int) -> Any:
         if index in self.remote.indices:

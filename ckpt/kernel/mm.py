@@ -222,9 +222,15 @@ class MemoryFile:
         return ZERO_PAGE if data is None else bytes(data)
 
     def write(self, frame: int, offset: int, data: Any) -> None:
+        whole = not offset and type(data) is bytes and len(data) == PAGE_SIZE
         if frame in self._unfetched:
-            self._fetch(frame)
-        if not offset and type(data) is bytes and len(data) == PAGE_SIZE:  # kept, not copied
+            if whole:  # all of it replaced: what the page file holds is not needed
+                self._unneeded(frame)
+            else:
+                self._fetch(frame)
+        if self._recent is not None:
+            self._recent.append(frame)
+        if whole:  # kept, not copied
             self._data[frame] = data  # immutable; a later partial write copies it (below)
             try:
                 self._dirty[frame] = 1
@@ -237,8 +243,6 @@ class MemoryFile:
         elif type(page) is not bytearray:
             page = self._data[frame] = bytearray(page)  # first write to a restored page
         page[offset : offset + len(data)] = data
-        if self._recent is not None:
-            self._recent.append(frame)
         try:  # marked after the data: see take_dirty
             self._dirty[frame] = 1
         except IndexError:
@@ -356,6 +360,17 @@ class MemoryFile:
             )
         if data != ZERO_PAGE:
             self._data[frame] = data if isinstance(data, memoryview) else bytearray(data)
+        self._unfetched.discard(frame)
+        if not self._unfetched:
+            self._source = None
+
+    def _unneeded(self, frame: int) -> None:
+        """An unfetched frame about to be overwritten whole: never fetched (a post-copy
+        page is not asked for across the network only to be replaced), and its source
+        told, so it keeps nothing of it (``forget``, where the source has one)."""
+        forget = getattr(self._source, "forget", None)
+        if forget is not None:
+            forget(frame)
         self._unfetched.discard(frame)
         if not self._unfetched:
             self._source = None

@@ -188,3 +188,17 @@ def test_with_remote_takes_remote_frames_from_the_feed_and_the_rest_from_the_ima
     assert pages.read_page(3) == _page(3)
     assert bytes(pages.read_page_view(10)) == _page(10)
     assert pages.done
+
+
+def test_a_page_replaced_whole_before_it_came_is_not_kept(pair) -> None:  # type: ignore[no-untyped-def]
+    mine, relay = pair
+    remote = _remote(mine, [(0, 3)])
+    remote.forget(1)  # overwritten before it came
+    relay.sendall(_run_frame(0, 2))
+    deadline = time.monotonic() + 10
+    while remote.arrived < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    remote.forget(0)  # overwritten after it came
+    assert remote._pages == {}  # neither is held
+    relay.sendall(_run_frame(2, 1))
+    assert _read_frame(relay) == (Feed.HELD, b"")  # both still count as arrived

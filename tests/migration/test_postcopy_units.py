@@ -72,3 +72,36 @@ def test_the_kernel_records_what_it_touched_since_a_round_most_recent_first() ->
     mf.take_dirty()  # a checkpoint's take does not record
     mf.read(frames[0])
     assert mf.take_touched() == []
+
+
+class _Remote:
+    """A page source that must not be read: a whole-page write needs nothing of it."""
+
+    def __init__(self, frames: list[int]) -> None:
+        from ckpt.statefile.pages import _Indices
+
+        self.indices = _Indices([(f, 1) for f in frames])
+        self.forgotten: list[int] = []
+
+    def read_page(self, index: int) -> bytes:
+        if index in self.forgotten:
+            raise AssertionError(f"page {index} was read after it was replaced whole")
+        return b"o" * 4096
+
+    def forget(self, index: int) -> None:
+        self.forgotten.append(index)
+
+
+def test_a_page_written_whole_is_never_fetched_and_its_source_forgets_it() -> None:
+    from ckpt.kernel.mm import MemoryFile
+
+    mf = MemoryFile()
+    frames = [mf.alloc() for _ in range(3)]
+    source = _Remote(frames)
+    mf.restore_pages(source)  # type: ignore[arg-type]
+    mf.write(frames[0], 0, b"n" * 4096)  # whole: not fetched
+    mf.write(frames[1], 10, b"xy")  # partial: fetched first
+    assert source.forgotten == [frames[0]]
+    assert mf.read(frames[0]) == b"n" * 4096
+    assert mf.read(frames[1]) == b"o" * 10 + b"xy" + b"o" * 4084
+    assert mf.unfetched == 1
