@@ -204,9 +204,16 @@ def stop_all(root: Root, st: SandboxState, group: str) -> None:
         kill_pid(st.pid, st.pid_start)
     if owner is not None and owner != st.pid:
         kill_pid(owner, create_time(owner))
-    if error is not None:  # the cgroup may empty only once the verified pid is gone
-        with contextlib.suppress(CgroupError):
+    # The cgroup may empty only once the verified pid is gone, and a large sandbox
+    # that was told to exit (a migration's source) takes seconds to give its memory
+    # back under load: it is retried until then, each try killing what is left in it.
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    while error is not None and time.monotonic() < deadline:
+        try:
             remove_cgroup(group)
+            error = None
+        except CgroupError as exc:
+            error = exc
     left = _remains(root, st, group)
     if left:
         raise SandboxError(
