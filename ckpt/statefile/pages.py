@@ -335,7 +335,8 @@ def _fetch_run(
         # An encrypted run's AEAD tag (open_run) binds what its HMAC tag does (image
         # id, place, pages, codec, length) under a key of this image, and the map that
         # lists the runs is sealed: a second pass over the run for its HMAC cost 180 ms
-        # of 1.0 s CPU restoring memory:512, for nothing.  The writer still tags it.
+        # of 1.0 s CPU restoring memory:512, for nothing.  The writer's HMAC covers
+        # that AEAD tag only (pages_map._run_tag); older images' cover the whole run.
         expected = _run_tag(sealer, image_id, r.first_page, r.npages, r.codec, raw)
         sealer.check(expected, r.tag, where)
     if sealer.cipher is not None:

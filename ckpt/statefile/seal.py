@@ -81,6 +81,23 @@ class KeyMismatchError(IntegrityError):
     """The key given is not the key the image was sealed with."""
 
 
+def preload() -> None:
+    """Import now what sealing, opening and HMAC tags need (cryptography's AEAD and
+    HKDF, hashlib's HMAC) and use each once: 50-90 ms in a process that has not, paid
+    by every checkpoint written in a child forked from such a process
+    (``--leave-running``) and by every restore.  The first use counts too (OpenSSL
+    fetches each algorithm, ``abc`` caches its checks: 10 ms in a forked child).  The
+    template calls it once for all the sandboxes it forks, and a sandbox before its
+    first keyed checkpoint; nothing here starts a thread."""
+    import hashlib
+    import hmac
+
+    from cryptography.exceptions import InvalidTag  # noqa: F401
+
+    hmac.new(bytes(32), b"", hashlib.sha256).digest()
+    Cipher(bytes(32), bytes(SALT_SIZE), bytes(16)).seal(PURPOSE_MAP, 0, b"", b"")
+
+
 def _hkdf(key: bytes, salt: bytes | None, info: bytes, length: int = 32) -> bytes:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF

@@ -43,7 +43,8 @@ class Store(Protocol):
         """Raise the one-line error for a store that cannot be used now."""
 
     def put(self, key: str, data: bytes | memoryview) -> None:
-        """Write ``data`` at ``key``, replacing any object there atomically."""
+        """Write ``data`` at ``key``, replacing any object there atomically.  ``data``
+        is read during the call only: the caller may reuse its buffer afterwards."""
 
     def create(self, key: str, data: bytes | memoryview) -> None:
         """Write ``data`` at ``key`` only if no object is there (raises ObjectExists)."""

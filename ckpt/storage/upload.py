@@ -148,6 +148,7 @@ class ImageUpload:
         self._seen: set[bytes] = set()
         self._seen_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(2 * self.parallel)
+        self._buffers = threading.local()  # each upload thread's seal buffer
         self._pool: ThreadPoolExecutor | None = None
         self._lease: leases.Lease | None = None
         self._parent_id = parent_id  # the parent's manifest id, if the caller read it
@@ -237,7 +238,7 @@ class ImageUpload:
 
     def _put_chunk(self, data: bytes) -> ChunkRef:
         try:
-            address, stored = self.chunks.seal(data)
+            address, stored = self.chunks.seal(data, self._seal_buffer(len(data)))
             ref = ChunkRef(address, len(data))
             with self._seen_lock:
                 first = ref.digest not in self._seen
@@ -254,6 +255,18 @@ class ImageUpload:
             raise
         finally:
             self._slots.release()
+
+    def _seal_buffer(self, size: int) -> bytearray | None:
+        """This thread's buffer to seal a chunk of ``size`` bytes into, or None for
+        plain chunks.  The object sealed in it is PUT before the thread seals another,
+        and a store reads ``data`` during ``put`` only."""
+        if not self.chunks.sealed:
+            return None
+        need = max(size, self.chunk_size) + self.chunks.overhead
+        buf: bytearray | None = getattr(self._buffers, "buf", None)
+        if buf is None or len(buf) < need:
+            buf = self._buffers.buf = bytearray(need)
+        return buf
 
     def commit(self) -> Manifest:
         """Wait for every chunk, then publish the manifest (last); return it.  On any

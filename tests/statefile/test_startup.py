@@ -66,6 +66,26 @@ def test_unkeyed_write_and_read_leave_heavy_modules_unloaded(tmp_path: Path) -> 
     assert [m for m in NOT_AT_IMPORT if m in loaded] == []
 
 
+def test_an_encrypted_image_reads_in_a_process_that_never_loaded_cryptography(
+    tmp_path: Path,
+) -> None:
+    """cryptography is imported where it is used (or ahead of time by ``seal.preload``
+    in the template): a restore in a process that never loaded it still opens every
+    sealed piece, and an unkeyed image never loads it."""
+    target = tmp_path / "img"
+    write_image(target, b"state" * 1000, sample_pages(), key=KEY, encrypt=True)
+    code = (
+        "import sys\n"
+        "from ckpt import statefile\n"
+        "assert not [m for m in sys.modules if m.startswith('cryptography')]\n"
+        f"img = statefile.open_image({str(target)!r}, key={KEY!r})\n"
+        "assert img.read_state() == b'state' * 1000\n"
+        "pages = img.open_pages(lazy=False)\n"
+        "assert pages.read_page(13)[:4] == (13).to_bytes(4, 'little')\n"
+    )
+    assert "cryptography.hazmat.primitives.ciphers.aead" in loaded_after(code)
+
+
 def test_keyed_image_still_checks_its_hmac(tmp_path: Path) -> None:
     write_image(tmp_path / "img", b"secret state", key=KEY)
     assert statefile.open_image(tmp_path / "img", key=KEY).read_state() == b"secret state"

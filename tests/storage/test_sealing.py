@@ -84,6 +84,30 @@ def test_each_object_is_what_the_documented_derivation_gives(repo_url: str) -> N
     assert stored == AESGCM(mac).encrypt(nonce, data, address)
 
 
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_every_chunk_sealed_into_a_reused_buffer_is_stored_as_derived(
+    repo_url: str, parallel: int
+) -> None:
+    """Each upload thread seals its chunks into one buffer of its own, reused: every
+    object stored must still be its own chunk's, whatever the thread did next (one
+    thread: each chunk overwrites the last's buffer; four: they run at once)."""
+    repo = _sealed(repo_url)
+    chunks = [payload(CHUNK, 100 + i) for i in range(12)] + [payload(CHUNK // 3, 99)]
+    upload(repo, "img", {"pages.img": b"".join(chunks)}, parallel=parallel)
+    k_chunk, k_addr, k_nonce = (
+        _hkdf(KEY, b"ckpt store chunk " + label) for label in (b"mac", b"address", b"nonce")
+    )
+    expected = {}
+    for data in chunks:
+        mac = hmac.new(k_chunk, data, hashlib.sha256).digest()
+        address = hmac.new(k_addr, mac, hashlib.sha256).digest()
+        nonce = hmac.new(k_nonce, mac, hashlib.sha256).digest()[:12]
+        expected[repo.chunk_key(address)] = AESGCM(mac).encrypt(nonce, data, address)
+    assert _chunk_objects(repo) == expected
+    reader = Repository.open(repo_url, KEY).open_image("img")
+    assert reader.read_file("pages.img") == b"".join(chunks)
+
+
 def test_one_key_uploads_an_unchanged_chunk_once_two_keys_share_nothing(
     repo_url: str,
 ) -> None:

@@ -443,6 +443,10 @@ class Host:
                 "--pre-copy writes a local image directory; pass a local --image-path, or "
                 "chain --pre-dump and --parent-path into the object store"
             )
+        if request.key_hex:  # here once, not in every forked writer nor while frozen
+            from ckpt.statefile import seal
+
+            seal.preload()
         params = {f: getattr(request, f) for f in request.__struct_fields__}
         if request.pre_dump:
             return self._pre_dump(params)
