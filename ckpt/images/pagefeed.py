@@ -64,6 +64,7 @@ class Feed(enum.IntEnum):
     LOST = 19
     WANT = 32
     HELD = 33
+    HANG_UP = 34  # to a post-copy source: it runs there now; hang up its clients here
 
 
 class PagesLost(StatefileError):

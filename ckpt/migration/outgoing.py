@@ -391,6 +391,7 @@ class Migration:
         assert self.pager is not None
         guard.say(PAGING)
         self.paging = True
+        self.pager.hang_up()  # its clients go to the destination now, not at the end
         self._at("paging")  # tests: committed, pages still going
         self._stage("post-copy: sending pages")
         t0 = time.perf_counter()

@@ -128,6 +128,17 @@ class SourcePager:
         with contextlib.suppress(OSError):  # the stream ended: every page went
             conn.sendall(data)
 
+    def hang_up(self) -> None:
+        """Committed: the sandbox's clients here are hung up, its port let go, so they
+        find it there (the sandbox keeps serving its pages)."""
+        from ckpt.images.pagefeed import Feed, frame
+
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.sendall(frame(Feed.HANG_UP))
+
     def join(self, timeout: float) -> Any:
         self._thread.join(timeout)
         if self._thread.is_alive():

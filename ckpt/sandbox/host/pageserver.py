@@ -79,6 +79,9 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
         try:
             while True:
                 kind, payload = read_frame(read)
+                if kind == Feed.HANG_UP:
+                    hang_up(host)
+                    continue
                 if kind != Feed.WANT or len(payload) != RUN_REF.size:
                     raise SandboxError(f"the client sent a frame of kind {kind} for pages")
                 first, count = RUN_REF.unpack(payload)
@@ -164,3 +167,25 @@ def runs_of_frames(frames: list[int]) -> list[tuple[int, int]]:
         else:
             runs.append((f, 1))
     return runs
+
+
+def hang_up(host: Any) -> None:
+    """Committed: the sandbox runs on the destination, so its clients here are hung up
+    and its port let go while the pages are still served: they reconnect there, rather
+    than wait on a paused copy until the last page has gone.  ``listen_again`` undoes
+    it for a resume after the destination lost it."""
+    with host.cond:
+        http, host.http = host.http, None
+    if http is not None:
+        host.hung_up_port = http.address[1]
+        http.close(shutdown=not host.handed_over)
+
+
+def listen_again(host: Any) -> None:
+    """A source resumed after its post-copy destination lost the sandbox: serve on
+    the port it had (the one it let go at the commit)."""
+    port = getattr(host, "hung_up_port", None)
+    if port is not None and host.http is None:
+        host.hung_up_port = None
+        with host.cond:
+            host._listen(port)

@@ -417,12 +417,14 @@ class Host:
         return FrozenReply(frozen=True)
 
     def resume(self, request: p.ResumeRequest) -> p.FrozenReply:
+        from ckpt.sandbox.host import pageserver
         from ckpt.sandbox.wire.protocol import FrozenReply
 
         if self.kernel is None:
             raise SandboxError("sandbox has no kernel to resume")
         if self.frozen:
             self._thaw()
+        pageserver.listen_again(self)  # a post-copy source the destination lost
         return FrozenReply(frozen=False)
 
     def checkpoint(self, request: p.CheckpointRequest) -> p.CheckpointReply:
