@@ -280,9 +280,15 @@ class DestRelay:
         one stored run as it came, anything else raw in runs the feed takes."""
         from ckpt.images.pagefeed import Feed, frame
         from ckpt.images.pagexfer import RUN_HEAD, ZERO
-        from ckpt.statefile.format import CODEC_NONE, PAGES_PER_CHUNK
+        from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, PAGES_PER_CHUNK
         from ckpt.statefile.pages_map import ZERO_PAGE
 
+        if len(msg.runs) == 1 and msg.runs[0][1] <= PAGES_PER_CHUNK:
+            first, count = msg.runs[0]  # one stored run, as the source sandbox made it:
+            self.received += count  # on as it came; the sandbox checks it decompresses
+            if first + count > self.limit or msg.codec not in (CODEC_NONE, CODEC_ZSTD):
+                raise FrameError(f"the peer sent pages {first}..{first + count} out of range")
+            return frame(Feed.RUN, RUN_HEAD.pack(first, count, msg.codec) + msg.data)
         pages = m.unpack_pages(msg)  # runs, sizes and data checked here
         self.received += len(pages)
         out = []
@@ -292,8 +298,6 @@ class DestRelay:
             at += count
             if all(page == ZERO_PAGE for _, page in run):
                 out.append(frame(Feed.RUN, RUN_HEAD.pack(first, count, ZERO)))
-            elif len(msg.runs) == 1 and count <= PAGES_PER_CHUNK:
-                out.append(frame(Feed.RUN, RUN_HEAD.pack(first, count, msg.codec) + msg.data))
             else:
                 for i in range(0, count, PAGES_PER_CHUNK):
                     part = run[i : i + PAGES_PER_CHUNK]

@@ -103,7 +103,7 @@ def _final(
     job.images = _Streams(write)
     host.postcopy = None
     if request.post_copy:  # its pages stay here, served after (pageserver.py)
-        job.remote = _remote(host, job)
+        job.remote = []  # which ones: worked out once the image has gone (frozen anyway)
     try:
         written = dump.write_image(job)
         # a post-copy image lacks its dirty pages: no image may count from it
@@ -120,6 +120,7 @@ def _final(
     if job.remote is not None:
         from ckpt.sandbox.host.pageserver import Remote
 
+        job.remote = _remote(host, job)
         host.postcopy = Remote(job.remote, touched)
         counters["postcopy_pages"] = len(job.remote)
         counters["postcopy_first"] = len(touched)
