@@ -66,10 +66,6 @@ HOST = "127.0.0.1"
 @dataclass
 class Cell:
     workload: str
-    mode: str = "pre-copy"
-    chosen: str = "pre-copy"  # what ran: auto picks one
-    last_page_ms: float = 0.0  # post-copy: freeze -> every page held there
-    window: list[list[float]] = field(default_factory=list)  # post-copy: [ms, bytes left]
     frozen_ms: float = 0.0
     downtime_ms: float = 0.0
     gap_ms: float = 0.0
@@ -88,6 +84,13 @@ class Cell:
     client_gaps_ms: list[float] = field(default_factory=list)  # each client's longest
     baseline_ms: float = 0.0  # 0: not measured
     ratio: float = 0.0
+    mode: str = "pre-copy"
+    chosen: str = "pre-copy"  # what ran: auto picks one
+    last_page_ms: float = 0.0  # post-copy: freeze -> every page held there
+    window: list[list[float]] = field(default_factory=list)  # post-copy: [ms, bytes left]
+    # memory:N without a writer: does the destination's memory digest equal the
+    # source's before the move (None: not checkable, the memory changes meanwhile)
+    same_memory: bool | None = None
 
 
 class _Client(threading.Thread):
@@ -188,6 +191,16 @@ def _ckpt(root: Path, *args: str, timeout: float = TIMEOUT_S) -> str:
     return proc.stdout
 
 
+def _memory_digest(address: tuple[str, int]) -> str:
+    """The sandbox's ``GET /memory`` digest (every page of its memory)."""
+    from ckpt.sandbox.host.http import get_json
+
+    status, body = get_json(*address, "/memory", timeout=TIMEOUT_S)
+    if status != 200:
+        raise BenchError(f"GET /memory at {address[0]}:{address[1]} answered {status}")
+    return str(body["memory_sha256"])
+
+
 def _lost(address: tuple[str, int], acked: dict[str, bytes]) -> int:
     conn = http.client.HTTPConnection(*address, timeout=60)
     lost = 0
@@ -257,6 +270,8 @@ def run_cell(
         host, _, port = state["address"].rpartition(":")
         new_port = _free_port()
         clients = _clients([(host, int(port)), (HOST, new_port)], kv, rate, load)
+        quiet = workload.startswith("memory:") and "@" not in workload  # GETs change nothing
+        before = _memory_digest((host, int(port))) if quiet else None
         time.sleep(0.5)  # the load is under way before the migration starts
         t0 = time.perf_counter_ns()
         out = _ckpt(src, "migrate", sid, "--to", serve_at, "--key-file", str(key),
@@ -284,6 +299,8 @@ def run_cell(
         cell.counters = {k: v for k, v in report.items() if isinstance(v, int | float)}
         cell.acked = len(writer.acked)
         cell.lost = _lost((HOST, new_port), writer.acked) if kv else 0
+        if before is not None:
+            cell.same_memory = _memory_digest((HOST, new_port)) == before
         if with_baseline:
             clients = _clients([(HOST, new_port)], kv, rate, load)
             time.sleep(0.5)
@@ -447,7 +464,7 @@ def render(report: dict[str, Any]) -> Any:
         notes.append("last: post-copy's last page held there")
     if based:
         notes.append("base: local checkpoint --pre-copy + restore; x: total/base")
-    notes.append("sent: bytes/memory; +ka: keep-alive")
+    notes.append("sent: bytes/memory; +ka: keep-alive; lost: writes, or memory not as it left")
     t = Table(
         title=f"bench migrate over {report['link']}"
         + (", --encrypt" if report.get("encrypt") else "")
@@ -473,10 +490,20 @@ def render(report: dict[str, Any]) -> Any:
         row += [
             f"{c['sent_ratio']:.2f}",
             str(c["rounds"]),
-            f"{c['lost']}/{c['acked']}" if c["workload"].startswith("kv") else "-",
+            _lost_cell(c),
         ]
         t.add_row(*row)
     return t
+
+
+def _lost_cell(c: dict[str, Any]) -> str:
+    """kv: acknowledged writes lost of those made; quiet memory: whether its memory
+    arrived as it left ("0" or "BAD")."""
+    if c["workload"].startswith("kv"):
+        return f"{c['lost']}/{c['acked']}"
+    if c.get("same_memory") is not None:
+        return "0" if c["same_memory"] else "BAD"
+    return "-"
 
 
 def _lan(report: dict[str, Any]) -> bool:
@@ -515,6 +542,8 @@ def go_lines(report: dict[str, Any]) -> list[str]:
         if c.get("last_page_ms"):
             fields.append(f"{c['last_page_ms'] * 1e6:.0f} last-page-ns")
         fields += [f"{c['bytes_sent']} sent-B", f"{c['lost']} lost"]
+        if c.get("same_memory") is not None:
+            fields.append(f"{0 if c['same_memory'] else 1} wrong-memory")
         lines.append("\t".join(fields))
     return lines
 

@@ -260,6 +260,8 @@ class Migration:
             )
         )
         _expect(ch, m.Ack, "instead of accepting the offer")
+        import ckpt.cgroups  # noqa: F401  (the pause's: imported now, not while frozen)
+
         rounds = self.opts.rounds
         if rounds is None and self.opts.mode == "post-copy":
             rounds = POSTCOPY_ROUNDS
@@ -278,7 +280,7 @@ class Migration:
         if net is not None:
             self.moving = net
             connections.park(self.root, self.sid, net)
-        lifecycle.pause(self.root, self.sid)
+        lifecycle.pause(self.root, self.sid, cgroup=False)  # the kernel only: it writes now
         self.paused = True
         sent0 = ch.bytes_sent
         moved = b""

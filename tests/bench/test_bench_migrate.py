@@ -36,6 +36,40 @@ def test_table_fits_80_columns() -> None:
 
 
 @pytest.mark.slow
+def test_table_with_post_copy_and_auto_cells_fits_80_columns() -> None:
+    cells = [
+        migrate.Cell("memory:1024@200M", 123.4, 9999.9, 99999.9, 999999, 2**33, 2**30, 1.2),
+        migrate.Cell("kv:2048", 123.4, 9999.9, 99999.9, 999999, 2**33, 2**30, 1.2),
+        migrate.Cell("memory:64", 1.0, 2.0, 3.0, 4, 5, 6, 0.5),
+    ]
+    cells[0].mode = cells[0].chosen = "post-copy"
+    cells[0].last_page_ms = 99999.9
+    cells[1].mode, cells[1].chosen, cells[1].load = "auto", "post-copy", "keepalive"
+    cells[2].same_memory = False
+    report = {"link": "loopback", "cells": [vars(c) for c in cells]}
+    buf = io.StringIO()
+    Console(file=buf, width=80, record=True).print(migrate.render(report))
+    text = buf.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text and "BAD" in text and "a:post" in text and "99999" in text
+    lines = migrate.go_lines(report)
+    assert lines[0].split("\t")[0].endswith("memory_1024@200M_postcopy")
+    assert "last-page-ns" in lines[0] and "1 wrong-memory" in lines[2]
+
+
+@pytest.mark.slow
+def test_post_copy_and_auto_cells_lose_nothing() -> None:
+    report = migrate.run(
+        [4], ["kv", "memory"], rate=1 << 20, with_baseline=False, modes=["post-copy", "auto"]
+    )
+    kv_post, kv_auto, mem_post, mem_auto = report["cells"]
+    assert kv_post["mode"] == kv_post["chosen"] == "post-copy" and kv_auto["mode"] == "auto"
+    for cell in (kv_post, kv_auto):
+        assert cell["acked"] > 0 and cell["lost"] == 0, cell
+    assert mem_post["same_memory"] is True and mem_auto["same_memory"] is True
+
+
+@pytest.mark.slow
 def test_keep_alive_clients_and_the_baseline_are_measured() -> None:
     """The keep-alive clients follow the sandbox too (each answered again afterwards,
     so the gap is finite), and the local checkpoint + restore is timed."""
@@ -107,6 +141,8 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
         {"loads": []},
         {"link": "netns", "loads": ["keepalive"]},
         {"link": "netns", "encrypt": True},
+        {"modes": ["lazy"]},
+        {"modes": []},
     ],
 )
 def test_bad_options_are_refused_before_starting(kwargs: dict) -> None:

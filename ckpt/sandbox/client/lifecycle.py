@@ -224,15 +224,16 @@ def state(root: Root, sandbox_id: str) -> SandboxState:
     return refresh(root, sandbox_id)
 
 
-def pause(root: Root, sandbox_id: str) -> SandboxState:
-    """Freeze the kernel (HTTP requests start waiting), then the cgroup."""
+def pause(root: Root, sandbox_id: str, *, cgroup: bool = True) -> SandboxState:
+    """Freeze the kernel (HTTP requests start waiting), then the cgroup (not with
+    ``cgroup=False``: a migration's final image, which the process writes at once)."""
     st = live(root, sandbox_id, "pause")
     if st.status == PAUSED:
         return st
     from ckpt.sandbox.wire.protocol import PauseRequest, ResumeRequest
 
     _call(root, st, PauseRequest())
-    mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True)))
+    mgr = freezable(open_cgroup(st.cgroup and own_group(root, st, strict=True))) if cgroup else None
     if mgr is not None:
         try:
             mgr.freeze()

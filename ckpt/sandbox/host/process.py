@@ -114,7 +114,8 @@ def _warm_imports(sandbox_id: str, root: str | None) -> None:
 
         title.set_title(title.sandbox_title(sandbox_id, root))
     from ckpt import kernel, state, statefile  # noqa: F401
-    from ckpt.sandbox.host import dump  # noqa: F401  (the checkpoint path)
+    from ckpt.images import pagexfer  # noqa: F401  (a migration's first image, frozen)
+    from ckpt.sandbox.host import dump, precopy, send  # noqa: F401  (checkpoint, migration)
     from ckpt.sandbox.wire import timings  # noqa: F401  (the checkpoint path)
 
 
