@@ -82,14 +82,17 @@ class SourcePager:
             self.mapped.set()
 
     def _event(self, event: Any) -> None:
-        if isinstance(event, PageMap):
+        if isinstance(event, PageMap) and not self.mapped.is_set():
+            if not event.runs:  # an empty MAP: the map is whole
+                self.ch.send(m.PageMap(runs=[], last=True))
+                self.mapped.set()
+                return
             self.map_pages += sum(count for _, count in event.runs)
             for at in range(0, len(event.runs), m.MAX_MAP_RUNS):
                 self.ch.send(m.PageMap(runs=event.runs[at : at + m.MAX_MAP_RUNS], last=False))
             return
         if not self.mapped.is_set():
-            self.ch.send(m.PageMap(runs=[], last=True))
-            self.mapped.set()
+            raise MigrationError("the sandbox sent its post-copy pages before their whole map")
         if isinstance(event, StreamEnd) and not self.map_pages:
             return  # nothing was left out: the session goes on as pre-copy's
         if isinstance(event, PageRun | StreamEnd):

@@ -3,7 +3,7 @@
 The final image of a post-copy migration (``send.py``) holds the kernel state and no
 pages: the frames dirtied since the last round stay here, in the paused kernel's
 memory, and :func:`serve_pages` sends them down the control connection (the ``pages``
-verb) as ``pagexfer`` RUN frames while the destination already runs.  The client writes
+verb) as ``pagexfer`` RUN frames while the destination already runs.  The map of those pages goes first, ended by an empty MAP frame.  The client writes
 ``WANT`` frames (``images.pagefeed``) on the same connection for pages the destination
 read before they came; those go first, then the push goes on where it was, in its
 order: the pages the sandbox touched last before the freeze (``MemoryFile``'s record of
@@ -57,7 +57,7 @@ def push_order(remote: Remote) -> list[int]:
 
 def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
     """The ``pages`` verb (see module doc); returns the reply's counters."""
-    from ckpt.images.pagefeed import RUN_REF, Feed, map_frames, read_frame, recv_exact
+    from ckpt.images.pagefeed import RUN_REF, Feed, frame, map_frames, read_frame, recv_exact
     from ckpt.images.pagexfer import FRAME, RUN_HEAD, Frame, runs_of
 
     remote: Remote | None = getattr(host, "postcopy", None)
@@ -65,6 +65,9 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
         raise SandboxError(f"sandbox {host.id} has no post-copy pages to serve")
     if not host.frozen:
         raise SandboxError(f"sandbox {host.id} runs: its pages are no longer the frozen ones")
+    for data in map_frames(runs_of_frames(remote.frames), mapped=False):
+        conn.sendall(data)  # first: the destination restores once it has the map
+    conn.sendall(frame(Feed.MAP))  # an empty MAP: the map is whole
     limit = remote.frames[-1] + 1 if remote.frames else 0
     ours = bytearray(limit)
     for f in remote.frames:
@@ -114,8 +117,6 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
             counters["postcopy_bytes"] += len(run.data)
         counters[kind] += len(frames)
 
-    for data in map_frames(runs_of_frames(remote.frames), mapped=False):
-        conn.sendall(data)
     order = push_order(remote)
     delay = faults.injected(Fault.PUSH_DELAY)  # tests: a window that stays open
     pace = delay.seconds if delay is not None else 0.0
