@@ -80,7 +80,7 @@ class StandIn:
         self._here("state")
         return SimpleNamespace(status=self.status, workload="kv:1", engine="", cpu=None, extra={})
 
-    def pause(self, root: Any, sid: str) -> None:
+    def pause(self, root: Any, sid: str, cgroup: bool = True) -> None:
         self._here("pause")
         self.status = "paused"
 

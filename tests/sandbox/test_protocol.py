@@ -21,6 +21,8 @@ REQUESTS = [
     p.TasksRequest(limit=10),
     p.CountersRequest(),
     p.SendRequest(pre_dump=False, after="ab" * 16, level=3),
+    p.SendRequest(pre_dump=False, post_copy=True),
+    p.PagesRequest(),
 ]
 
 
