@@ -105,3 +105,59 @@ def test_a_page_written_whole_is_never_fetched_and_its_source_forgets_it() -> No
     assert mf.read(frames[0]) == b"n" * 4096
     assert mf.read(frames[1]) == b"o" * 10 + b"xy" + b"o" * 4084
     assert mf.unfetched == 1
+
+
+class _Channel:
+    """The messages a source would send, in order; what the relay sends is kept."""
+
+    def __init__(self, messages: list[m.Message]) -> None:
+        import queue
+
+        self.inbox: queue.Queue[m.Message] = queue.Queue()
+        for msg in messages:
+            self.inbox.put(msg)
+        self.sent: list[m.Message] = []
+        self.frames_received = 0
+
+    def recv(self) -> m.Message:
+        return self.inbox.get(timeout=10)
+
+    def send(self, msg: m.Message) -> None:
+        self.sent.append(msg)
+
+
+def test_a_push_that_ends_with_other_counts_than_mapped_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ckpt.images import pagefeed
+    from ckpt.migration.postcopy import DestRelay
+
+    page = b"p" * 4096
+    messages = [
+        m.PageMap(runs=[(0, 2)], last=True),
+        m.pack_pages(1, [(0, page)]),
+        m.RoundEnd(round=1, pages=1),  # the map said 2
+    ]
+    ch = _Channel(messages)
+    relay = DestRelay(ch, tmp_path, limit=1 << 20)
+    relay.read_map()
+    assert relay.pages == 2
+    relay.listen()
+    relay.start(__import__("os").getpid(), 10)
+    import socket
+
+    feed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    feed.settimeout(10)
+    feed.connect(str(relay.path))
+    try:
+        assert pagefeed.read_map(pagefeed.recv_exact(feed), 1 << 20) == [(0, 2)]
+        with pytest.raises(FrameError, match="not as mapped"):
+            relay.next(10)
+        kinds = []
+        while True:  # the run, then LOST: the sandbox hears its source is gone
+            kind, _ = pagefeed.read_frame(pagefeed.recv_exact(feed))
+            kinds.append(kind)
+            if kind == pagefeed.Feed.LOST:
+                break
+        assert kinds[0] == pagefeed.Feed.RUN
+    finally:
+        feed.close()
+        relay.close()
