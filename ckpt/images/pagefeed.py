@@ -39,6 +39,7 @@ import time
 
 from ckpt.errors import StatefileError
 from ckpt.images.pagexfer import FRAME, MAP_RUN, MAX_FRAME, ZERO, Frame, _run
+from ckpt.statefile.chain import RunIndices
 from ckpt.statefile.chunks import decompress_chunk
 from ckpt.statefile.format import PAGE_SIZE
 from ckpt.statefile.pages_map import ZERO_PAGE
@@ -132,39 +133,6 @@ def read_map(read: Callable[[int], bytes], limit: int) -> list[tuple[int, int]]:
             end = first + count
 
 
-class _Ranges:
-    """The remote frames: ``in`` and ``ranges()`` as a page file's indices have them."""
-
-    def __init__(self, runs: list[tuple[int, int]]) -> None:
-        import bisect
-
-        self._runs = runs
-        self._starts = [first for first, _ in runs]
-        self._bisect = bisect.bisect_right
-        self.total = sum(count for _, count in runs)
-
-    def __len__(self) -> int:
-        return self.total
-
-    def __iter__(self) -> Iterator[int]:
-        for first, count in self._runs:
-            yield from range(first, first + count)
-
-    def ranges(self) -> Iterator[tuple[int, int]]:
-        return iter(self._runs)
-
-    def __contains__(self, page: object) -> bool:
-        if not isinstance(page, int):
-            return False
-        r = self._bisect(self._starts, page) - 1
-        return r >= 0 and page < self._starts[r] + self._runs[r][1]
-
-    def run_end(self, page: int) -> int:
-        """The end of the run holding ``page`` (which must be in one)."""
-        r = self._bisect(self._starts, page) - 1
-        return self._starts[r] + self._runs[r][1]
-
-
 class RemotePages:
     """The remote frames' pages as the feed brings them (see the module doc).
 
@@ -182,7 +150,7 @@ class RemotePages:
         on_error: Callable[[BaseException], None] | None = None,
         wait_s: float = WAIT_S,
     ) -> None:
-        self.indices = _Ranges(runs)
+        self.indices = RunIndices(runs)
         self._sock = sock
         self._on_error = on_error
         self._wait_s = wait_s
@@ -192,7 +160,7 @@ class RemotePages:
         self._forgotten: set[int] = set()  # replaced whole before they came: not kept
         size = runs[-1][0] + runs[-1][1] if runs else 0
         self._state = bytearray(size)  # 0 not here, 1 asked for, 2 arrived
-        self.missing = self.indices.total
+        self.missing = len(self.indices)
         self.error: BaseException | None = None
         self.faulted = self.arrived = self.bytes = 0
         self.last_arrival = time.monotonic()
@@ -306,7 +274,7 @@ class RemotePages:
                 raise self.error
             self.error = PagesLost(
                 f"the migration's source is gone ({why}): {self.missing} of "
-                f"{self.indices.total} pages never arrived"
+                f"{len(self.indices)} pages never arrived"
             )
             self._cond.notify_all()
         if self._on_error is not None:
@@ -334,7 +302,7 @@ class RemotePages:
 
     def counters(self) -> dict[str, Any]:
         return {
-            "postcopy_pages": self.indices.total,
+            "postcopy_pages": len(self.indices),
             "postcopy_faulted": self.faulted,
             "postcopy_arrived": self.arrived,
             "postcopy_bytes": self.bytes,
@@ -348,13 +316,12 @@ class WithRemote:
     lazy = True
 
     def __init__(self, remote: RemotePages, image_pages: Any) -> None:
-        from ckpt.statefile.chain import _merge
+        from ckpt.statefile.chain import union_indices
 
         self.remote = remote
         self.image_pages = image_pages
         self.summary = getattr(image_pages, "summary", None)
-        runs = _merge(r for layer in (remote, image_pages) for r in layer.indices.ranges())
-        self.indices = _Ranges(runs)
+        self.indices = union_indices((remote, image_pages))
 
     def read_page(self, index: int) -> bytes:
         if index in self.remote.indices:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,11 +280,11 @@ def _merge(ranges: Iterator[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b - a) for a, b in out]
 
 
-class _UnionIndices(Sequence[int]):
-    """Every page index some layer records, ascending (what ``restore_pages`` reads)."""
+class RunIndices(Sequence[int]):
+    """Page indices given as ascending, disjoint runs ``(first, count)``: what a page
+    reader's ``indices`` offers ``restore_pages`` (``in``, ``ranges()``, ``len``)."""
 
-    def __init__(self, layers: list[LoadedPages]) -> None:
-        runs = _merge(r for layer in layers for r in layer.indices.ranges())  # type: ignore[attr-defined]
+    def __init__(self, runs: list[tuple[int, int]]) -> None:
         self._runs = runs
         self._starts = [a for a, _ in runs]
         self._len = sum(n for _, n in runs)
@@ -308,6 +308,16 @@ class _UnionIndices(Sequence[int]):
         r = bisect.bisect_right(self._starts, page) - 1
         return r >= 0 and page < self._starts[r] + self._runs[r][1]
 
+    def run_end(self, page: int) -> int:
+        """The end of the run holding ``page`` (which must be in one)."""
+        r = bisect.bisect_right(self._starts, page) - 1
+        return self._starts[r] + self._runs[r][1]
+
+
+def union_indices(layers: Iterable[Any]) -> RunIndices:
+    """Every page index some layer records, ascending (what ``restore_pages`` reads)."""
+    return RunIndices(_merge(r for layer in layers for r in layer.indices.ranges()))
+
 
 class ChainPages:
     """The pages of a chain of images, newest first: each page from the newest image
@@ -315,7 +325,7 @@ class ChainPages:
 
     def __init__(self, layers: list[LoadedPages]) -> None:
         self.layers = layers
-        self.indices = _UnionIndices(layers)
+        self.indices = union_indices(layers)
         self.summary = layers[0].summary
         self.lazy = layers[0].lazy
 
