@@ -35,38 +35,18 @@ def send(
     ``on_event`` as it arrives.  The reply's ``counters["image_id"]`` names the image
     for the next ``after``.  ``post_copy``: the final image leaves its pages out, for
     ``pages`` to serve after."""
-    from ckpt.sandbox.wire import rpc
 
-    st = live(root, sandbox_id, "send")
-    refreeze = None
-    if st.status == PAUSED:
-        refreeze = freezable(open_cgroup(own_group(root, st, strict=True)))
-    if refreeze is not None:
-        refreeze.thaw()
-    what = f"sandbox {st.id}"
-    try:
-        return rpc.call(
-            root.socket_path(st.id),
-            p.SendRequest(
-                pre_dump=pre_dump, after=after, engine=engine or st.engine, post_copy=post_copy
-            ),
-            what=what,
-            peer_pid=st.pid,
-            timeout=checkpoint_timeout(),
-            on_event=on_event,
-        )
-    except BaseException:
-        _wait_done(root.socket_path(st.id), st.pid, what)
-        raise
-    finally:
-        if refreeze is not None:
-            refreeze.freeze()
+    def request(st: Any) -> p.SendRequest:
+        engine_ = engine or st.engine
+        return p.SendRequest(pre_dump=pre_dump, after=after, engine=engine_, post_copy=post_copy)
+
+    return _streamed(root, sandbox_id, "send", request, on_event)
 
 
-def _wait_done(path: Any, pid: int, what: str, verb: p.Verb = p.Verb.SEND) -> None:
-    """After a send that failed on this side, until the sandbox has seen its reader go
-    and taken the pages back (bounded): the next request (a resume) is then not
-    answered busy."""
+def _wait_done(path: Any, pid: int, what: str, verb: str) -> None:
+    """After a stream (``verb``) that failed on this side, until the sandbox has seen
+    its reader go and taken the pages back (bounded): the next request (a resume) is
+    then not answered busy."""
     import time
 
     from ckpt.errors import CkptError
@@ -78,7 +58,7 @@ def _wait_done(path: Any, pid: int, what: str, verb: p.Verb = p.Verb.SEND) -> No
             ping = rpc.call(path, p.PingRequest(), what=what, peer_pid=pid, timeout=SETTLE_S)
         except CkptError:
             return
-        if ping.busy_with != verb.value:
+        if ping.busy_with != verb:
             return
         time.sleep(0.01)
 
@@ -92,9 +72,26 @@ def pages(
     """Have a sandbox paused by a post-copy ``send`` serve the pages that image left
     out (``host/pageserver.py``): each event to ``on_event``; ``on_connect`` gets the
     connection, on which another thread writes the pages asked for (``WANT`` frames)."""
+    return _streamed(
+        root, sandbox_id, "serve pages", lambda st: p.PagesRequest(), on_event, on_connect
+    )
+
+
+def _streamed(
+    root: Root,
+    sandbox_id: str,
+    doing: str,
+    request_for: Callable[[Any], p.SendRequest | p.PagesRequest],
+    on_event: Callable[[Any], None],
+    on_connect: Callable[[Any], None] | None = None,
+) -> p.CheckpointReply:
+    """One streaming request (made for the sandbox's record by ``request_for``), its
+    cgroup thawed meanwhile if the sandbox is paused (and frozen again after); a failure
+    waits until the sandbox has let the stream go."""
     from ckpt.sandbox.wire import rpc
 
-    st = live(root, sandbox_id, "serve pages")
+    st = live(root, sandbox_id, doing)
+    request = request_for(st)
     refreeze = None
     if st.status == PAUSED:
         refreeze = freezable(open_cgroup(own_group(root, st, strict=True)))
@@ -104,7 +101,7 @@ def pages(
     try:
         return rpc.call(
             root.socket_path(st.id),
-            p.PagesRequest(),
+            request,
             what=what,
             peer_pid=st.pid,
             timeout=checkpoint_timeout(),
@@ -112,7 +109,7 @@ def pages(
             on_connect=on_connect,
         )
     except BaseException:
-        _wait_done(root.socket_path(st.id), st.pid, what, p.Verb.PAGES)
+        _wait_done(root.socket_path(st.id), st.pid, what, p.verb_of(request))
         raise
     finally:
         if refreeze is not None:
