@@ -220,14 +220,9 @@ class DestRelay:
         if len(os.fsencode(str(self.path.absolute()))) > MAX_SOCKET_PATH:
             self._short = Path(tempfile.mkdtemp(prefix="ckpt-feed-"))
             self.path = self._short / FEED_NAME
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            sock.bind(str(self.path))
-        finally:
-            os.umask(old)
-        sock.listen(1)
-        self._listener = sock
+        from ckpt.sandbox.wire.rpc import listen_unix
+
+        self._listener = listen_unix(self.path, 1)
         return str(self.path)
 
     def start(self, sandbox_pid: int, accept_s: float) -> None:

@@ -105,14 +105,7 @@ class Server:
         """Bind (replacing a stale socket file), listen, and accept in a daemon thread."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            sock.bind(str(self.path))
-        finally:
-            os.umask(old)
-        sock.listen(16)
-        self._sock = sock
+        self._sock = listen_unix(self.path, 16)
         threading.Thread(target=self._accept_loop, name="rpc-accept", daemon=True).start()
 
     def close(self) -> None:
@@ -202,6 +195,19 @@ class Server:
     def _send(conn: socket.socket, line: bytes) -> None:
         with contextlib.suppress(OSError):  # the client went away; nothing to tell it
             conn.sendall(line)
+
+
+def listen_unix(path: Path | str, backlog: int) -> socket.socket:
+    """A Unix stream socket listening at ``path``, made mode 0600 (the umask around
+    ``bind``: never a moment open to others)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    sock.listen(backlog)
+    return sock
 
 
 def _bound(handler: Callable[..., Any], out: Any) -> Handler:
