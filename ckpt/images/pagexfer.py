@@ -290,19 +290,25 @@ class StreamImage:
         """Send what is buffered and the END frame: the image is whole."""
         self._state.flush()
         pages = self.page_summary.scanned if self.page_summary is not None else 0
-        end = {
-            "image_id": self.image_id.hex(),
-            "metadata": self.metadata,
-            "pages": pages,
-            "state_bytes": self._state.length,
-        }
-        self._send(Frame.END, json.dumps(end, default=str).encode())
+        self._write(end_frame(self.image_id, self.metadata, pages, self._state.length))
         self.committed = True
 
     def abort(self, reason: str) -> None:
         """Tell the reader the image is not whole (if it still listens)."""
         with contextlib.suppress(OSError):
             self._send(Frame.ABORT, reason.encode()[:1024])
+
+
+def end_frame(image_id: bytes, metadata: dict[str, Any], pages: int, state_bytes: int) -> bytes:
+    """The END frame of a stream that sent ``pages`` pages and ``state_bytes`` of state."""
+    end = {
+        "image_id": image_id.hex(),
+        "metadata": metadata,
+        "pages": pages,
+        "state_bytes": state_bytes,
+    }
+    payload = json.dumps(end, default=str).encode()
+    return FRAME.pack(Frame.END, len(payload)) + payload
 
 
 StreamEvent = bytes | PageRun | StreamEnd | PageMap

@@ -22,6 +22,7 @@ Stdlib and ``ckpt`` only, no ``typing`` at run time: the sandbox process imports
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 
@@ -58,7 +59,7 @@ def push_order(remote: Remote) -> list[int]:
 def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
     """The ``pages`` verb (see module doc); returns the reply's counters."""
     from ckpt.images.pagefeed import RUN_REF, Feed, frame, map_frames, read_frame, recv_exact
-    from ckpt.images.pagexfer import FRAME, RUN_HEAD, Frame, runs_of
+    from ckpt.images.pagexfer import FRAME, RUN_HEAD, Frame, end_frame, runs_of
 
     remote: Remote | None = getattr(host, "postcopy", None)
     if remote is None or host.kernel is None:
@@ -142,21 +143,10 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
                 batch.append(order[at])
             at += 1
         send(batch, "postcopy_pushed")
-    _end(conn, counters["postcopy_pushed"] + counters["postcopy_wanted"])
+    sent_pages = counters["postcopy_pushed"] + counters["postcopy_wanted"]
+    conn.sendall(end_frame(os.urandom(16), {}, sent_pages, 0))
     counters["postcopy_push_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
     return counters
-
-
-def _end(conn: Any, pages: int) -> None:
-    """The stream's END frame, counting ``pages`` pages (pagexfer's shape)."""
-    import json
-    import os
-
-    from ckpt.images.pagexfer import FRAME, Frame
-
-    end = {"image_id": os.urandom(16).hex(), "metadata": {}, "pages": pages, "state_bytes": 0}
-    payload = json.dumps(end).encode()
-    conn.sendall(FRAME.pack(Frame.END, len(payload)) + payload)
 
 
 def runs_of_frames(frames: list[int]) -> list[tuple[int, int]]:
