@@ -75,6 +75,9 @@ VARIABLES: tuple[Var, ...] = (
         "image's size at 512 KiB/s per CPU", low=1e-3),
     Var("CKPT_MIGRATE_IO_TIMEOUT_S", "migrate_io_timeout_s", "float", 60.0,
         "`migrate`: one frame or answer from the destination", low=1e-3),
+    Var("CKPT_MIGRATE_RECONNECT_S", "migrate_reconnect_s", "float", 30.0,
+        "`migrate --post-copy` and `serve`: after the commit, how long a cut link may "
+        "last before the pages still on the source are given up", low=0.0),
     Var("CKPT_HANDOVER_TIMEOUT_S", "handover_timeout_s", "float", 5.0,
         "the template's answer when a sandbox hands over or takes back its sockets",
         low=1e-3),
@@ -124,6 +127,7 @@ class Settings:
     checkpoint_timeout_s: float
     restore_timeout_s: float | None
     migrate_io_timeout_s: float
+    migrate_reconnect_s: float
     handover_timeout_s: float
     hold_timeout_s: float
     template_reply_timeout_s: float

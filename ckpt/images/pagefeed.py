@@ -66,6 +66,7 @@ class Feed(enum.IntEnum):
     WANT = 32
     HELD = 33
     HANG_UP = 34  # to a post-copy source: it runs there now; hang up its clients here
+    AGAIN = 35  # to a post-copy source, first: send only these pages; an empty one ends
 
 
 class PagesLost(StatefileError):

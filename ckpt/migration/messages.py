@@ -23,8 +23,9 @@ from ckpt.migration.errors import FrameError
 from ckpt.statefile.chunks import compress_chunk, decompress_chunk
 from ckpt.statefile.format import CODEC_NONE, CODEC_ZSTD, MAX_PAGES, PAGE_SIZE
 
-PROTOCOL_VERSION = 5  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections;
-# 4: post-copy (Offer.post_copy, PageMap, Fault); 5: Hello.encrypt (sealed.py)
+PROTOCOL_VERSION = 6  # 2: Offer.nonce and Restored.proof (proof.py); 3: Connections;
+# 4: post-copy (Offer.post_copy, PageMap, Fault); 5: Hello.encrypt (sealed.py);
+# 6: Resume (reconnect.py)
 MAX_TEXT = 1024  # an error message or a software name: one line, bounded
 MAX_BATCH_PAGES = 1024  # 4 MiB of raw pages in one frame
 MAX_PROOF = 64  # bytes of a nonce or a proof (proof.py uses 32)
@@ -47,6 +48,7 @@ class Kind(enum.IntEnum):
     OFFER = 35
     RESTORED = 36
     FAULT = 37
+    RESUME = 38
 
 
 class ErrorCode(enum.IntEnum):
@@ -183,6 +185,16 @@ class Fault(Message):
     runs: list[tuple[int, int]]
 
 
+class Resume(Message):
+    """Post-copy, committed, the link was cut: the source's first message on a new
+    connection, instead of an ``Offer``.  ``nonce`` is the offer's: the destination
+    answers with the ``PageMap`` of the pages it still lacks, or an ``Error``."""
+
+    KIND: ClassVar[Kind] = Kind.RESUME
+    sandbox_id: str
+    nonce: bytes
+
+
 class Restored(Message):
     """The destination runs the sandbox; it keeps it only once the source says ``Done``.
     ``proof`` shows it restored this migration's state (proof.py); without it the source
@@ -209,6 +221,7 @@ MESSAGE_TYPES: dict[int, type[Message]] = {
         Offer,
         Restored,
         Fault,
+        Resume,
     )
 }
 _ENCODER = msgspec.msgpack.Encoder()
@@ -253,8 +266,10 @@ def _check(msg: Message) -> None:
             raise FrameError(
                 f"the peer sent a {msg.KIND.name} with an over-long or multi-line text"
             )
-    if isinstance(msg, Offer | Restored):
-        given = msg.nonce if isinstance(msg, Offer) else msg.proof
+    if isinstance(msg, Resume) and (len(msg.sandbox_id) > MAX_TEXT or "\n" in msg.sandbox_id):
+        raise FrameError("the peer sent a RESUME with an over-long or multi-line ID")
+    if isinstance(msg, Offer | Restored | Resume):
+        given = msg.proof if isinstance(msg, Restored) else msg.nonce
         if len(given) > MAX_PROOF:
             raise FrameError(f"the peer sent a {msg.KIND.name} with an over-long nonce or proof")
     if isinstance(msg, PageMap | Fault):

@@ -40,12 +40,14 @@ from ckpt.migration.errors import FrameError, MigrationError, PeerError
 from ckpt.migration.guard import CANCELLED, COMMITTED, COMMITTING, PAGING
 from ckpt.migration.pagechannel import ChannelSink
 from ckpt.migration.postcopy import SourcePager, answer_faults
+from ckpt.migration.reconnect import reconnect_s
 from ckpt.sandbox.client import send_client, testhooks
 from ckpt.sandbox.host.precopy_policy import StopRule, run_rounds
 from ckpt.statefile.format import MAX_PAGES, PAGE_SIZE
 
 WORK_PREFIX = ".migrate-"
 RESTORE_WAIT_FACTOR = 5  # the wait for Restored: the destination restores meanwhile
+POSTCOPY_COUNTS = ("postcopy_pushed", "postcopy_wanted", "postcopy_bytes")
 
 
 def io_timeout() -> float:
@@ -68,6 +70,7 @@ class Options:
     io_timeout: float = field(default_factory=io_timeout)
     tls: Any = None  # ClientTLS
     encrypt: bool = False  # seal every frame after the handshake (sealed.py)
+    reconnect_s: float = field(default_factory=reconnect_s)  # post-copy: a cut's wait
     at: Callable[[str], None] | None = field(default_factory=testhooks.from_env)
 
 
@@ -157,20 +160,22 @@ class Migration:
         self.round_step_done = False  # the "round" step is taken once, in the first round
         self.stage = "connecting"
         self._ch: Any = None
+        self._carried = 0  # bytes sent on channels a cut ended
         self.pager: SourcePager | None = None  # post-copy, from the freeze
+        self._streams: list[dict[str, Any]] = []  # post-copy: each page stream's counters
+        self.resent = 0  # post-copy: pages sent again after a reconnect
         self.paging = False  # committed, post-copy: the destination lacks pages held here
         self.dirty: int | None = None  # pages dirty after the last round
 
     def sent(self) -> int:
         """Bytes sent so far (read from another thread, for a progress line)."""
         ch = self._ch
-        return ch.bytes_sent if ch is not None else 0
+        return self._carried + (ch.bytes_sent if ch is not None else 0)
 
     def _stage(self, text: str) -> None:
         self.stage = text  # read by a progress line, from another thread
 
     def run(self) -> Report:
-        from ckpt.migration.channel import connect
         from ckpt.migration.guard import Guard, source_act
         from ckpt.sandbox.client import lifecycle
         from ckpt.sandbox.wire.paths import RUNNING
@@ -185,14 +190,7 @@ class Migration:
         guard = Guard(workdir, source_act(self.root, self.sid))
         ch = None
         try:
-            ch = connect(
-                self.host,
-                self.port,
-                self.secret,
-                tls=self.opts.tls,
-                io_timeout=self.opts.io_timeout,
-                encrypt=self.opts.encrypt,
-            )
+            ch = self._connect()
             self._ch = ch
             self._session(ch, st, workdir, guard)
         except BaseException as exc:
@@ -221,11 +219,24 @@ class Migration:
         finally:
             if ch is not None:
                 ch.close()
-                self.report.bytes_sent = ch.bytes_sent
+                self._ch.close()
+                self.report.bytes_sent = self.sent()
             shutil.rmtree(workdir, ignore_errors=True)
             guard.close()
         self.report.total_ms = round((time.perf_counter() - t0) * 1e3, 3)
         return self.report
+
+    def _connect(self) -> Any:
+        from ckpt.migration.channel import connect
+
+        return connect(
+            self.host,
+            self.port,
+            self.secret,
+            tls=self.opts.tls,
+            io_timeout=self.opts.io_timeout,
+            encrypt=self.opts.encrypt,
+        )
 
     def _here(self, resume_failed: CkptError | None) -> str:
         """What became of the sandbox here after a failed migration, as it is now: a
@@ -397,22 +408,65 @@ class Migration:
         self._at("paging")  # tests: committed, pages still going
         self._stage("post-copy: sending pages")
         t0 = time.perf_counter()
-        self._expect(ch, m.Ack, "instead of saying it holds every page")
+        first = self.pager
+        cut_at: float | None = None
+        while True:
+            try:
+                answer_faults(self._ch, self.pager, m.Ack, "instead of saying it holds every page")
+                break
+            except PeerError:
+                raise
+            except (MigrationError, OSError) as exc:
+                if self.pager is not None and self.pager.failed_here():
+                    raise
+                cut_at = cut_at or time.monotonic()  # one deadline, however many cuts
+                self._rejoin(exc, cut_at + self.opts.reconnect_s, first)
         t_held = time.perf_counter()
-        reply = self.pager.join(self.opts.io_timeout)
+        if self.pager is not None:
+            self._streams.append(dict(self.pager.join(self.opts.io_timeout).counters))
         self.paging = False
-        c = dict(reply.counters)
+        c = {k: sum(int(s.get(k) or 0) for s in self._streams) for k in POSTCOPY_COUNTS}
         if len(self.report.rounds) == 1:  # no round: every page came after
-            self.report.memory_bytes = self.pager.map_pages * PAGE_SIZE
+            self.report.memory_bytes = first.map_pages * PAGE_SIZE
         self.report.counters.update(
-            postcopy_pages=self.pager.map_pages,
-            postcopy_pushed=int(c.get("postcopy_pushed") or 0),
-            postcopy_faulted=int(c.get("postcopy_wanted") or 0),
-            postcopy_bytes=int(c.get("postcopy_bytes") or 0),
+            postcopy_pages=first.map_pages,
+            postcopy_pushed=c["postcopy_pushed"],
+            postcopy_faulted=c["postcopy_wanted"],
+            postcopy_bytes=c["postcopy_bytes"],
             postcopy_ms=round((t_held - t0) * 1e3, 3),
             last_page_ms=round((t_held - t_pause) * 1e3, 3),
-            postcopy_window=[list(x) for x in self.pager.window],
+            postcopy_window=[list(x) for x in first.window],
+            postcopy_reconnects=len(self._streams) - 1 if self._streams else 0,
+            postcopy_resent=self.resent,
         )
+
+    def _rejoin(self, why: BaseException, deadline: float, first: SourcePager) -> None:
+        """Committed, the channel broke: end the sandbox's page stream, connect again
+        and resume (``reconnect.rejoin``), and stream only the pages the destination
+        lacks, before the deadline; else the paused copy here is kept."""
+        from ckpt.migration import reconnect
+
+        pager, ch = self.pager, self._ch
+        if pager is not None:
+            pager.stop()
+            self._streams.append(dict(pager.result_counters()))
+        self._carried += ch.bytes_sent
+        ch.close()
+        self._stage("post-copy: reconnecting")
+        self._at("reconnecting")  # tests: the link is down
+        new, missing = reconnect.rejoin(
+            self._connect, self.sid, self.nonce, MAX_PAGES, deadline, why
+        )
+        self._ch = new
+        self.resent += sum(count for _, count in missing)
+        self._stage("post-copy: sending pages")
+        self.pager = None
+        if missing:  # none: every page is there, only its Ack was lost
+            round_no = first.sink.round_no
+            self.pager = SourcePager(
+                self.root, self.sid, new, round_no, resend=missing, carry=first
+            )
+            self.pager.start()
 
     def _round(self, ch: Any, r: int) -> tuple[dict[str, Any], int | None]:
         """Pre-copy round ``r``: the sandbox streams the pages dirtied since the image

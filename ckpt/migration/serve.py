@@ -39,6 +39,7 @@ from typing import Any
 
 from ckpt.errors import CkptError
 from ckpt.migration.errors import MigrationError
+from ckpt.migration.reconnect import Resumable, reconnect_s
 
 POLL_S = 0.5
 SESSION_DEADLINE_S = 3600.0  # a whole migration, however large, ends by then
@@ -58,6 +59,7 @@ class Limits:
     backlog: int = 64
     slot_wait_s: float = 10.0  # a second key holder waits this long for the slot ...
     busy_linger_s: float = 5.0  # ... then its offer is read and it is told: busy
+    resume_s: float | None = None  # post-copy, a cut after the commit (None: settings')
 
 
 class Stopping(BaseException):
@@ -157,6 +159,8 @@ class Server:
         self._busy = False  # a channel is handed to the main thread or in a session
         self._handoff: queue.Queue[Any] = queue.Queue(maxsize=1)
         self._stop = threading.Event()
+        self.resumable = Resumable()  # post-copy relays a source may reconnect to
+        self.resume_s = limits.resume_s if limits.resume_s is not None else reconnect_s()
 
     def stop(self) -> None:
         """Make ``run`` return within ``POLL_S`` once no session runs."""
@@ -175,11 +179,11 @@ class Server:
         try:
             while not self._stop.is_set():
                 try:
-                    ch = self._handoff.get(timeout=POLL_S)
+                    ch, first = self._handoff.get(timeout=POLL_S)
                 except queue.Empty:
                     continue
                 try:
-                    self._session(ch)
+                    self._session(ch, first)
                 finally:
                     with self._idle:
                         self._busy = False
@@ -195,14 +199,21 @@ class Server:
                         entry.cut()
                 self._pending.clear()
                 with contextlib.suppress(queue.Empty):
-                    self._handoff.get_nowait().close()
+                    self._handoff.get_nowait()[0].close()
 
-    def _session(self, ch: Any) -> None:
+    def _session(self, ch: Any, first: Any) -> None:
         from ckpt.migration.session import receive
 
         with ch:
             try:
-                got = receive(ch, self.root, self.bridge)
+                got = receive(
+                    ch,
+                    self.root,
+                    self.bridge,
+                    first=first,
+                    resumable=self.resumable,
+                    resume_s=self.resume_s,
+                )
             except CkptError as exc:
                 self.say(f"migration failed: {exc}")
                 return
@@ -299,6 +310,20 @@ class Server:
                 return
             finally:
                 self._forget(entry)
+            try:  # a Resume joins its migration in its window, beside the slot
+                first = ch.recv()
+            except MigrationError as exc:
+                ch.close()
+                self._refused(f"refused a peer from {entry.address}: {exc}")
+                return
+            if isinstance(first, m.Resume):
+                try:
+                    self.resumable.take(ch, first)
+                except MigrationError as exc:
+                    self._refused(str(exc))
+                else:
+                    self.say(f"{first.sandbox_id}: its source reconnected from {entry.address}")
+                return
             until = time.monotonic() + self.limits.slot_wait_s
             with self._idle:  # a session that ends soon leaves the slot to this one
                 while self._busy and not self._stop.is_set():
@@ -307,7 +332,7 @@ class Server:
                 take = not self._busy and not self._stop.is_set()
                 if take:  # under the lock: ``run`` drains the queue under it on its way out
                     self._busy = True
-                    self._handoff.put_nowait(ch)
+                    self._handoff.put_nowait((ch, first))
             if not take:
                 ch.send_error(
                     m.ErrorCode.BUSY,

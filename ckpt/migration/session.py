@@ -97,11 +97,22 @@ class Received:
     notes: list[str] = field(default_factory=list)
 
 
-def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
+def receive(
+    ch: Any,
+    root: Any,
+    bridge: str | None = None,
+    *,
+    first: m.Message | None = None,
+    resumable: Any = None,
+    resume_s: float = 0.0,
+) -> Received:
     """Run the destination's side of one session on an accepted channel.  With
     ``bridge``, a sandbox that had an address of its own gets it (and its MAC) again,
     its veth on ``bridge``; without, on a bridge named as the source's, which must be
-    here (else the offer is refused and the source runs on).
+    here (else the offer is refused and the source runs on).  ``first``: the offer,
+    when the server read it already.  Post-copy, the relay joins ``resumable`` (a
+    ``reconnect.Resumable``) while it runs, to wait ``resume_s`` for a source that lost
+    its channel after the commit.
 
     On any failure (or a signal raised as an exception) before ``Done``, the restored
     sandbox is stopped and removed, the received images are removed, and the error is
@@ -113,7 +124,7 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
     from ckpt.sandbox.client import lifecycle, testhooks
     from ckpt.sandbox.client.deadlines import restore_timeout
 
-    offer = ch.recv()
+    offer = ch.recv() if first is None else first
     try:
         if not isinstance(offer, m.Offer):
             raise FrameError(f"the peer began with a {type(offer).__name__}, not an Offer")
@@ -156,11 +167,13 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         moved = _moved_connections(ch, offer)
         feed = None
         if offer.post_copy:  # the pages the final image left out, fed as it runs
-            relay = DestRelay(ch, incoming.dir, offer.pages)
+            relay = DestRelay(ch, incoming.dir, offer.pages, nonce=offer.nonce, resume_s=resume_s)
             relay.read_map()
             if relay.pages:
                 feed = relay.listen()
                 relay.start(prepared.st.pid, restore_timeout(incoming.final, offer.cpus))
+                if resumable is not None:
+                    resumable.add(sid, relay)
             else:
                 relay = None
         t0 = time.perf_counter()
@@ -200,7 +213,9 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         if relay is not None:  # it runs here; the source keeps its copy until this
             relay.wait_held(ch.io_timeout * RESTORE_WAIT + relay.pages / PAGES_PER_S)
             got.notes.append(f"post-copy: {relay.pages} pages arrived after it resumed")
-            ch.send(m.Ack(seq=ch.frames_received))
+            if relay.reconnects:
+                got.notes.append(f"post-copy: the source reconnected {relay.reconnects}x")
+            relay.send_last(lambda now: m.Ack(seq=now.frames_received), resume_s)
         return got
     except BaseException as exc:
         if got.committed:  # it keeps the sandbox: the source hears Ack, never Error
@@ -223,6 +238,8 @@ def receive(ch: Any, root: Any, bridge: str | None = None) -> Received:
         raise
     finally:
         if relay is not None:
+            if resumable is not None:
+                resumable.drop(sid, relay)
             relay.close()
         incoming.discard()
         guard.close()

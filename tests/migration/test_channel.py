@@ -35,7 +35,7 @@ from ckpt.migration import (
 )
 from ckpt.migration.framing import HEADER
 from ckpt.migration.handshake import MAGIC, OPENING
-from ckpt.migration.messages import Fault, Kind, PageMap
+from ckpt.migration.messages import Fault, Kind, PageMap, Resume
 
 from .conftest import SECRET, raw_send, seal
 
@@ -64,6 +64,7 @@ def test_every_kind_round_trips_both_ways(pair) -> None:
         Connections(data=b"\x91" + b"state" * 10),
         PageMap(runs=[(0, 4), (9, 2)], last=False),
         Fault(runs=[(9, 1)]),
+        Resume(sandbox_id="kv-1", nonce=b"n" * 32),
     ]
     for a, b in ((client, server), (server, client)):
         for msg in sent:

@@ -6,6 +6,7 @@ asserted: the figures come from ``ckpt bench migrate --modes``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,7 +16,8 @@ import pytest
 from tests.sandbox.kv_client import check_values, put_values
 from tests.sandbox.waiting import wait_for
 
-from .migrate_kit import Hosts, address, digest, leftovers, running, stopped
+from .migrate_kit import Hosts, Serve, address, digest, leftovers, running, stopped
+from .wiretap import Tap
 
 pytestmark = pytest.mark.slow
 SID = f"pc-{os.getpid()}"
@@ -103,6 +105,7 @@ def test_a_destination_that_loses_its_source_in_the_window_stops(hosts: Hosts) -
     stops and says how many pages never came; the source's stays paused (never two
     running copies), and resuming it brings the sandbox back as it froze."""
     hosts.src.env["CKPT_TEMPLATE"] = "0"  # its own process: the fault reaches it
+    hosts.dst.env["CKPT_MIGRATE_RECONNECT_S"] = "1"  # it waits this long for a reconnect
     _run(hosts, "kv:32", env={"CKPT_FAULT": "push-delay:0.05"})
     acked = _put(hosts, 0, 100)
     before = digest(hosts.src, SID)
@@ -169,3 +172,91 @@ def _serving(cli) -> bool:  # type: ignore[no-untyped-def]
         return running(cli) == [SID]
     except (OSError, KeyError):
         return False
+
+
+def _through(tap: Tap, serve: Serve) -> Serve:
+    """``serve`` as the source reaches it: through ``tap``."""
+    return dataclasses.replace(serve, address=tap.address)
+
+
+def _paging_cli(hosts: Hosts, serve: Serve, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """A post-copy migration with no round, stopped once committed, pages going."""
+    cli = hosts.migrate_popen(
+        SID,
+        serve,
+        env={"CKPT_FAULT": "pause:migrate:paging", **(env or {})},
+        argv=("--post-copy", "--rounds", "0", "--json"),
+    )
+    wait_for(
+        lambda: stopped(cli) or cli.poll() is not None, "the CLI to stop after the commit", 120
+    )
+    assert cli.poll() is None, cli.communicate()
+    return cli
+
+
+def test_a_link_cut_in_the_window_is_survived_by_reconnecting(hosts: Hosts) -> None:
+    """Committed, pages still going, the link breaks and stays down 2 s: the source
+    connects again, the destination says which pages it lacks, and the migration
+    ends with every page and every acknowledged write."""
+    hosts.src.env["CKPT_TEMPLATE"] = "0"  # its own process: the fault reaches it
+    _run(hosts, "kv:32", env={"CKPT_FAULT": "push-delay:0.05"})
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    host, _, port = serve.address.rpartition(":")
+    tap = Tap((host, int(port)))
+    cli = _paging_cli(hosts, _through(tap, serve))
+    try:
+        tap.cut(down_s=2.0)
+        cli.send_signal(signal.SIGCONT)
+        out, err = cli.communicate(timeout=180)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        tap.close()
+    assert cli.returncode == 0, err
+    report = json.loads(out)
+    assert report["postcopy_reconnects"] == 1
+    assert 0 < report["postcopy_resent"] <= report["postcopy_pages"]
+    assert tap.dropped >= 1  # it tried while the link was down
+    assert digest(hosts.dst, SID) == before
+    check_values(address(hosts.dst, SID), acked)
+    assert running(hosts.dst) == [SID] and running(hosts.src) == []
+    assert any("its source reconnected" in line for line in serve.lines())
+    assert leftovers(hosts) == []
+
+
+def test_a_cut_longer_than_the_deadline_stops_the_destination(hosts: Hosts) -> None:
+    """The link stays down past both sides' deadline: the destination stops its copy
+    for want of pages, the source says so and keeps its paused copy, which resumes
+    as it froze."""
+    hosts.src.env["CKPT_TEMPLATE"] = "0"
+    hosts.dst.env["CKPT_MIGRATE_RECONNECT_S"] = "1"
+    _run(hosts, "kv:32", env={"CKPT_FAULT": "push-delay:0.05"})
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    host, _, port = serve.address.rpartition(":")
+    tap = Tap((host, int(port)))
+    cli = _paging_cli(hosts, _through(tap, serve), env={"CKPT_MIGRATE_RECONNECT_S": "3"})
+    try:
+        tap.cut(down_s=600)
+        cli.send_signal(signal.SIGCONT)
+        _out, err = cli.communicate(timeout=180)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        tap.close()
+    assert cli.returncode != 0
+    assert "could not reconnect" in err and f"ckpt resume {SID}" in err
+    log = hosts.dst.root / SID / "sandbox.log"
+    wait_for(
+        lambda: log.exists() and "did not come back within 1 s" in log.read_text(),
+        "the destination to stop for want of pages",
+        60,
+    )
+    wait_for(lambda: _none_running(hosts.dst), "the destination's copy to stop", 60)
+    assert hosts.src.state(SID)["status"] == "paused"
+    hosts.src("resume", SID)
+    assert digest(hosts.src, SID) == before
+    check_values(address(hosts.src, SID), acked)

@@ -1,11 +1,13 @@
-"""A TCP relay for tests that keeps what the connecting side sends, and the eye of a
-passive listener on that stream: what it can read without the key."""
+"""A TCP relay for tests that keeps what the connecting side sends and can cut the
+link, and the eye of a passive listener on that stream: what it can read without the
+key."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 
 from ckpt.migration import messages
 from ckpt.migration.framing import HEADER, MAC_LEN
@@ -27,12 +29,25 @@ class Tap:
         self._sock = socket.create_server(("127.0.0.1", 0))
         self._sock.settimeout(POLL_S)
         self._conns: list[socket.socket] = []
+        self._down_until = 0.0
+        self.cuts = self.dropped = 0
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def cut(self, down_s: float = 0.0) -> None:
+        """Break every connection relayed now, and drop those made in the next
+        ``down_s`` seconds: a link that goes down for that long."""
+        self._down_until = time.monotonic() + down_s
+        with self._lock:
+            conns = list(self._conns)
+        for sock in conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.cuts += 1
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -42,10 +57,15 @@ class Tap:
                 continue
             except OSError:
                 return
+            if time.monotonic() < self._down_until:
+                self.dropped += 1
+                client.close()
+                continue
             server = socket.create_connection(self.target, timeout=10)
             for sock in (client, server):
                 sock.settimeout(None)  # blocking: close() shuts them down to end the pumps
-                self._conns.append(sock)
+                with self._lock:
+                    self._conns.append(sock)
             for src, dst, keep in ((client, server, True), (server, client, False)):
                 t = threading.Thread(target=self._pump, args=(src, dst, keep), daemon=True)
                 t.start()

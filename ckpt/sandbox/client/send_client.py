@@ -68,13 +68,15 @@ def pages(
     sandbox_id: str,
     on_event: Callable[[Any], None],
     on_connect: Callable[[Any], None],
+    *,
+    resend: bool = False,
 ) -> p.CheckpointReply:
     """Have a sandbox paused by a post-copy ``send`` serve the pages that image left
     out (``host/pageserver.py``): each event to ``on_event``; ``on_connect`` gets the
-    connection, on which another thread writes the pages asked for (``WANT`` frames)."""
-    return _streamed(
-        root, sandbox_id, "serve pages", lambda st: p.PagesRequest(), on_event, on_connect
-    )
+    connection, on which another thread writes the pages asked for (``WANT`` frames);
+    ``resend``: only those it names there first (``AGAIN`` frames)."""
+    request = p.PagesRequest(resend=resend)
+    return _streamed(root, sandbox_id, "serve pages", lambda st: request, on_event, on_connect)
 
 
 def _streamed(

@@ -3,11 +3,15 @@
 The final image of a post-copy migration (``send.py``) holds the kernel state and no
 pages: the frames dirtied since the last round stay here, in the paused kernel's
 memory, and :func:`serve_pages` sends them down the control connection (the ``pages``
-verb) as ``pagexfer`` RUN frames while the destination already runs.  The map of those pages goes first, ended by an empty MAP frame.  The client writes
-``WANT`` frames (``images.pagefeed``) on the same connection for pages the destination
-read before they came; those go first, then the push goes on where it was, in its
-order: the pages the sandbox touched last before the freeze (``MemoryFile``'s record of
-the final round, REAP's working set), then the rest ascending.  Each page goes once.
+verb) as ``pagexfer`` RUN frames while the destination already runs.  The map of
+those pages goes first, ended by an empty MAP frame.  The client writes ``WANT``
+frames (``images.pagefeed``) on the same connection for pages the destination read
+before they came; those go first, then the push goes on where it was, in its order:
+the pages the sandbox touched last before the freeze (``MemoryFile``'s record of the
+final round, REAP's working set), then the rest ascending.  Each page goes once.
+
+After a reconnect (``resend``) the client first names the pages the destination
+still lacks (``AGAIN`` frames): the stream is then theirs alone, sent before or not.
 
 Fault point ``push-delay`` (``ckpt/faults.py``) paces the push to a batch every
 SECONDS (pages asked for still go at once), so a test can act inside the window.
@@ -66,6 +70,8 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
         raise SandboxError(f"sandbox {host.id} has no post-copy pages to serve")
     if not host.frozen:
         raise SandboxError(f"sandbox {host.id} runs: its pages are no longer the frozen ones")
+    if getattr(request, "resend", False):  # after a reconnect: only what the client lacks
+        remote = Remote(_named(remote.frames, recv_exact(conn)), remote.first)
     for data in map_frames(runs_of_frames(remote.frames), mapped=False):
         conn.sendall(data)  # first: the destination restores once it has the map
     conn.sendall(frame(Feed.MAP))  # an empty MAP: the map is whole
@@ -147,6 +153,31 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
     conn.sendall(end_frame(os.urandom(16), {}, sent_pages, 0))
     counters["postcopy_push_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
     return counters
+
+
+def _named(frames: list[int], read: Any) -> list[int]:
+    """The client's ``AGAIN`` runs (an empty one ends them): those of ``frames``, the
+    remote ones, ascending; it may name each remote page once at most."""
+    from ckpt.images.pagefeed import RUN_REF, Feed, read_frame
+
+    limit = frames[-1] + 1 if frames else 0
+    ours = bytearray(limit)
+    for f in frames:
+        ours[f] = 1
+    named = bytearray(limit)
+    left = len(frames)
+    while True:
+        kind, payload = read_frame(read)
+        if kind != Feed.AGAIN or len(payload) not in (0, RUN_REF.size):
+            raise SandboxError(f"the client sent a frame of kind {kind} for pages to resend")
+        if not payload:
+            return [f for f in frames if named[f]]
+        first, count = RUN_REF.unpack(payload)
+        if count > left or first + count > limit:
+            raise SandboxError("the client named pages to resend that are not remote ones")
+        left -= count
+        for f in range(first, first + count):
+            named[f] = ours[f]
 
 
 def runs_of_frames(frames: list[int]) -> list[tuple[int, int]]:

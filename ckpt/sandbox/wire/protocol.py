@@ -171,7 +171,10 @@ class PagesRequest(Request, tag="pages"):
     """After a ``post_copy`` send, with the kernel still frozen: the pages that image
     left out, down this connection as ``images.pagexfer`` RUN frames and an END, the
     pages the client asks for (``images.pagefeed`` WANT frames it writes meanwhile)
-    first (host/pageserver.py)."""
+    first (host/pageserver.py).  ``resend``: after a reconnect, only the pages the
+    client names first (``AGAIN`` frames, an empty one last), sent or not."""
+
+    resend: bool = False
 
 
 class PauseRequest(Request, tag="pause"):

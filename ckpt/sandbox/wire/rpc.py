@@ -46,12 +46,17 @@ MAX_MESSAGE = 1 << 20
 STREAM_SEND_TIMEOUT_S = 120.0  # a reader that stops taking frames for this long is gone
 
 
-def _read_line(sock: socket.socket) -> bytes:
+def _read_line(sock: socket.socket, *, exact: bool = False) -> bytes:
+    """One message line.  ``exact``: nothing past its newline is taken from the
+    socket (a duplex verb's client writes frames right after its request)."""
     buf = bytearray()
     while not buf.endswith(b"\n"):
-        chunk = sock.recv(65536)
+        chunk = sock.recv(65536, socket.MSG_PEEK if exact else 0)
         if not chunk:
             break
+        if exact:
+            end = chunk.find(b"\n")
+            chunk = sock.recv(len(chunk) if end < 0 else end + 1)  # there: no wait
         buf += chunk
         if len(buf) > MAX_MESSAGE:
             raise ValueError("message larger than 1 MiB")
@@ -132,7 +137,7 @@ class Server:
 
         with conn:
             try:
-                request = protocol.decode_request(_read_line(conn))
+                request = protocol.decode_request(_read_line(conn, exact=True))
             except protocol.ProtocolMismatch as exc:
                 self._send(conn, protocol.failure("SandboxError", str(exc)))
                 return
