@@ -260,6 +260,7 @@ def test_a_request_line_leaves_what_follows_it_in_the_socket() -> None:
 
     a, b = socket.socketpair()
     with a, b:
+        b.settimeout(5)  # a line read past its end waits for a newline that never comes
         a.sendall(b'{"verb":"pages"}\nFRAMES')
         assert _read_line(b, exact=True) == b'{"verb":"pages"}\n'
         assert b.recv(100) == b"FRAMES"
