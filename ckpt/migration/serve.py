@@ -8,9 +8,12 @@ anyone, so nothing a stranger does may hold that one slot::
                                         connection, at most ``Limits.pending``)
                                           │ key proven
                                           ▼
-    main thread ◀── the authenticated channel (or, if a session runs past
-      │              ``Limits.slot_wait_s``, Error BUSY to it)
+    main thread ◀── the authenticated channel and its first message (or, if a
+      │              session runs past ``Limits.slot_wait_s``, Error BUSY to it)
       └ receive(): the session, each step within ``Limits.phase_s``
+
+A first message ``Resume`` (``reconnect.py``) does not take the slot: its channel
+goes to the post-copy relay of the session that runs, whose source lost its link.
 
 Before its key is proven a connection gets ``Limits.handshake_s`` seconds (TLS included),
 at most ``Limits.per_address`` of them come from one address, at most
