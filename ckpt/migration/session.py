@@ -150,6 +150,8 @@ def receive(
     try:
         ch.send(m.Ack(seq=ch.frames_received))
         _warm_template(root)  # a restore forks it
+        if offer.post_copy:  # the relay's, imported now rather than as it restores
+            from ckpt.images import pagefeed  # noqa: F401
         # The sandbox's process is made while the rounds arrive: once the final image
         # is in, only loading it is left.  From here the guard removes it if we die.
         guard.say(RESTORING)
