@@ -111,7 +111,7 @@ def warm() -> dict[str, Any]:
     t0 = time.perf_counter_ns()
     from ckpt import kernel, state, statefile  # noqa: F401
     from ckpt.images import pagefeed  # noqa: F401  (post-copy: a restore fed its pages)
-    from ckpt.sandbox.host import dump, http, pageserver, process  # noqa: F401
+    from ckpt.sandbox.host import dump, http, process  # noqa: F401
     from ckpt.sandbox.wire import protocol, rpc, timings  # noqa: F401
     from ckpt.statefile import seal
 
