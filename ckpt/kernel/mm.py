@@ -251,7 +251,8 @@ class MemoryFile:
         """The frame's 4096 bytes (fetched from the restored page file if needed)."""
         if frame not in self.refs:
             raise KernelError(f"memory file frame {frame} is not allocated")
-        if frame in self._unfetched:
+        unfetched = self._unfetched.bits  # ``in`` inlined: a method call costs ~150 ns
+        if 0 <= frame < len(unfetched) and unfetched[frame]:
             self._fetch(frame)
         if self._recent is not None:
             self._recent.append(frame)
@@ -260,7 +261,8 @@ class MemoryFile:
 
     def write(self, frame: int, offset: int, data: Any) -> None:
         whole = not offset and type(data) is bytes and len(data) == PAGE_SIZE
-        if frame in self._unfetched:
+        unfetched = self._unfetched.bits  # as in ``read``
+        if 0 <= frame < len(unfetched) and unfetched[frame]:
             if whole:  # all of it replaced: what the page file holds is not needed
                 self._unneeded(frame)
             else:
