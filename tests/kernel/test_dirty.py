@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ckpt import state
 from ckpt.kernel import Kernel, build_workload, mm
 from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind, MemoryFile
+from ckpt.kernel.runs import RunMap
 
 from .conftest import MemoryPages, assert_same_state, blank_kernel, open_rw
 
@@ -261,3 +262,24 @@ def test_touched_frames_are_taken_frozen_and_ordered_after():
     mf.read(frames[1])  # after the take: not in it, and nothing is recorded any more
     assert mm.touched_order(recent) == [frames[3], frames[2], frames[0]]
     assert mf.take_touched() == [] and mm.touched_order(None) == []
+
+
+@given(
+    st.sets(st.integers(0, 120), max_size=60),
+    st.lists(st.tuples(st.integers(0, 130), st.integers(1, 20)), max_size=6),
+    st.booleans(),
+)
+def test_taken_marks_held_by_are_those_the_map_still_holds(
+    dirty: set[int], held: list[tuple[int, int]], listed_first: bool
+) -> None:
+    """``held_by`` (run by run) gives what ``RunMap.held`` gives frame by frame."""
+    mf = MemoryFile()
+    for f in dirty:
+        mf._mark(f)
+    refs = RunMap()
+    for first, n in held:
+        refs.assign(first, n, 1)
+    marks = mf.take_dirty_marks()
+    if listed_first:  # a dump that wrote the pages listed them already
+        marks.frames()
+    assert marks.held_by(refs) == list(refs.held(sorted(dirty)))

@@ -133,6 +133,8 @@ def _final(
 def _remote(host: Any, job: Any) -> list[int]:
     """The frames a post-copy final image leaves out: those it would have written
     (dirtied since its parent, or all), still allocated."""
-    mf = host.kernel.memory_file
-    frames = job.dirty if job.link else None
-    return list(mf.refs.held(frames) if frames is not None else mf.refs.keys())
+    refs = host.kernel.memory_file.refs
+    if not job.link:
+        return list(refs.keys())
+    held_by = getattr(job.dirty, "held_by", None)  # taken marks: intersected run by run
+    return held_by(refs) if held_by is not None else list(refs.held(job.dirty))
