@@ -82,12 +82,30 @@ _WORDS = [
 
 
 def corpus(rng: random.Random, length: int = CORPUS_BYTES) -> bytes:
-    """Text-like bytes: log lines of words and numbers, ``length`` long."""
+    """Text-like bytes: log lines of words and numbers, ``length`` long.
+
+    Each line is what ``rng.choices(_WORDS, k=rng.randrange(6, 18))`` between two
+    ``rng.randrange`` numbers gives, drawn as CPython's ``random`` draws them
+    (``randrange(n)`` is ``getrandbits(n.bit_length())`` until below ``n``, ``choices``
+    is ``floor(random() * len)``) without a Python call per draw: a restored
+    ``memory:N@RATE`` writer builds its corpus on its first step, while the sandbox is
+    down.  tests/kernel/test_memfill.py checks the bytes equal the public calls'."""
+    words, n = _WORDS, float(len(_WORDS))
+    uniform, bits = rng.random, rng.getrandbits
     lines: list[str] = []
     size = 0
     while size < length:
-        words = rng.choices(_WORDS, k=rng.randrange(6, 18))
-        line = f"{rng.randrange(10**9):09d} " + " ".join(words) + f" {rng.randrange(10**6)}\n"
+        k = bits(4)  # randrange(6, 18): 6 + a number below 12
+        while k >= 12:
+            k = bits(4)
+        picked = [words[int(uniform() * n)] for _ in range(k + 6)]
+        stamp = bits(30)  # randrange(10**9)
+        while stamp >= 1_000_000_000:
+            stamp = bits(30)
+        tail = bits(20)  # randrange(10**6)
+        while tail >= 1_000_000:
+            tail = bits(20)
+        line = f"{stamp:09d} " + " ".join(picked) + f" {tail}\n"
         lines.append(line)
         size += len(line)
     return "".join(lines).encode()[:length]

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckpt import state
-from ckpt.kernel import Kernel, build_workload
+from ckpt.kernel import Kernel, build_workload, mm
 from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind, MemoryFile
+from ckpt.kernel.runs import RunMap
 
 from .conftest import MemoryPages, assert_same_state, blank_kernel, open_rw
 
@@ -233,3 +234,52 @@ def test_pages_of_a_taken_set_skip_frames_freed_since():
     assert taken == [kept, freed]
     mf.decref(freed)  # between two batches of a pre-dump round
     assert [(f, data[:4]) for f, data in mf.pages(taken)] == [(kept, b"kept")]
+
+
+def test_taken_marks_are_the_frames_dirty_at_the_take_listed_later():
+    """A dump takes the marks while frozen and lists them after: the count is there at
+    once, and writes after the take count in the next set, not in the taken one."""
+    mf = MemoryFile()
+    frames = [mf.alloc() for _ in range(5)]
+    mf.clear_dirty()
+    for f in (frames[1], frames[3], frames[4]):
+        mf.write(f, 0, b"before")
+    marks = mf.take_dirty_marks()
+    assert len(marks) == 3 and mf.dirty_pages() == []
+    mf.write(frames[0], 0, b"after the take")  # the sandbox runs on
+    assert list(marks) == [frames[1], frames[3], frames[4]] == marks.frames()
+    assert len(marks) == 3 and list(marks) == marks.frames()  # listed once, kept
+    assert mf.dirty_pages() == [frames[0]]
+
+
+def test_touched_frames_are_taken_frozen_and_ordered_after():
+    mf = MemoryFile()
+    frames = [mf.alloc() for _ in range(4)]
+    mf.take_dirty(record=True)
+    for f in (frames[2], frames[0], frames[2], frames[3]):
+        mf.read(f)
+    recent = mf.take_recent()
+    mf.read(frames[1])  # after the take: not in it, and nothing is recorded any more
+    assert mm.touched_order(recent) == [frames[3], frames[2], frames[0]]
+    assert mf.take_touched() == [] and mm.touched_order(None) == []
+
+
+@given(
+    st.sets(st.integers(0, 120), max_size=60),
+    st.lists(st.tuples(st.integers(0, 130), st.integers(1, 20)), max_size=6),
+    st.booleans(),
+)
+def test_taken_marks_held_by_are_those_the_map_still_holds(
+    dirty: set[int], held: list[tuple[int, int]], listed_first: bool
+) -> None:
+    """``held_by`` (run by run) gives what ``RunMap.held`` gives frame by frame."""
+    mf = MemoryFile()
+    for f in dirty:
+        mf._mark(f)
+    refs = RunMap()
+    for first, n in held:
+        refs.assign(first, n, 1)
+    marks = mf.take_dirty_marks()
+    if listed_first:  # a dump that wrote the pages listed them already
+        marks.frames()
+    assert marks.held_by(refs) == list(refs.held(sorted(dirty)))

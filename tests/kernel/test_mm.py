@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from ckpt.errors import KernelError
 from ckpt.kernel import MemoryFault, mm
-from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind
+from ckpt.kernel.mm import PROT_READ, PROT_WRITE, MapKind, MemoryFile
+from ckpt.kernel.runs import RunMap
 from ckpt.kernel.vfs import O_CREAT, O_RDONLY, O_RDWR
 
 from .conftest import MemoryPages, blank_kernel, checkpoint, open_rw, resume_same_instant
@@ -131,6 +132,22 @@ def test_restore_pages_is_lazy_and_reads_each_page_once():
     assert fetched == len(k.memory_file.refs) - 1 and rk.memory_file.unfetched == 0
 
 
+def test_a_restored_frame_freed_unread_is_no_longer_fetched_when_reused():
+    """A frame freed before it was fetched leaves the unfetched ones: reused by
+    ``alloc``, it is a new zero frame, not the page file's old contents."""
+    mf = MemoryFile()
+    frames = [mf.alloc() for _ in range(3)]
+    for f in frames:
+        mf.write(f, 0, b"old %d" % f)
+    pages = MemoryPages(dict(mf.pages()))
+    mf.restore_pages(pages)
+    assert mf.unfetched == 3
+    mf.decref(frames[1])
+    assert mf.unfetched == 2
+    assert mf.alloc() == frames[1] and mf.read(frames[1]) == bytes(4096)
+    assert mf.read(frames[2])[:5] == b"old 2" and pages.reads == [frames[2]]
+
+
 def test_pages_yields_every_frame_ascending_with_zero_pages():
     k, init = blank_kernel()
     addr = k.mmap(init, 4096 * 2)
@@ -197,5 +214,8 @@ def _runs_and_frames(draw: st.DrawFn) -> tuple[list[tuple[int, int]], set[int]]:
 def test_recorded_frames_are_the_frames_the_runs_cover(case: tuple) -> None:
     runs, frames = case
     expected = {f for f in frames if any(first <= f < first + n for first, n in runs)}
-    refs = dict.fromkeys(frames, 1)
-    assert mm._recorded_frames(refs.keys(), iter(runs)) == expected
+    refs = RunMap()
+    for f in frames:
+        refs[f] = 1
+    recorded = mm._recorded_frames(refs, iter(runs))
+    assert set(recorded) == expected and len(recorded) == len(expected)

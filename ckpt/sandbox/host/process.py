@@ -564,7 +564,7 @@ class Host:
             frozen_at=frozen_at,
             freezing_ns=freezing_ns,
             allocated=len(mf.refs),
-            dirty=mf.take_dirty(),  # a dump resets tracking; a child writes only these
+            dirty=mf.take_dirty_marks(),  # reset tracking; a child writes only these
         )
         job.last, self.last_dump = self.last_dump, None  # put back if the dump fails
         return job

@@ -98,7 +98,8 @@ def _final(
         engine=request.engine,
         sync=False,
     )
-    touched = host.kernel.memory_file.take_touched() if request.post_copy else []
+    # frozen: taken as they are (one swap each); listed and ordered once the image went
+    recent = host.kernel.memory_file.take_recent() if request.post_copy else None
     job = host._dump_job(as_checkpoint, link, None, time.perf_counter_ns() - t0)
     job.images = _Streams(write)
     host.postcopy = None
@@ -118,8 +119,10 @@ def _final(
     counters = written["counters"]
     counters["image_id"] = written["image_id"]
     if job.remote is not None:
+        from ckpt.kernel.mm import touched_order
         from ckpt.sandbox.host.pageserver import Remote
 
+        touched = touched_order(recent)
         job.remote = _remote(host, job)
         host.postcopy = Remote(job.remote, touched)
         counters["postcopy_pages"] = len(job.remote)
@@ -130,6 +133,8 @@ def _final(
 def _remote(host: Any, job: Any) -> list[int]:
     """The frames a post-copy final image leaves out: those it would have written
     (dirtied since its parent, or all), still allocated."""
-    mf = host.kernel.memory_file
-    frames = job.dirty if job.link else None
-    return list(mf.refs.held(frames) if frames is not None else mf.refs.keys())
+    refs = host.kernel.memory_file.refs
+    if not job.link:
+        return list(refs.keys())
+    held_by = getattr(job.dirty, "held_by", None)  # taken marks: intersected run by run
+    return held_by(refs) if held_by is not None else list(refs.held(job.dirty))
