@@ -397,9 +397,9 @@ class Migration:
         self.report.counters = {**self.report.counters, **counters}
 
     def _expect(self, ch: Any, kind: type[m.Message], what: str) -> Any:
-        if self.pager is None:
+        if self.opts.mode == "pre-copy":
             return _expect(ch, kind, what)
-        return answer_faults(ch, self.pager, kind, what)
+        return answer_faults(ch, self.pager, kind, what)  # its relay sends keep-alives
 
     def _pages_go(self, ch: Any, guard: Any, t_pause: float) -> None:
         """Post-copy, committed: the pages go on until the destination holds them all

@@ -328,8 +328,9 @@ class DestRelay:
         return str(self.path)
 
     def start(self, sandbox_pid: int, accept_s: float) -> None:
-        """Relay from now: accept the sandbox's feed (from ``sandbox_pid`` only) in a
-        thread, send it the map, then pages as they come."""
+        """Relay from now, in a thread: read the map (``read_map``), accept the
+        sandbox's feed (from ``sandbox_pid`` only), send it the map, then pages as
+        they come.  The sandbox restores meanwhile: it reads the map last."""
         threading.Thread(
             target=self._relay, args=(sandbox_pid, accept_s), name="ckpt-relay", daemon=True
         ).start()
@@ -338,6 +339,7 @@ class DestRelay:
         from ckpt.images.pagefeed import map_frames
 
         try:
+            self.read_map()
             feed = self._accept(pid, accept_s)
             for data in map_frames(self.runs):
                 feed.sendall(data)
@@ -366,6 +368,16 @@ class DestRelay:
         except BaseException as exc:  # handed to the session's thread
             self._lost(exc)
             self._inbox.put(exc)
+
+    def raise_failure(self) -> None:
+        """Raise what broke the relay, if it broke (the restore failed meanwhile)."""
+        try:
+            item = self._inbox.get(timeout=0.5)
+        except queue.Empty:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        self._inbox.put(item)
 
     def _end(self) -> None:
         from ckpt.images.pagefeed import Feed, frame
@@ -569,6 +581,9 @@ class DestRelay:
         from ckpt.images.pagefeed import Feed, frame
 
         feed = self._feed
+        if feed is None and self._listener is not None:  # a restore waiting to connect
+            with contextlib.suppress(OSError):  # hears at once, not at its deadline
+                self._listener.close()
         if feed is not None and not self.held.is_set():
             with contextlib.suppress(OSError):
                 feed.sendall(frame(Feed.LOST, str(exc).encode()[:200]))

@@ -170,27 +170,28 @@ def receive(
         feed = None
         if offer.post_copy:  # the pages the final image left out, fed as it runs
             relay = DestRelay(ch, incoming.dir, offer.pages, nonce=offer.nonce, resume_s=resume_s)
-            relay.read_map()
-            if relay.pages:
-                feed = relay.listen()
-                relay.start(prepared.st.pid, restore_timeout(incoming.final, offer.cpus))
-                if resumable is not None:
-                    resumable.add(sid, relay)
-            else:
-                relay = None
+            feed = relay.listen()  # its map is read as the sandbox restores, not before
+            relay.start(prepared.st.pid, restore_timeout(incoming.final, offer.cpus))
+            if resumable is not None:
+                resumable.add(sid, relay)
         t0 = time.perf_counter()
-        result = lifecycle.restore(
-            root,
-            sid,
-            Path(incoming.final),
-            cpus=offer.cpus,
-            engine=offer.engine or None,
-            port=offer.port,
-            any_port=offer.port is None,  # the port it had is taken here: another
-            background=True,  # pages fill in behind: the files are open, ours, verified
-            prepared=prepared,
-            feed=feed,
-        )
+        try:
+            result = lifecycle.restore(
+                root,
+                sid,
+                Path(incoming.final),
+                cpus=offer.cpus,
+                engine=offer.engine or None,
+                port=offer.port,
+                any_port=offer.port is None,  # the port it had is taken here: another
+                background=True,  # pages fill in behind: the files are open, ours, verified
+                prepared=prepared,
+                feed=feed,
+            )
+        except CkptError:
+            if relay is not None:  # the feed failed first: its cause, not the symptom
+                relay.raise_failure()
+            raise
         if net is not None:  # in repair mode, silent, until the commit
             connections.rebuild(root, sid, net, moved, incoming.dir)
             testhooks.pause_point("serve:rebuilt")  # tests: Restored is not sent yet
@@ -212,7 +213,7 @@ def receive(
                 got.notes.append(str(exc))
         acked = True
         _ack_commit(ch)
-        if relay is not None:  # it runs here; the source keeps its copy until this
+        if relay is not None and relay.pages:  # the source keeps its copy until this
             relay.wait_held(ch.io_timeout * RESTORE_WAIT + relay.pages / PAGES_PER_S)
             got.notes.append(f"post-copy: {relay.pages} pages arrived after it resumed")
             if relay.reconnects:

@@ -63,7 +63,6 @@ class _Channel:
 def _relay(tmp_path, messages, resume_s=10.0):  # type: ignore[no-untyped-def]
     ch = _Channel(messages)
     relay = DestRelay(ch, tmp_path, limit=1 << 20, nonce=NONCE, resume_s=resume_s)
-    relay.read_map()
     relay.listen()
     relay.start(os.getpid(), 10)
     feed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -264,3 +263,26 @@ def test_a_request_line_leaves_what_follows_it_in_the_socket() -> None:
         a.sendall(b'{"verb":"pages"}\nFRAMES')
         assert _read_line(b, exact=True) == b'{"verb":"pages"}\n'
         assert b.recv(100) == b"FRAMES"
+
+
+def test_a_bad_map_read_while_the_sandbox_restores_fails_its_feed_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The relay reads the map as the sandbox restores; a map out of order ends the
+    feed before the sandbox reads it (not at the feed's two-minute deadline), and the
+    session hears the map's fault rather than the restore's."""
+    from ckpt.migration.errors import FrameError
+
+    ch = _Channel([m.PageMap(runs=[(5, 1), (0, 1)], last=True)])
+    relay = DestRelay(ch, tmp_path, limit=1 << 20, nonce=NONCE)
+    relay.listen()
+    feed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    feed.settimeout(30)
+    try:
+        feed.connect(str(relay.path))  # as the restoring sandbox does, first
+        relay.start(os.getpid(), 10)
+        with pytest.raises(ConnectionError):
+            pagefeed.read_map(pagefeed.recv_exact(feed), 1 << 20)
+        with pytest.raises(FrameError, match="out of order"):
+            relay.raise_failure()
+    finally:
+        feed.close()
+        relay.close()
