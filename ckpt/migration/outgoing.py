@@ -164,6 +164,7 @@ class Migration:
         self.pager: SourcePager | None = None  # post-copy, from the freeze
         self._streams: list[dict[str, Any]] = []  # post-copy: each page stream's counters
         self.resent = 0  # post-copy: pages sent again after a reconnect
+        self.reconnects = 0  # post-copy: channels the window took after a cut
         self.paging = False  # committed, post-copy: the destination lacks pages held here
         self.dirty: int | None = None  # pages dirty after the last round
 
@@ -439,7 +440,7 @@ class Migration:
             postcopy_ms=round((t_held - t0) * 1e3, 3),
             last_page_ms=round((t_held - t_pause) * 1e3, 3),
             postcopy_window=[list(x) for x in first.window],
-            postcopy_reconnects=len(self._streams) - 1 if self._streams else 0,
+            postcopy_reconnects=self.reconnects,
             postcopy_resent=self.resent,
         )
 
@@ -461,6 +462,7 @@ class Migration:
             self._connect, self.sid, self.nonce, MAX_PAGES, deadline, why
         )
         self._ch = new
+        self.reconnects += 1
         self.resent += sum(count for _, count in missing)
         self._stage("post-copy: sending pages")
         self.pager = None
