@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckpt.bench import seaweed
+from ckpt.storage.errors import NoSuchBucket
 from ckpt.storage.repository import Repository
 from ckpt.storage.s3 import S3Store
 from tests.sandbox.conftest import Cli, cli  # noqa: F401  (the sandbox fixtures)
@@ -38,6 +39,15 @@ def _victim(server: seaweed.SeaweedServer, keys: list[str]) -> seaweed.VolumeSer
     return next(v for v in server.volumes if v.url in held)
 
 
+def _chunks(store: S3Store) -> list[str] | None:
+    """The chunks in ``store`` so far; None before the checkpoint has made its
+    bucket (under load the first look can come before it)."""
+    try:
+        return [o.key for o in store.list(".chunks/")] or None
+    except NoSuchBucket:
+        return None
+
+
 @pytest.mark.watchdog_s(150)  # with no volume server, SeaweedFS answers each PUT after 30 s
 @pytest.mark.parametrize("killed", ["one", "all"])
 def test_volume_servers_killed_mid_checkpoint(
@@ -58,7 +68,7 @@ def test_volume_servers_killed_mid_checkpoint(
         store = S3Store.from_url(f"s3://{BUCKET}/{PREFIX}", server.env())
         proc = cli.popen("checkpoint", MEM, "--image-path", URL, env=server.env())
         chunks = wait_for(
-            lambda: [o.key for o in store.list(".chunks/")] or None,
+            lambda: _chunks(store),
             "the checkpoint's first chunk in the store",
             timeout=30,
         )
