@@ -70,6 +70,17 @@ class FrameBits:
         return itertools.compress(range(len(self.bits)), self.bits)
 
 
+def runs_of_frames(frames: Iterable[int]) -> list[tuple[int, int]]:
+    """Ascending frames as ``(first, count)`` runs."""
+    runs: list[tuple[int, int]] = []
+    for f in frames:
+        if runs and runs[-1][0] + runs[-1][1] == f:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((f, 1))
+    return runs
+
+
 def intersect_runs(
     a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]
 ) -> Iterator[tuple[int, int]]:

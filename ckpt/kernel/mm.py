@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from ckpt import state
 from ckpt.errors import KernelError, SyscallError
-from ckpt.kernel.framebits import FrameBits, intersect_runs
+from ckpt.kernel.framebits import FrameBits, intersect_runs, runs_of_frames
 from ckpt.kernel.runs import RunMap
 from ckpt.kernel.vfs import PAGE_SIZE, Inode
 
@@ -80,17 +80,6 @@ def _recorded_frames(frames: Any, ranges: Iterator[tuple[int, int]]) -> FrameBit
             spans.append([first, first + n])
     held = zip(frames.starts, frames.lens, strict=True)
     return FrameBits(intersect_runs(((lo, hi - lo) for lo, hi in spans), held))
-
-
-def _runs_of(frames: Iterable[int]) -> list[tuple[int, int]]:
-    """Ascending frames as ``(first, count)`` runs."""
-    runs: list[tuple[int, int]] = []
-    for f in frames:
-        if runs and runs[-1][0] + runs[-1][1] == f:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((f, 1))
-    return runs
 
 
 def _marked(marks: bytearray) -> list[int]:
@@ -394,7 +383,9 @@ class MemoryFile:
         unfetched = (
             _recorded_frames(self.refs, ranges())
             if ranges is not None
-            else FrameBits(_runs_of(sorted(set(loaded.indices).intersection(self.refs.keys()))))
+            else FrameBits(
+                runs_of_frames(sorted(set(loaded.indices).intersection(self.refs.keys())))
+            )
         )
         if self.refs and not unfetched:
             raise KernelError(

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from ckpt.kernel.framebits import runs_of_frames
 from ckpt.migration import messages as m
 from ckpt.migration.errors import FrameError
-from ckpt.sandbox.host.pageserver import Remote, push_order, runs_of_frames
+from ckpt.sandbox.host.pageserver import Remote, push_order
 
 
 def _roundtrip(msg: m.Message) -> m.Message:

@@ -33,6 +33,7 @@ import time
 from ckpt import faults
 from ckpt.errors import SandboxError
 from ckpt.faults import Fault
+from ckpt.kernel.framebits import runs_of_frames
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,10 +76,8 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
     for data in map_frames(runs_of_frames(remote.frames), mapped=False):
         conn.sendall(data)  # first: the destination restores once it has the map
     conn.sendall(frame(Feed.MAP))  # an empty MAP: the map is whole
-    limit = remote.frames[-1] + 1 if remote.frames else 0
-    ours = bytearray(limit)
-    for f in remote.frames:
-        ours[f] = 1
+    ours = _marks(remote.frames)
+    limit = len(ours)
     sent = bytearray(limit)
     wanted: collections.deque[tuple[int, int]] = collections.deque()
     cond = threading.Condition()
@@ -155,15 +154,21 @@ def serve_pages(host: Any, request: Any, conn: socket.socket) -> dict[str, Any]:
     return counters
 
 
+def _marks(frames: list[int]) -> bytearray:
+    """A byte per frame up to the last of the ascending ``frames``: 1 for theirs."""
+    marks = bytearray(frames[-1] + 1 if frames else 0)
+    for f in frames:
+        marks[f] = 1
+    return marks
+
+
 def _named(frames: list[int], read: Any) -> list[int]:
     """The client's ``AGAIN`` runs (an empty one ends them): those of ``frames``, the
     remote ones, ascending; it may name each remote page once at most."""
     from ckpt.images.pagefeed import RUN_REF, Feed, read_frame
 
-    limit = frames[-1] + 1 if frames else 0
-    ours = bytearray(limit)
-    for f in frames:
-        ours[f] = 1
+    ours = _marks(frames)
+    limit = len(ours)
     named = bytearray(limit)
     left = len(frames)
     while True:
@@ -178,17 +183,6 @@ def _named(frames: list[int], read: Any) -> list[int]:
         left -= count
         for f in range(first, first + count):
             named[f] = ours[f]
-
-
-def runs_of_frames(frames: list[int]) -> list[tuple[int, int]]:
-    """Ascending frames as ``(first, count)`` runs."""
-    runs: list[tuple[int, int]] = []
-    for f in frames:
-        if runs and runs[-1][0] + runs[-1][1] == f:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((f, 1))
-    return runs
 
 
 def hang_up(host: Any) -> None:
