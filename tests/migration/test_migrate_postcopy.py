@@ -179,6 +179,18 @@ def _through(tap: Tap, serve: Serve) -> Serve:
     return dataclasses.replace(serve, address=tap.address)
 
 
+def _slow_window(hosts: Hosts) -> tuple[dict[str, bytes], str, Serve, Tap]:
+    """A kv:32 sandbox whose post-copy push crawls (the window stays open), with
+    values written; its writes, digest, the server, and a relay to it that can cut."""
+    hosts.src.env["CKPT_TEMPLATE"] = "0"  # its own process: the fault reaches it
+    _run(hosts, "kv:32", env={"CKPT_FAULT": "push-delay:0.05"})
+    acked = _put(hosts, 0, 100)
+    before = digest(hosts.src, SID)
+    serve = hosts.serve()
+    host, _, port = serve.address.rpartition(":")
+    return acked, before, serve, Tap((host, int(port)))
+
+
 def _paging_cli(hosts: Hosts, serve: Serve, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     """A post-copy migration with no round, stopped once committed, pages going."""
     cli = hosts.migrate_popen(
@@ -198,13 +210,7 @@ def test_a_link_cut_in_the_window_is_survived_by_reconnecting(hosts: Hosts) -> N
     """Committed, pages still going, the link breaks and stays down 2 s: the source
     connects again, the destination says which pages it lacks, and the migration
     ends with every page and every acknowledged write."""
-    hosts.src.env["CKPT_TEMPLATE"] = "0"  # its own process: the fault reaches it
-    _run(hosts, "kv:32", env={"CKPT_FAULT": "push-delay:0.05"})
-    acked = _put(hosts, 0, 100)
-    before = digest(hosts.src, SID)
-    serve = hosts.serve()
-    host, _, port = serve.address.rpartition(":")
-    tap = Tap((host, int(port)))
+    acked, before, serve, tap = _slow_window(hosts)
     cli = _paging_cli(hosts, _through(tap, serve))
     try:
         tap.cut(down_s=2.0)
@@ -233,14 +239,8 @@ def test_a_cut_longer_than_the_deadline_stops_the_destination(hosts: Hosts) -> N
     """The link stays down past both sides' deadline: the destination stops its copy
     for want of pages, the source says so and keeps its paused copy, which resumes
     as it froze."""
-    hosts.src.env["CKPT_TEMPLATE"] = "0"
     hosts.dst.env["CKPT_MIGRATE_RECONNECT_S"] = "1"
-    _run(hosts, "kv:32", env={"CKPT_FAULT": "push-delay:0.05"})
-    acked = _put(hosts, 0, 100)
-    before = digest(hosts.src, SID)
-    serve = hosts.serve()
-    host, _, port = serve.address.rpartition(":")
-    tap = Tap((host, int(port)))
+    acked, before, serve, tap = _slow_window(hosts)
     cli = _paging_cli(hosts, _through(tap, serve), env={"CKPT_MIGRATE_RECONNECT_S": "3"})
     try:
         tap.cut(down_s=600)
